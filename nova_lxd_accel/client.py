@@ -1,0 +1,343 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The one seam between nova-lxd-accel and LXD.
+
+Only this module imports pylxd. It speaks LXD's REST API through pylxd's
+low-level ``api`` node (so every request is explicit and honours the
+configured project), waits for LXD's background operations itself with a
+timeout, and turns every LXD or transport error into one of the project's
+exceptions, which name the action, the object and what LXD said.
+"""
+
+import os
+
+from oslo_log import log as logging
+import pylxd
+from pylxd import exceptions as lxd_exceptions
+import requests
+from requests_toolbelt import multipart
+
+from nova_lxd_accel import exception
+
+LOG = logging.getLogger(__name__)
+
+# API extensions the driver relies on (all present since LXD 4.0).
+REQUIRED_EXTENSIONS = (
+    'instances',          # /1.0/instances
+    'resources',          # /1.0/resources
+    'projects',           # ?project=
+    'console',            # GET /1.0/instances/<name>/console
+    'container_syscall_filtering',  # sane unprivileged defaults
+)
+
+
+def _default_socket():
+    if 'LXD_DIR' in os.environ:
+        return os.path.join(os.environ['LXD_DIR'], 'unix.socket')
+    snap = '/var/snap/lxd/common/lxd/unix.socket'
+    if os.path.exists(snap):
+        return snap
+    return '/var/lib/lxd/unix.socket'
+
+
+def _lxd_error(exc):
+    """The message LXD put in an error response, else the exception text."""
+    response = getattr(exc, 'response', None)
+    if response is not None:
+        try:
+            body = response.json()
+            return body.get('error') or body.get('err') or str(exc)
+        except ValueError:
+            return response.text or str(exc)
+    return str(exc)
+
+
+class LXDClient(object):
+    """A connection to one LXD daemon and project, opened on first use."""
+
+    def __init__(self, conf):
+        self._conf = conf
+        self._client = None
+
+    # -- connection -------------------------------------------------------
+
+    @property
+    def endpoint(self):
+        return self._conf.lxd.endpoint or _default_socket()
+
+    def _verify(self):
+        verify = self._conf.lxd.verify
+        if verify.lower() in ('true', 'yes', '1'):
+            return True
+        if verify.lower() in ('false', 'no', '0'):
+            return False
+        return verify
+
+    def _connect(self):
+        lxd_conf = self._conf.lxd
+        cert = None
+        if lxd_conf.client_cert or lxd_conf.client_key:
+            cert = (lxd_conf.client_cert, lxd_conf.client_key)
+        endpoint = self.endpoint
+        if endpoint.startswith('/') and not os.path.exists(endpoint):
+            raise exception.LXDUnreachable(
+                endpoint=endpoint, reason='the socket does not exist')
+        try:
+            return pylxd.Client(endpoint=endpoint, cert=cert,
+                                verify=self._verify(),
+                                timeout=lxd_conf.timeout,
+                                project=lxd_conf.project)
+        except lxd_exceptions.ClientConnectionFailed as exc:
+            raise exception.LXDUnreachable(endpoint=endpoint,
+                                           reason=str(exc) or 'refused')
+
+    @property
+    def api(self):
+        if self._client is None:
+            self._client = self._connect()
+        return self._client.api
+
+    def _call(self, action, target, func, *args, **kwargs):
+        """Run one request; map pylxd/requests errors to ours."""
+        try:
+            return func(*args, **kwargs)
+        except lxd_exceptions.NotFound as exc:
+            raise exception.LXDObjectNotFound(
+                action=action, target=target, reason=_lxd_error(exc))
+        except lxd_exceptions.LXDAPIException as exc:
+            raise exception.LXDOperationFailed(
+                action=action, target=target, reason=_lxd_error(exc))
+        except (requests.exceptions.ConnectionError,
+                lxd_exceptions.ClientConnectionFailed) as exc:
+            # Drop the session: the daemon may come back on a new socket.
+            self._client = None
+            raise exception.LXDUnreachable(endpoint=self.endpoint,
+                                           reason=str(exc))
+        except requests.exceptions.Timeout:
+            raise exception.LXDOperationTimeout(
+                action=action, target=target,
+                timeout=self._conf.lxd.timeout)
+
+    def _wait(self, response, action, target, timeout=None):
+        """Wait for the background operation LXD answered with."""
+        body = response.json()
+        if body.get('type') != 'async':
+            return body.get('metadata')
+        operation_id = body['metadata']['id']
+        timeout = timeout or self._conf.lxd.timeout
+        result = self._call(
+            action, target,
+            self.api.operations[operation_id].wait.get,
+            params={'timeout': timeout},
+            # The HTTP read may take as long as LXD waits, plus slack.
+            timeout=timeout + 10).json()['metadata']
+        if result.get('status') == 'Success':
+            return result.get('metadata') or {}
+        if result.get('status') in ('Running', 'Pending'):
+            raise exception.LXDOperationTimeout(action=action, target=target,
+                                                timeout=timeout)
+        raise exception.LXDOperationFailed(
+            action=action, target=target,
+            reason=result.get('err') or result.get('status'))
+
+    def _request(self, method, node, action, target, timeout=None,
+                 **kwargs):
+        response = self._call(action, target, getattr(node, method),
+                              **kwargs)
+        return self._wait(response, action, target, timeout=timeout)
+
+    # -- host -------------------------------------------------------------
+
+    def server_info(self):
+        return self._call('read', 'server information',
+                          self.api.get).json()['metadata']
+
+    def resources(self):
+        """A fresh copy of ``/1.0/resources`` (never cached)."""
+        return self._call('read', 'host resources',
+                          self.api.resources.get).json()['metadata']
+
+    def storage_pool(self, name):
+        return self._call('read', 'storage pool %s' % name,
+                          self.api.storage_pools[name].get).json()['metadata']
+
+    def storage_pool_resources(self, name):
+        return self._call('read', 'storage pool %s' % name,
+                          self.api.storage_pools[name].resources.get
+                          ).json()['metadata']
+
+    def project(self, name):
+        return self._call('read', 'project %s' % name,
+                          self.api.projects[name].get).json()['metadata']
+
+    def profile_names(self):
+        urls = self._call('list', 'profiles',
+                          self.api.profiles.get).json()['metadata']
+        return [url.rsplit('/', 1)[-1] for url in urls]
+
+    # -- instances --------------------------------------------------------
+
+    def list_containers(self):
+        """Every container of the project, with config and status."""
+        return self._call('list', 'instances', self.api.instances.get,
+                          params={'recursion': 1,
+                                  'filter': 'type eq container'},
+                          ).json()['metadata']
+
+    def get_container(self, name):
+        """The container's record, or None when LXD has no such one."""
+        try:
+            return self._call('read', 'instance %s' % name,
+                              self.api.instances[name].get).json()['metadata']
+        except exception.LXDObjectNotFound:
+            return None
+
+    def get_state(self, name):
+        return self._call('read', 'state of instance %s' % name,
+                          self.api.instances[name].state.get
+                          ).json()['metadata']
+
+    def create_container(self, name, config, devices, profiles, source):
+        body = {'name': name, 'type': 'container', 'config': config,
+                'devices': devices, 'profiles': profiles, 'source': source}
+        self._request('post', self.api.instances, 'create',
+                      'instance %s' % name, json=body)
+
+    def update_container(self, name, config=None, devices=None):
+        """Replace config and/or devices (PATCH merges top-level keys)."""
+        body = {}
+        if config is not None:
+            body['config'] = config
+        if devices is not None:
+            body['devices'] = devices
+        self._request('patch', self.api.instances[name], 'update',
+                      'instance %s' % name, json=body)
+
+    def put_container(self, name, record):
+        """Write a whole instance record back (config, devices, ...)."""
+        body = {key: record[key] for key in
+                ('architecture', 'config', 'devices', 'ephemeral',
+                 'profiles', 'description') if key in record}
+        self._request('put', self.api.instances[name], 'update',
+                      'instance %s' % name, json=body)
+
+    def change_state(self, name, action, force=False, timeout=None):
+        """start, stop, restart, freeze or unfreeze a container.
+
+        ``timeout`` is LXD's own clean-shutdown timeout for stop/restart.
+        """
+        body = {'action': action, 'force': force}
+        lxd_timeout = None
+        if timeout is not None:
+            body['timeout'] = int(timeout)
+            lxd_timeout = int(timeout) + self._conf.lxd.timeout
+        self._request('put', self.api.instances[name].state, action,
+                      'instance %s' % name, timeout=lxd_timeout, json=body)
+
+    def delete_container(self, name):
+        self._request('delete', self.api.instances[name], 'delete',
+                      'instance %s' % name)
+
+    def console_log(self, name):
+        response = self._call('read', 'console log of instance %s' % name,
+                              self.api.instances[name].console.get,
+                              is_api=False)
+        return response.content
+
+    def push_file(self, name, path, data, mode=0o644, uid=0, gid=0):
+        headers = {'X-LXD-type': 'file', 'X-LXD-mode': '%04o' % mode,
+                   'X-LXD-uid': str(uid), 'X-LXD-gid': str(gid),
+                   'X-LXD-write': 'overwrite',
+                   'Content-Type': 'application/octet-stream'}
+        self._call('write', '%s in instance %s' % (path, name),
+                   self.api.instances[name].files.post,
+                   params={'path': path}, data=data, headers=headers)
+
+    def make_directory(self, name, path, mode=0o755):
+        headers = {'X-LXD-type': 'directory', 'X-LXD-mode': '%04o' % mode,
+                   'X-LXD-uid': '0', 'X-LXD-gid': '0'}
+        try:
+            self._call('write', '%s in instance %s' % (path, name),
+                       self.api.instances[name].files.post,
+                       params={'path': path}, headers=headers)
+        except exception.LXDOperationFailed as exc:
+            if 'exists' not in str(exc):
+                raise
+
+    def create_snapshot(self, name, snapshot):
+        self._request('post', self.api.instances[name].snapshots,
+                      'snapshot', 'instance %s' % name,
+                      json={'name': snapshot, 'stateful': False})
+
+    def delete_snapshot(self, name, snapshot):
+        self._request('delete', self.api.instances[name].snapshots[snapshot],
+                      'delete snapshot', '%s/%s' % (name, snapshot))
+
+    # -- images -----------------------------------------------------------
+
+    def get_alias(self, alias):
+        try:
+            return self._call('read', 'image alias %s' % alias,
+                              self.api.images.aliases[alias].get
+                              ).json()['metadata']
+        except exception.LXDObjectNotFound:
+            return None
+
+    def import_image(self, target, data, headers):
+        """POST an image body; returns its fingerprint."""
+        metadata = self._request('post', self.api.images, 'import',
+                                 'image %s' % target, data=data,
+                                 headers=headers)
+        return metadata['fingerprint']
+
+    def import_split_image(self, target, metadata_path, rootfs_path,
+                           rootfs_is_squashfs):
+        """Import a metadata tarball plus a rootfs (tarball or squashfs)."""
+        rootfs_part = 'rootfs.img' if rootfs_is_squashfs else 'rootfs'
+        with open(metadata_path, 'rb') as metadata, \
+                open(rootfs_path, 'rb') as rootfs:
+            body = multipart.MultipartEncoder(fields=[
+                ('metadata', ('metadata', metadata,
+                              'application/octet-stream')),
+                (rootfs_part, (rootfs_part, rootfs,
+                               'application/octet-stream'))])
+            return self.import_image(
+                target, body, {'Content-Type': body.content_type})
+
+    def set_alias(self, alias, fingerprint, description=''):
+        if self.get_alias(alias) is not None:
+            self._call('delete', 'image alias %s' % alias,
+                       self.api.images.aliases[alias].delete)
+        self._call('create', 'image alias %s' % alias,
+                   self.api.images.aliases.post,
+                   json={'name': alias, 'target': fingerprint,
+                         'description': description})
+
+    def delete_image(self, fingerprint):
+        self._request('delete', self.api.images[fingerprint], 'delete',
+                      'image %s' % fingerprint)
+
+    def publish(self, source_type, source_name, properties):
+        """Make an image of an instance or snapshot; returns fingerprint."""
+        body = {'source': {'type': source_type, 'name': source_name},
+                'properties': properties, 'public': False}
+        metadata = self._request('post', self.api.images, 'publish',
+                                 '%s %s' % (source_type, source_name),
+                                 json=body)
+        return metadata['fingerprint']
+
+    def export_image(self, fingerprint):
+        """A streaming response with the image file(s)."""
+        return self._call('export', 'image %s' % fingerprint,
+                          self.api.images[fingerprint].export.get,
+                          is_api=False, stream=True)

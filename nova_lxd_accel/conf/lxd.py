@@ -1,0 +1,184 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The ``[lxd]`` group: how the driver reaches LXD and shapes containers."""
+
+from oslo_config import cfg
+
+lxd_group = cfg.OptGroup(
+    'lxd',
+    title='LXD options',
+    help="""
+How the nova-lxd-accel compute driver (``compute_driver =
+lxd_accel.LXDDriver``) talks to the LXD daemon and which containers it makes.
+""")
+
+connection_opts = [
+    cfg.StrOpt('endpoint',
+               default=None,
+               help="""
+Where the LXD daemon listens.
+
+Possible values:
+
+* unset (default): the local unix socket, found the way ``lxc`` finds it
+  (``$LXD_DIR/unix.socket``, else ``/var/lib/lxd/unix.socket`` or the snap's
+  ``/var/snap/lxd/common/lxd/unix.socket``)
+* a unix socket path, for example ``/var/snap/lxd/common/lxd/unix.socket``
+* an HTTPS URL, for example ``https://127.0.0.1:8443``; then set
+  ``client_cert`` and ``client_key`` and trust that certificate in LXD
+  (``lxc config trust add``)
+
+Related options:
+
+* ``client_cert``, ``client_key``, ``verify``
+"""),
+    cfg.StrOpt('client_cert',
+               default=None,
+               help="""
+Client certificate (PEM) used with an HTTPS ``endpoint``.
+
+Related options:
+
+* ``endpoint``, ``client_key``
+"""),
+    cfg.StrOpt('client_key',
+               default=None,
+               secret=True,
+               help="""
+Private key (PEM) of ``client_cert``.
+
+Related options:
+
+* ``endpoint``, ``client_cert``
+"""),
+    cfg.StrOpt('verify',
+               default='true',
+               help="""
+How to verify the LXD server certificate of an HTTPS ``endpoint``.
+
+Possible values:
+
+* ``true``: verify against the system CA bundle
+* ``false``: do not verify (only for tests on loopback)
+* a path to a CA bundle or to the server's own certificate
+"""),
+    cfg.StrOpt('project',
+               default='default',
+               help="""
+LXD project that holds this compute node's containers.
+
+A dedicated project keeps Nova's containers apart from hand-made ones. The
+project must exist; ``init_host`` refuses to start otherwise.
+
+Possible values:
+
+* the name of an existing LXD project
+"""),
+    cfg.IntOpt('timeout',
+               default=120,
+               min=1,
+               help="""
+Seconds to wait for one LXD operation (create, start, publish, ...) before
+giving up with an error.
+"""),
+]
+
+instance_opts = [
+    cfg.StrOpt('storage_pool',
+               default='default',
+               help="""
+LXD storage pool for the root disks of instances.
+
+``init_host`` checks that the pool exists and names it when it does not.
+Note: the ``dir`` driver cannot enforce the flavor's root disk size; use
+``zfs``, ``btrfs`` or ``lvm`` pools where ``root_gb`` must be a hard limit.
+
+Possible values:
+
+* the name of an existing LXD storage pool
+"""),
+    cfg.ListOpt('profiles',
+                default=[],
+                help="""
+LXD profiles applied to every instance, in order, before the driver's own
+configuration (which always wins for limits, security and devices).
+
+Possible values:
+
+* a comma separated list of existing profile names; empty (default) means
+  none, so no NIC of LXD's default profile bypasses Neutron
+"""),
+    cfg.StrOpt('container_name_prefix',
+               default='nova-',
+               regex=r'^[a-z][a-z0-9-]{0,20}$',
+               help="""
+Prefix of container names; the rest is the instance UUID, so names are
+stable across nova-compute restarts and unique across cells.
+
+Possible values:
+
+* lower-case letters, digits and ``-``, starting with a letter
+"""),
+    cfg.IntOpt('default_process_limit',
+               default=0,
+               min=0,
+               help="""
+Default ``limits.processes`` of a container (0: no limit). A flavor sets its
+own with the ``lxd:processes`` extra spec.
+"""),
+    cfg.BoolOpt('allow_privileged_containers',
+                default=False,
+                help="""
+Whether a flavor may ask for a privileged container (``lxd:privileged``).
+
+Privileged containers map container root to host root: any user of such a
+flavor can escape to the host. Leave off unless every user of the cloud is
+trusted with root on the compute hosts.
+"""),
+    cfg.BoolOpt('allow_nesting',
+                default=False,
+                help="""
+Whether a flavor may ask for nested containers (``lxd:nesting``), for
+example to run Docker inside an instance.
+"""),
+    cfg.IntOpt('console_log_max_bytes',
+               default=100 * 1024,
+               min=1024,
+               help="""
+Largest tail of the container console log that ``get_console_output``
+returns, in bytes.
+"""),
+    cfg.FloatOpt('lifecycle_poll_interval',
+                 default=2.0,
+                 min=0,
+                 help="""
+Seconds between two looks at container states, used to send Nova lifecycle
+events (started, stopped, paused, resumed) for changes made outside Nova.
+
+Possible values:
+
+* 0: do not watch (Nova's periodic power-state sync still runs)
+* a positive number of seconds
+"""),
+]
+
+ALL_OPTS = connection_opts + instance_opts
+
+
+def register_opts(conf):
+    conf.register_group(lxd_group)
+    conf.register_opts(ALL_OPTS, group=lxd_group)
+
+
+def list_opts():
+    return [(lxd_group, ALL_OPTS)]

@@ -1,0 +1,170 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Pure translation: instance + flavor + image + policy -> LXD container.
+
+Every builder below has the same signature and returns a fragment
+``{'config': {...}, 'devices': {...}}``; :func:`build_container` merges them
+in order. Nothing here talks to LXD, Glance or the database, so each rule
+is a plain function with plain unit tests. Only keys the driver itself
+chooses ever reach LXD: image properties and flavor extra specs are read
+key by key, never copied through (no ``raw.*``, no privilege by accident).
+"""
+
+import base64
+import dataclasses
+import json
+
+from nova_lxd_accel import exception
+
+# Keys the driver writes into ``user.*`` config to recognise its containers.
+KEY_PREFIX = 'user.nova_lxd_accel.'
+KEY_INSTANCE_UUID = KEY_PREFIX + 'instance_uuid'
+KEY_HOST = KEY_PREFIX + 'host'
+KEY_SUSPENDED = KEY_PREFIX + 'suspended'
+KEY_RESCUE_OF = KEY_PREFIX + 'rescue_of'
+
+TRUE_STRINGS = ('true', '1', 'yes', 'on')
+
+# Flavor extra specs of the ``lxd:`` namespace read here (validated at the
+# API by nova_lxd_accel.extra_specs).
+SPEC_PRIVILEGED = 'lxd:privileged'
+SPEC_NESTING = 'lxd:nesting'
+SPEC_ISOLATED_IDMAP = 'lxd:isolated_idmap'
+SPEC_PROCESSES = 'lxd:processes'
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPolicy(object):
+    """What the operator allows and how this host is set up (from conf)."""
+
+    host: str
+    storage_pool: str = 'default'
+    allow_privileged: bool = False
+    allow_nesting: bool = False
+    default_process_limit: int = 0
+    cloud_init_keys: bool = True   # LXD has the ``cloud_init`` extension
+
+    @classmethod
+    def from_conf(cls, conf, host, cloud_init_keys=True):
+        return cls(host=host,
+                   storage_pool=conf.lxd.storage_pool,
+                   allow_privileged=conf.lxd.allow_privileged_containers,
+                   allow_nesting=conf.lxd.allow_nesting,
+                   default_process_limit=conf.lxd.default_process_limit,
+                   cloud_init_keys=cloud_init_keys)
+
+
+def container_name(prefix, instance_uuid):
+    return '%s%s' % (prefix, instance_uuid)
+
+
+def rescue_container_name(prefix, instance_uuid):
+    return '%srescue-%s' % (prefix, instance_uuid)
+
+
+def _spec_is_true(extra_specs, key):
+    return str(extra_specs.get(key, 'false')).strip().lower() in TRUE_STRINGS
+
+
+def identity(instance, flavor, image_meta, policy):
+    """Who owns the container, so the driver only ever touches its own."""
+    return {'config': {KEY_INSTANCE_UUID: instance.uuid,
+                       KEY_HOST: policy.host}}
+
+
+def limits(instance, flavor, image_meta, policy):
+    config = {'limits.cpu': str(flavor.vcpus),
+              'limits.memory': '%dMiB' % flavor.memory_mb}
+    processes = flavor.extra_specs.get(SPEC_PROCESSES)
+    if processes is None and policy.default_process_limit:
+        processes = policy.default_process_limit
+    if processes is not None and int(processes) > 0:
+        config['limits.processes'] = str(int(processes))
+    return {'config': config}
+
+
+def root_disk(instance, flavor, image_meta, policy):
+    device = {'type': 'disk', 'path': '/', 'pool': policy.storage_pool}
+    if flavor.root_gb:
+        device['size'] = '%dGiB' % flavor.root_gb
+    return {'devices': {'root': device}}
+
+
+def security(instance, flavor, image_meta, policy):
+    """Unprivileged and un-nested unless the flavor asks and policy allows.
+
+    Image properties are deliberately not consulted: whoever uploads an
+    image must not be able to raise the privileges of the container.
+    """
+    specs = flavor.extra_specs
+    config = {'security.privileged': 'false', 'security.nesting': 'false'}
+    if _spec_is_true(specs, SPEC_PRIVILEGED):
+        if not policy.allow_privileged:
+            raise exception.FlavorNotAllowed(
+                flavor=flavor.name, feature='a privileged container',
+                how='an operator must set [lxd] '
+                    'allow_privileged_containers = true on this host')
+        config['security.privileged'] = 'true'
+    if _spec_is_true(specs, SPEC_NESTING):
+        if not policy.allow_nesting:
+            raise exception.FlavorNotAllowed(
+                flavor=flavor.name, feature='nested containers',
+                how='an operator must set [lxd] allow_nesting = true on '
+                    'this host')
+        config['security.nesting'] = 'true'
+    if _spec_is_true(specs, SPEC_ISOLATED_IDMAP):
+        config['security.idmap.isolated'] = 'true'
+    return {'config': config}
+
+
+def boot(instance, flavor, image_meta, policy):
+    # Nova decides what runs after a host reboot (resume_state_on_host_boot).
+    return {'config': {'boot.autostart': 'false'}}
+
+
+def _meta_data(instance):
+    meta = {'instance-id': instance.uuid,
+            'local-hostname': instance.hostname or instance.uuid}
+    if instance.key_data:
+        meta['public-keys'] = [instance.key_data]
+    # JSON is valid YAML, and never needs a YAML library to write.
+    return json.dumps(meta, sort_keys=True)
+
+
+def cloud_init(instance, flavor, image_meta, policy):
+    """Nova's metadata and user data, where cloud-init in the image looks."""
+    prefix = 'cloud-init.' if policy.cloud_init_keys else 'user.'
+    config = {'user.meta-data': _meta_data(instance)}
+    if instance.user_data:
+        config[prefix + 'user-data'] = base64.b64decode(
+            instance.user_data).decode('utf-8', 'replace')
+    return {'config': config}
+
+
+BUILDERS = (identity, limits, root_disk, security, boot, cloud_init)
+
+
+def build_container(instance, flavor, image_meta, policy, builders=BUILDERS):
+    """The ``config`` and ``devices`` of the instance's container."""
+    config, devices = {}, {}
+    for builder in builders:
+        fragment = builder(instance, flavor, image_meta, policy)
+        config.update(fragment.get('config', {}))
+        devices.update(fragment.get('devices', {}))
+    return {'config': config, 'devices': devices}
+
+
+def resize_fragment(instance, flavor, image_meta, policy):
+    """The part of the container that follows the flavor on resize."""
+    return build_container(instance, flavor, image_meta, policy,
+                           builders=(limits, root_disk, security))

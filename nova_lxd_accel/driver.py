@@ -1,0 +1,206 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The Nova compute driver: a facade over the modules that do the work.
+
+Each ComputeDriver method is a few lines delegating to one module:
+``host`` (host facts, root provider), ``guest`` (one container's power and
+console), ``lifecycle`` (spawn/destroy/rescue/snapshot), ``image`` (Glance
+<-> LXD images) and ``events`` (lifecycle events). Only ``client`` talks
+to LXD.
+"""
+
+import nova.conf
+from nova.virt import driver
+from nova.virt import hardware
+from oslo_log import log as logging
+
+from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import events
+from nova_lxd_accel import guest as lxd_guest
+from nova_lxd_accel import host as lxd_host
+from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import lifecycle
+
+LOG = logging.getLogger(__name__)
+CONF = nova.conf.CONF
+
+
+class LXDDriver(driver.ComputeDriver):
+    """Runs Nova instances as LXD containers."""
+
+    capabilities = dict(
+        driver.ComputeDriver.capabilities,
+        # Glance images for this driver are LXD tarballs stored as raw.
+        supports_image_type_raw=True,
+    )
+
+    def __init__(self, virtapi, read_only=False):
+        super(LXDDriver, self).__init__(virtapi)
+        lxd_conf.register_opts(CONF)
+        self._client = lxd_client.LXDClient(CONF)
+        self._images = lxd_image.ImageCache(self._client)
+        self._lifecycle = lifecycle.Lifecycle(self._client, CONF,
+                                              self._images)
+        self._nodename = CONF.host
+        self._server_info = {}
+        self._watcher = None
+
+    # -- host -------------------------------------------------------------
+
+    def init_host(self, host):
+        self._nodename = host
+        self._server_info = lxd_host.check_lxd(self._client, CONF)
+        LOG.info('Using LXD %(version)s at %(endpoint)s, project %(project)s',
+                 {'version': self._server_info['environment'].get(
+                     'server_version'),
+                  'endpoint': self._client.endpoint,
+                  'project': CONF.lxd.project})
+        self._watcher = events.LifecycleWatcher(
+            self._client, host, CONF.lxd.lifecycle_poll_interval,
+            self.emit_event)
+        self._watcher.start()
+
+    def cleanup_host(self, host):
+        if self._watcher is not None:
+            self._watcher.stop()
+
+    def _policy(self):
+        extensions = self._server_info.get('api_extensions', [])
+        return lxd_config.HostPolicy.from_conf(
+            CONF, host=self._nodename,
+            cloud_init_keys='cloud_init' in extensions)
+
+    def get_available_nodes(self, refresh=False):
+        return [self._nodename]
+
+    def node_is_available(self, nodename):
+        return nodename == self._nodename
+
+    def get_available_resource(self, nodename):
+        return lxd_host.available_resource(
+            self._client, CONF, nodename, self._server_info or
+            self._client.server_info(), self._client.resources())
+
+    def update_provider_tree(self, provider_tree, nodename, allocations=None):
+        resource = self.get_available_resource(nodename)
+        inventory = lxd_host.root_inventory(
+            resource, self._get_reserved_host_disk_gb_from_config(),
+            self._get_allocation_ratios(provider_tree.data(
+                nodename).inventory), CONF)
+        merged = dict(provider_tree.data(nodename).inventory)
+        merged.update(inventory)
+        provider_tree.update_inventory(nodename, merged)
+
+    def get_host_ip_addr(self):
+        return CONF.my_ip
+
+    def get_host_uptime(self):
+        return lxd_host.uptime()
+
+    def get_volume_connector(self, instance):
+        # Volumes are not supported yet: say so rather than pretend.
+        raise NotImplementedError(
+            'nova-lxd-accel does not attach Cinder volumes yet')
+
+    # -- inventory of instances -------------------------------------------
+
+    def _owned_records(self):
+        return [record for record in self._client.list_containers()
+                if record.get('config', {}).get(lxd_config.KEY_HOST) ==
+                self._nodename and
+                not record['config'].get(lxd_config.KEY_RESCUE_OF)]
+
+    def list_instances(self):
+        return [record['name'] for record in self._owned_records()]
+
+    def list_instance_uuids(self):
+        return [record['config'][lxd_config.KEY_INSTANCE_UUID]
+                for record in self._owned_records()
+                if lxd_config.KEY_INSTANCE_UUID in record['config']]
+
+    def instance_exists(self, instance):
+        return self._lifecycle.guest(instance).record() is not None
+
+    def get_info(self, instance, use_cache=True):
+        record = self._lifecycle.rescue_record(instance) or \
+            self._lifecycle.guest(instance).require_record()
+        return hardware.InstanceInfo(state=lxd_guest.power_state_of(record))
+
+    # -- lifecycle --------------------------------------------------------
+
+    def spawn(self, context, instance, image_meta, injected_files,
+              admin_password, allocations, network_info=None,
+              block_device_info=None, power_on=True, accel_info=None):
+        self._lifecycle.spawn(context, instance, image_meta, injected_files,
+                              self._policy(), block_device_info, power_on)
+
+    def destroy(self, context, instance, network_info, block_device_info=None,
+                destroy_disks=True, destroy_secrets=True):
+        self._lifecycle.destroy(instance)
+
+    def cleanup(self, context, instance, network_info, block_device_info=None,
+                destroy_disks=True, migrate_data=None, destroy_vifs=True,
+                destroy_secrets=True):
+        # destroy() already removed everything this driver made.
+        pass
+
+    def reboot(self, context, instance, network_info, reboot_type,
+               block_device_info=None, bad_volumes_callback=None,
+               accel_info=None, share_info=None):
+        self._lifecycle.guest(instance).reboot(hard=reboot_type == 'HARD')
+
+    def power_off(self, instance, timeout=0, retry_interval=0):
+        self._lifecycle.guest(instance).stop(timeout, retry_interval)
+
+    def power_on(self, context, instance, network_info,
+                 block_device_info=None, accel_info=None, share_info=None):
+        self._lifecycle.guest(instance).ensure_running()
+
+    def pause(self, instance):
+        self._lifecycle.guest(instance).pause()
+
+    def unpause(self, instance):
+        self._lifecycle.guest(instance).unpause()
+
+    def suspend(self, context, instance):
+        self._lifecycle.guest(instance).suspend()
+
+    def resume(self, context, instance, network_info, block_device_info=None,
+               share_info=None):
+        self._lifecycle.guest(instance).resume()
+
+    def resume_state_on_host_boot(self, context, instance, network_info,
+                                  share_info, block_device_info=None):
+        self._lifecycle.guest(instance).ensure_running()
+
+    def get_console_output(self, context, instance):
+        return self._lifecycle.guest(instance).console_tail(
+            CONF.lxd.console_log_max_bytes)
+
+    def snapshot(self, context, instance, image_id, update_task_state):
+        self._lifecycle.snapshot(context, instance, image_id,
+                                 update_task_state)
+
+    def rescue(self, context, instance, network_info, image_meta,
+               rescue_password, block_device_info, share_info):
+        self._lifecycle.rescue(context, instance, image_meta, self._policy())
+
+    def unrescue(self, context, instance):
+        self._lifecycle.unrescue(instance)
+
+    def power_update_event(self, instance, target_power_state):
+        # Ironic-only hook; containers report their own power state.
+        raise NotImplementedError()
+

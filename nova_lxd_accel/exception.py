@@ -1,0 +1,66 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Exceptions of nova-lxd-accel.
+
+Each class carries a ``msg_fmt`` filled from keyword arguments, so every
+message of a kind reads the same and names what went wrong and what to do.
+The driver-facing ones derive from nova's exceptions where nova gives a
+failure a meaning (for instance ``ImageUnacceptable`` or
+``InstanceNotFound``), so the compute manager reacts to them correctly.
+"""
+
+from nova import exception as nova_exception
+
+
+class LXDAccelException(nova_exception.NovaException):
+    """Base of the project's own errors."""
+
+    msg_fmt = 'An unknown nova-lxd-accel error occurred.'
+
+
+class LXDUnreachable(LXDAccelException):
+    msg_fmt = ('Cannot reach the LXD daemon at %(endpoint)s: %(reason)s. '
+               'Check that LXD runs (`lxc info`) and that [lxd] endpoint '
+               'in nova.conf points at it.')
+
+
+class LXDNotReady(LXDAccelException):
+    msg_fmt = ('LXD at %(endpoint)s is not usable by nova-lxd-accel: '
+               '%(reason)s')
+
+
+class LXDOperationFailed(LXDAccelException):
+    msg_fmt = 'LXD refused to %(action)s %(target)s: %(reason)s'
+
+
+class LXDOperationTimeout(LXDAccelException):
+    msg_fmt = ('LXD did not finish %(action)s %(target)s within '
+               '%(timeout)s seconds; raise [lxd] timeout if the host is busy.')
+
+
+class ContainerNotFound(nova_exception.InstanceNotFound):
+    msg_fmt = ('Instance %(instance_id)s has no LXD container '
+               '%(container)s.')
+
+
+class FlavorNotAllowed(LXDAccelException):
+    msg_fmt = ('Flavor %(flavor)s asks for %(feature)s, which this compute '
+               'host does not allow: %(how)s')
+
+
+class RescueFailed(LXDAccelException):
+    msg_fmt = 'Cannot rescue instance %(instance_id)s: %(reason)s'
+
+
+class LXDObjectNotFound(LXDOperationFailed):
+    msg_fmt = 'LXD has no %(target)s (while trying to %(action)s): %(reason)s'

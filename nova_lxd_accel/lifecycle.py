@@ -1,0 +1,155 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Instance lifecycle across LXD objects: spawn, destroy, rescue, snapshot.
+
+These steps touch more than one container or image, and each undoes its
+own partial work when it fails, so a failed call leaves LXD as it was.
+"""
+
+import os
+
+from nova import exception as nova_exception
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+from nova_lxd_accel import guest as lxd_guest
+from nova_lxd_accel import image as lxd_image
+
+LOG = logging.getLogger(__name__)
+
+
+def _has_root_volume(block_device_info):
+    for bdm in (block_device_info or {}).get('block_device_mapping') or []:
+        if bdm.get('boot_index') == 0:
+            return True
+    return False
+
+
+class Lifecycle(object):
+
+    def __init__(self, client, conf, image_cache):
+        self._client = client
+        self._conf = conf
+        self._images = image_cache
+
+    def guest(self, instance):
+        return lxd_guest.Guest(self._client, self._conf, instance)
+
+    def spawn(self, context, instance, image_meta, injected_files, policy,
+              block_device_info=None, power_on=True):
+        if _has_root_volume(block_device_info):
+            raise nova_exception.InvalidBDMFormat(
+                details='nova-lxd-accel cannot boot a container from a '
+                        'volume; boot from an LXD image in Glance instead')
+        # Pure and cheap: refuse a bad flavor before touching LXD.
+        container = lxd_config.build_container(
+            instance, instance.flavor, image_meta, policy)
+        alias = self._images.ensure(context, image_meta)
+        guest = self.guest(instance)
+        guest.create(container, alias, list(self._conf.lxd.profiles))
+        try:
+            guest.push_files(injected_files or [])
+            if power_on:
+                guest.start()
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                LOG.error('Spawn failed; removing the half-made container '
+                          '%s', guest.name, instance=instance)
+                self._delete_quietly(guest)
+        LOG.info('Container %s created%s', guest.name,
+                 ' and started' if power_on else '', instance=instance)
+
+    def _delete_quietly(self, guest):
+        try:
+            guest.delete()
+        except exception.LXDAccelException as exc:
+            LOG.error('Could not remove container %(name)s: %(exc)s; '
+                      'remove it with `lxc delete --force %(name)s`',
+                      {'name': guest.name, 'exc': exc},
+                      instance=guest.instance)
+
+    def destroy(self, instance):
+        guest = self.guest(instance)
+        if guest.record() is None and \
+                self._client.get_container(guest.rescue_name) is None:
+            LOG.warning('Container %s is already gone', guest.name,
+                        instance=instance)
+            return
+        guest.delete()
+
+    # -- rescue -----------------------------------------------------------
+
+    def _rootfs_path(self, guest):
+        pool_name = self._conf.lxd.storage_pool
+        pool = self._client.storage_pool(pool_name)
+        if pool.get('driver') != 'dir':
+            raise exception.RescueFailed(
+                instance_id=guest.instance.uuid,
+                reason='rescue needs the root file system on a host path; '
+                       'storage pool %s uses the %s driver, only dir is '
+                       'supported' % (pool_name, pool.get('driver')))
+        volume = guest.name
+        if self._conf.lxd.project != 'default':
+            volume = '%s_%s' % (self._conf.lxd.project, guest.name)
+        path = os.path.join(pool['config']['source'], 'containers', volume,
+                            'rootfs')
+        if not os.path.isdir(path):
+            raise exception.RescueFailed(
+                instance_id=guest.instance.uuid,
+                reason='root file system %s is not visible on this host'
+                       % path)
+        return path
+
+    def rescue(self, context, instance, rescue_image_meta, policy):
+        guest = self.guest(instance)
+        rootfs = self._rootfs_path(guest)
+        alias = self._images.ensure(context, rescue_image_meta)
+        guest.stop(timeout=self._conf.shutdown_timeout)
+        container = lxd_config.build_container(
+            instance, instance.flavor, rescue_image_meta, policy)
+        container['config'][lxd_config.KEY_RESCUE_OF] = guest.name
+        container['devices']['rescue'] = {
+            'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
+        self._client.create_container(
+            guest.rescue_name, container['config'], container['devices'],
+            list(self._conf.lxd.profiles),
+            source={'type': 'image', 'alias': alias})
+        try:
+            self._client.change_state(guest.rescue_name, 'start')
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._client.delete_container(guest.rescue_name)
+                guest.start()
+
+    def unrescue(self, instance):
+        guest = self.guest(instance)
+        record = self._client.get_container(guest.rescue_name)
+        if record is not None:
+            if record['status'] != 'Stopped':
+                self._client.change_state(guest.rescue_name, 'stop',
+                                          force=True)
+            self._client.delete_container(guest.rescue_name)
+        guest.ensure_running()
+
+    def rescue_record(self, instance):
+        return self._client.get_container(self.guest(instance).rescue_name)
+
+    # -- snapshot ---------------------------------------------------------
+
+    def snapshot(self, context, instance, image_id, update_task_state):
+        guest = self.guest(instance)
+        guest.require_record()
+        lxd_image.snapshot_to_glance(self._client, context, guest.name,
+                                     image_id, update_task_state)

@@ -1,0 +1,59 @@
+#!/bin/bash
+# Start a local LXD daemon for development and CI, without systemd.
+#
+# Idempotent: when the daemon under $LXD_DIR already answers, only the
+# preseed is re-applied. Works as root on a machine where PID 1 is not
+# systemd and there is no iptables (no managed LXD network is created).
+#
+# Environment:
+#   LXD_DIR          daemon state directory (default /var/lib/lxd)
+#   LXD_INSTALL=1    apt-get install Debian's lxd packages first
+set -euo pipefail
+
+LXD_DIR=${LXD_DIR:-/var/lib/lxd}
+export LXD_DIR
+
+if [ "${LXD_INSTALL:-0}" = "1" ] && ! command -v lxd >/dev/null 2>&1; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends lxd lxd-client busybox-static
+fi
+
+for cmd in lxd lxc; do
+    if ! command -v "$cmd" >/dev/null 2>&1; then
+        echo "lxd-up: '$cmd' not found; install Debian's lxd and lxd-client" \
+             "packages (or run with LXD_INSTALL=1)" >&2
+        exit 1
+    fi
+done
+
+getent group lxd >/dev/null || groupadd --system lxd
+mkdir -p "$LXD_DIR"
+# uid 100000 (the container root) must be able to traverse every parent.
+chmod 711 "$LXD_DIR"
+
+if ! lxc info >/dev/null 2>&1; then
+    # The proxy variables point at a closed local port so that LXD's
+    # periodic image-index refresh never reaches outside hosts.
+    http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
+        setsid /usr/bin/lxd --group lxd --logfile="$LXD_DIR/lxd.log" \
+        </dev/null >>"$LXD_DIR/lxd.stdout" 2>&1 &
+    lxd waitready --timeout=60
+fi
+
+# A dir storage pool, a root disk in the default profile and no managed
+# network: a managed bridge needs iptables/nftables and a private address.
+lxd init --preseed <<'PRESEED'
+networks: []
+storage_pools:
+- name: default
+  driver: dir
+profiles:
+- name: default
+  devices:
+    root:
+      path: /
+      pool: default
+      type: disk
+PRESEED
+echo "lxd-up: LXD $(lxc query /1.0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["environment"]["server_version"])') ready (LXD_DIR=$LXD_DIR)"

@@ -293,6 +293,14 @@ class LXDClient(object):
         except exception.LXDObjectNotFound:
             return None
 
+    def image_exists(self, fingerprint):
+        try:
+            self._call('read', 'image %s' % fingerprint,
+                       self.api.images[fingerprint].get)
+        except exception.LXDObjectNotFound:
+            return False
+        return True
+
     def import_image(self, target, data, headers):
         """POST an image body; returns its fingerprint."""
         metadata = self._request('post', self.api.images, 'import',

@@ -24,6 +24,8 @@ import base64
 import dataclasses
 import json
 
+from oslo_utils import strutils
+
 from nova_lxd_accel import exception
 
 # Keys the driver writes into ``user.*`` config to recognise its containers.
@@ -33,14 +35,13 @@ KEY_HOST = KEY_PREFIX + 'host'
 KEY_SUSPENDED = KEY_PREFIX + 'suspended'
 KEY_RESCUE_OF = KEY_PREFIX + 'rescue_of'
 
-TRUE_STRINGS = ('true', '1', 'yes', 'on')
-
 # Flavor extra specs of the ``lxd:`` namespace read here (validated at the
 # API by nova_lxd_accel.extra_specs).
 SPEC_PRIVILEGED = 'lxd:privileged'
 SPEC_NESTING = 'lxd:nesting'
 SPEC_ISOLATED_IDMAP = 'lxd:isolated_idmap'
 SPEC_PROCESSES = 'lxd:processes'
+SPEC_GPU_RUNTIME = 'lxd:gpu_runtime'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,8 @@ def rescue_container_name(prefix, instance_uuid):
 
 
 def _spec_is_true(extra_specs, key):
-    return str(extra_specs.get(key, 'false')).strip().lower() in TRUE_STRINGS
+    # The same parser nova's extra-spec validators accept values with.
+    return strutils.bool_from_string(extra_specs.get(key, 'false'))
 
 
 def identity(instance, flavor, image_meta, policy):
@@ -94,6 +96,13 @@ def limits(instance, flavor, image_meta, policy):
 
 
 def root_disk(instance, flavor, image_meta, policy):
+    if flavor.ephemeral_gb or flavor.swap:
+        # A container has one file system and no block devices of its own;
+        # quietly dropping disks the user pays for would be worse.
+        raise exception.FlavorNotAllowed(
+            flavor=flavor.name, feature='an ephemeral or swap disk',
+            how='LXD containers have only a root disk; use a flavor with '
+                '--ephemeral 0 --swap 0')
     device = {'type': 'disk', 'path': '/', 'pool': policy.storage_pool}
     if flavor.root_gb:
         device['size'] = '%dGiB' % flavor.root_gb
@@ -127,6 +136,13 @@ def security(instance, flavor, image_meta, policy):
     return {'config': config}
 
 
+def gpu_runtime(instance, flavor, image_meta, policy):
+    """The host's NVIDIA user space inside the container, when asked."""
+    if flavor.extra_specs.get(SPEC_GPU_RUNTIME, 'none') == 'nvidia':
+        return {'config': {'nvidia.runtime': 'true'}}
+    return {}
+
+
 def boot(instance, flavor, image_meta, policy):
     # Nova decides what runs after a host reboot (resume_state_on_host_boot).
     return {'config': {'boot.autostart': 'false'}}
@@ -151,7 +167,8 @@ def cloud_init(instance, flavor, image_meta, policy):
     return {'config': config}
 
 
-BUILDERS = (identity, limits, root_disk, security, boot, cloud_init)
+BUILDERS = (identity, limits, root_disk, security, gpu_runtime, boot,
+            cloud_init)
 
 
 def build_container(instance, flavor, image_meta, policy, builders=BUILDERS):

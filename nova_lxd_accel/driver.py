@@ -24,6 +24,7 @@ from nova.virt import driver
 from nova.virt import hardware
 from oslo_log import log as logging
 
+from nova_lxd_accel import accel
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
@@ -53,6 +54,8 @@ class LXDDriver(driver.ComputeDriver):
         self._images = lxd_image.ImageCache(self._client)
         self._lifecycle = lifecycle.Lifecycle(self._client, CONF,
                                               self._images)
+        self._accelerators = accel.AcceleratorInventory(
+            self._client.resources, conf=CONF)
         self._nodename = CONF.host
         self._server_info = {}
         self._watcher = None
@@ -102,6 +105,8 @@ class LXDDriver(driver.ComputeDriver):
         merged = dict(provider_tree.data(nodename).inventory)
         merged.update(inventory)
         provider_tree.update_inventory(nodename, merged)
+        self._accelerators.update_provider_tree(provider_tree, nodename,
+                                                allocations)
 
     def get_host_ip_addr(self):
         return CONF.my_ip
@@ -203,4 +208,3 @@ class LXDDriver(driver.ComputeDriver):
     def power_update_event(self, instance, target_power_state):
         # Ironic-only hook; containers report their own power state.
         raise NotImplementedError()
-

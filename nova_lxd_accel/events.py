@@ -30,6 +30,7 @@ from nova_lxd_accel import guest
 
 LOG = logging.getLogger(__name__)
 
+
 def lifecycle_event(old_state, new_state):
     """The lifecycle event for a power-state change, or None."""
     if old_state == new_state:

@@ -23,6 +23,7 @@ Out: ``snapshot`` publishes an LXD snapshot of the container as an image
 and uploads it to Glance as a unified tarball.
 """
 
+import hashlib
 import io
 import os
 import platform
@@ -35,6 +36,8 @@ from nova import exception as nova_exception
 from nova.image import glance
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
+
+from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
 
@@ -148,6 +151,23 @@ class ImageCache(object):
                      {'image': image_id, 'fp': fingerprint})
             return alias
 
+    def _import_unified(self, target, payload):
+        # LXD names a unified image by the SHA-256 of its tarball: when
+        # that image is already there (another Glance image with the same
+        # bytes, or an earlier import whose alias was lost) reuse it.
+        fingerprint = _sha256(payload)
+        if self._client.image_exists(fingerprint):
+            return fingerprint
+        try:
+            with open(payload, 'rb') as data:
+                return self._client.import_image(
+                    target, data, {'Content-Type': 'application/octet-stream'})
+        except exception.LXDOperationFailed:
+            # Lost a race with a concurrent import of the same bytes.
+            if self._client.image_exists(fingerprint):
+                return fingerprint
+            raise
+
     def _import(self, context, image_meta):
         image_id = image_meta.id
         with tempfile.TemporaryDirectory(prefix='nova-lxd-image-') as tmp:
@@ -156,10 +176,7 @@ class ImageCache(object):
             kind = sniff_image(payload, image_id)
             target = 'from Glance image %s' % image_id
             if kind == KIND_UNIFIED:
-                with open(payload, 'rb') as data:
-                    return self._client.import_image(
-                        target, data,
-                        {'Content-Type': 'application/octet-stream'})
+                return self._import_unified(target, payload)
             metadata = os.path.join(tmp, 'metadata.tar.gz')
             properties = image_meta.properties
             architecture = (properties.get('hw_architecture')
@@ -169,6 +186,14 @@ class ImageCache(object):
                                    'Glance image %s' % image_id)
             return self._client.import_split_image(
                 target, metadata, payload, kind == KIND_SQUASHFS)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, 'rb') as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b''):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def snapshot_to_glance(client, context, name, image_id, update_task_state,

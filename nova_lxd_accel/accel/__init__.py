@@ -1,0 +1,188 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Accelerator discovery and Placement inventory.
+
+The driver owns one :class:`AcceleratorInventory` and calls its
+:meth:`~AcceleratorInventory.update_provider_tree` from its own
+``update_provider_tree``; the ``nova-lxd-accel inventory`` command calls the
+very same method on a scratch tree and prints :meth:`describe`.
+
+Modules: :mod:`.devices` (device objects), :mod:`.lxd_resources` and
+:mod:`.nvidia_smi` (pure parsers), :mod:`.discovery` (joining and
+filtering), :mod:`.provider_tree` (providers and applying them).
+"""
+
+from oslo_log import log as logging
+
+from nova_lxd_accel.accel import discovery
+from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import provider_tree as accel_tree
+
+LOG = logging.getLogger(__name__)
+
+INVENTORY_FIELDS = ('total', 'reserved', 'min_unit', 'max_unit',
+                    'step_size', 'allocation_ratio')
+
+
+def _placement_allocations(rp_uuid):
+    """Allocations against one provider, read from Placement."""
+    from nova import context as nova_context
+    from nova.scheduler.client import report
+
+    client = report.report_client_singleton()
+    info = client.get_allocations_for_resource_provider(
+        nova_context.get_admin_context(), rp_uuid)
+    return info.allocations
+
+
+class AcceleratorInventory(object):
+    """Reports the host's GPUs, MIG devices and InfiniBand cards.
+
+    :param read_resources: zero-argument callable returning the metadata
+        dict of a fresh ``GET /1.0/resources`` (a new object each call;
+        pylxd's cached ``Client.resources`` is not fresh).
+    :param list_mig_devices: zero-argument callable returning
+        ``nvidia-smi -L`` output ('' when none, None when unknown this
+        time); default runs ``[lxd_accelerators] nvidia_smi_path``.
+    :param conf: ConfigOpts with ``nova_lxd_accel.conf`` registered;
+        default ``nova.conf.CONF``.
+    :param provider_allocations: callable(rp_uuid) returning
+        ``{consumer_uuid: {'resources': {...}}}`` for one provider; used only
+        when nova passes no ``allocations`` and a device disappeared or lost
+        a resource class. Default: Placement, through nova's report client.
+    """
+
+    def __init__(self, read_resources, list_mig_devices=None, conf=None,
+                 provider_allocations=None):
+        if conf is None:
+            import nova.conf
+            conf = nova.conf.CONF
+        self._conf = conf
+        self._read_resources = read_resources
+        self._list_mig_devices = list_mig_devices or self._run_nvidia_smi
+        self._provider_allocations = (provider_allocations or
+                                      _placement_allocations)
+        self._states = {}
+        self._last_inputs = None
+        self._last_desired = None
+        self._last_mig_text = ''
+
+    def _run_nvidia_smi(self):
+        group = self._conf.lxd_accelerators
+        return nvidia_smi.run_list(group.nvidia_smi_path,
+                                   group.nvidia_smi_timeout)
+
+    def _mig_text(self, options):
+        if not options.report_mig:
+            return ''
+        text = self._list_mig_devices()
+        if text is None:
+            return self._last_mig_text
+        self._last_mig_text = text
+        return text
+
+    def desired_providers(self, nodename):
+        """Read the host and return the child providers it should have.
+
+        :returns: dict provider name -> DesiredProvider.
+        """
+        options = discovery.Options.from_conf(self._conf)
+        resources = self._read_resources() or {}
+        mig_text = self._mig_text(options)
+        inputs = (nodename, options, resources.get('gpu'),
+                  resources.get('network'), mig_text)
+        if inputs == self._last_inputs:
+            return self._last_desired
+        gpus, ib_cards = discovery.discover(resources, mig_text, options)
+        desired = accel_tree.desired_providers(nodename, gpus, ib_cards)
+        self._last_inputs, self._last_desired = inputs, desired
+        return desired
+
+    def update_provider_tree(self, provider_tree, nodename,
+                             allocations=None):
+        """Add, update or remove the accelerator children of ``nodename``.
+
+        Only children named ``<nodename>_gpu_*`` / ``<nodename>_ib_*`` are
+        touched. Call after the root provider's own inventory is set.
+
+        :param provider_tree: nova ``ProviderTree`` holding ``nodename``.
+        :param allocations: nova's ``{consumer_uuid: {'allocations':
+            {rp_uuid: {'resources': {...}}}}}`` or None (unknown: then
+            Placement is asked, only about providers that would lose
+            inventory, and a provider is never deleted while that answer is
+            missing).
+        """
+        desired = self.desired_providers(nodename)
+        state = self._states.setdefault(nodename, accel_tree.TreeState())
+        state.apply(provider_tree, nodename, desired,
+                    self._usage_lookup(allocations))
+
+    def _usage_lookup(self, allocations):
+        if allocations is not None:
+            index = {}
+            for consumer, data in allocations.items():
+                for rp_uuid, alloc in ((data or {}).get('allocations')
+                                       or {}).items():
+                    index.setdefault(rp_uuid, {})[consumer] = (
+                        (alloc or {}).get('resources') or {})
+            return lambda rp_uuid: (True, index.get(rp_uuid, {}))
+
+        def _ask(rp_uuid):
+            try:
+                allocs = self._provider_allocations(rp_uuid) or {}
+            except Exception as exc:
+                LOG.warning('Cannot read the allocations of resource '
+                            'provider %(uuid)s (%(error)s): treating it as '
+                            'in use', {'uuid': rp_uuid, 'error': exc})
+                return False, {}
+            return True, {consumer: (a or {}).get('resources') or {}
+                          for consumer, a in allocs.items()}
+        return _ask
+
+    def device_for_provider(self, rp_uuid):
+        """The device last reported under provider ``rp_uuid``, or None."""
+        for state in self._states.values():
+            if rp_uuid in state.devices:
+                return state.devices[rp_uuid]
+        return None
+
+    def describe(self, provider_tree, nodename):
+        """The node's providers as the ``inventory`` command prints them.
+
+        :returns: ``{"providers": [{"name", "parent", "inventories",
+            "traits"}]}``, the root provider first, then its descendants
+            top-down, children in name order.
+        """
+        return describe(provider_tree, nodename)
+
+
+def describe(provider_tree, nodename):
+    """See :meth:`AcceleratorInventory.describe`."""
+    names = {}
+    datas = []
+    for uuid in provider_tree.get_provider_uuids(nodename):
+        data = provider_tree.data(uuid)
+        names[uuid] = data.name
+        datas.append(data)
+    root, children = datas[0], sorted(datas[1:], key=lambda d: d.name)
+    providers = []
+    for data in [root] + children:
+        providers.append({
+            'name': data.name,
+            'parent': names.get(data.parent_uuid),
+            'inventories': {
+                rc: {f: rec[f] for f in INVENTORY_FIELDS if f in rec}
+                for rc, rec in sorted(data.inventory.items())},
+            'traits': sorted(data.traits),
+        })
+    return {'providers': providers}

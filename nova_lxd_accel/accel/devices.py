@@ -1,0 +1,178 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Plain, immutable descriptions of the host's accelerator devices.
+
+Each object carries what spawn needs to pin the device into a container:
+PCI addresses, MIG UUIDs (or GPU instance / compute instance ids), and the
+network device names of InfiniBand ports and virtual functions. They are
+built by :mod:`nova_lxd_accel.accel.lxd_resources` and
+:mod:`nova_lxd_accel.accel.nvidia_smi` and compared by value, so an
+unchanged host gives equal objects from one period to the next.
+"""
+
+import dataclasses
+import re
+import typing
+
+_NON_ALNUM = re.compile(r'[^A-Z0-9]+')
+
+GPU_KIND_PGPU = 'pgpu'
+GPU_KIND_VGPU = 'vgpu'
+GPU_KIND_MIG = 'mig'
+
+
+def normalise_name(text):
+    """Upper-case ``text`` and turn every run of other characters into ``_``.
+
+    ``1g.10gb+me`` -> ``1G_10GB_ME``; ``NVIDIA H100 80GB HBM3`` ->
+    ``NVIDIA_H100_80GB_HBM3``. Leading and trailing ``_`` are dropped.
+    """
+    return _NON_ALNUM.sub('_', str(text).upper()).strip('_')
+
+
+def mig_resource_class(profile):
+    """``1g.10gb`` -> ``CUSTOM_MIG_1G_10GB``."""
+    return 'CUSTOM_MIG_%s' % normalise_name(profile)
+
+
+def pci_slug(pci_address):
+    """``0000:3b:00.0`` -> ``0000_3b_00_0`` (the provider name suffix)."""
+    return pci_address.replace(':', '_').replace('.', '_')
+
+
+def normalise_pci_address(address):
+    """Lower-case a PCI address and add the ``0000:`` domain if missing.
+
+    :returns: the normalised address, or None for an empty/invalid value.
+    """
+    if not isinstance(address, str):
+        return None
+    address = address.strip().lower()
+    if not address:
+        return None
+    if address.count(':') == 1:
+        address = '0000:' + address
+    return address
+
+
+@dataclasses.dataclass(frozen=True)
+class MigDevice:
+    """One MIG device as listed by ``nvidia-smi -L``.
+
+    :ivar profile: the profile as printed, e.g. ``1g.10gb`` or ``1c.3g.71gb``.
+    :ivar uuid: the UUID as printed: ``MIG-<uuid>`` (R470+) or the legacy
+        ``MIG-GPU-<gpu-uuid>/<gi>/<ci>``; LXD's ``mig.uuid`` takes either.
+    :ivar index: the MIG device index on its GPU.
+    :ivar gpu_index: the GPU index nvidia-smi printed.
+    :ivar gi: GPU instance id (legacy UUIDs only, else None).
+    :ivar ci: compute instance id (legacy UUIDs only, else None).
+    """
+
+    profile: str
+    uuid: str
+    index: int
+    gpu_index: int
+    gi: typing.Optional[int] = None
+    ci: typing.Optional[int] = None
+
+    @property
+    def resource_class(self):
+        return mig_resource_class(self.profile)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuVf:
+    """An SR-IOV virtual function of a GPU, pinned by its PCI address."""
+
+    pci_address: str
+    vendor_id: typing.Optional[str] = None
+    product_id: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """A physical GPU (LXD ``gpu.cards[]`` entry with a PCI address)."""
+
+    pci_address: str
+    vendor_id: typing.Optional[str] = None
+    product_id: typing.Optional[str] = None
+    numa_node: typing.Optional[int] = None
+    driver: typing.Optional[str] = None
+    vendor: typing.Optional[str] = None
+    product: typing.Optional[str] = None
+    #: ``nvidia.model`` when LXD knows it, e.g. ``NVIDIA H100 80GB HBM3``.
+    model: typing.Optional[str] = None
+    #: ``nvidia.uuid``, e.g. ``GPU-6ddadebd-...``.
+    nvidia_uuid: typing.Optional[str] = None
+    #: ``nvidia.architecture``: the CUDA compute capability, e.g. ``8.0``.
+    architecture: typing.Optional[str] = None
+    cuda_version: typing.Optional[str] = None
+    #: DRM card id (LXD ``gpu`` device option ``id``).
+    drm_id: typing.Optional[int] = None
+    vfs: typing.Tuple[GpuVf, ...] = ()
+    mig_devices: typing.Tuple[MigDevice, ...] = ()
+
+    @property
+    def kind(self):
+        """How the GPU is offered: ``mig``, ``vgpu`` (VFs) or ``pgpu``."""
+        if self.mig_devices:
+            return GPU_KIND_MIG
+        if self.vfs:
+            return GPU_KIND_VGPU
+        return GPU_KIND_PGPU
+
+    @property
+    def is_nvidia(self):
+        return self.vendor_id == '10de'
+
+
+@dataclasses.dataclass(frozen=True)
+class IbPort:
+    """An InfiniBand port of a card (LXD numbers ports from 0)."""
+
+    netdev: typing.Optional[str]
+    port: typing.Optional[int] = None
+    address: typing.Optional[str] = None
+    verb_name: typing.Optional[str] = None
+    mad_name: typing.Optional[str] = None
+    issm_name: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class IbVf:
+    """An InfiniBand SR-IOV virtual function, pinned by its PCI address."""
+
+    pci_address: str
+    netdevs: typing.Tuple[str, ...] = ()
+    vendor_id: typing.Optional[str] = None
+    product_id: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class IbCard:
+    """A network card with at least one InfiniBand port.
+
+    ``ports`` holds only its InfiniBand ports (Ethernet ports of a mixed
+    card are left out), ordered by port number; ``vfs`` only its
+    InfiniBand virtual functions.
+    """
+
+    pci_address: str
+    vendor_id: typing.Optional[str] = None
+    product_id: typing.Optional[str] = None
+    numa_node: typing.Optional[int] = None
+    driver: typing.Optional[str] = None
+    vendor: typing.Optional[str] = None
+    product: typing.Optional[str] = None
+    ports: typing.Tuple[IbPort, ...] = ()
+    vfs: typing.Tuple[IbVf, ...] = ()

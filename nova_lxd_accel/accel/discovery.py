@@ -1,0 +1,113 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Pure discovery: LXD resources + ``nvidia-smi -L`` + options -> devices."""
+
+import dataclasses
+import typing
+
+from oslo_log import log as logging
+
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import lxd_resources
+from nova_lxd_accel.accel import nvidia_smi
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to report; see ``[lxd_accelerators]`` in nova.conf."""
+
+    gpu_vendor_ids: typing.FrozenSet[str] = frozenset(('10de', '1002'))
+    excluded_pci_addresses: typing.FrozenSet[str] = frozenset()
+    report_mig: bool = True
+    report_infiniband: bool = True
+
+    @classmethod
+    def from_conf(cls, conf):
+        group = conf.lxd_accelerators
+        excluded = (devices.normalise_pci_address(a)
+                    for a in group.excluded_pci_addresses or ())
+        return cls(
+            gpu_vendor_ids=frozenset(
+                v.strip().lower() for v in group.gpu_vendor_ids or ()
+                if v and v.strip()),
+            excluded_pci_addresses=frozenset(a for a in excluded if a),
+            report_mig=group.report_mig,
+            report_infiniband=group.report_infiniband)
+
+
+def attach_mig(gpus, smi_gpus):
+    """Give each NVIDIA GPU the MIG devices ``nvidia-smi -L`` lists for it.
+
+    A listed GPU is matched to an LXD card by ``nvidia.uuid`` when LXD
+    gives it; otherwise by its index among the NVIDIA cards sorted by PCI
+    address (nvidia-smi's default order). A listed GPU that matches no card
+    is logged and skipped.
+
+    :param gpus: list of :class:`devices.Gpu` (all cards, before filters).
+    :param smi_gpus: list of :class:`nvidia_smi.SmiGpu`.
+    :returns: a new list of GPUs, same order.
+    """
+    nvidia = sorted((g for g in gpus if g.is_nvidia),
+                    key=lambda g: g.pci_address)
+    by_uuid = {g.nvidia_uuid.lower(): g for g in nvidia if g.nvidia_uuid}
+    migs = {}
+    for smi in smi_gpus:
+        if not smi.mig_devices:
+            continue
+        gpu = by_uuid.get(smi.uuid.lower())
+        if gpu is None and smi.index < len(nvidia):
+            candidate = nvidia[smi.index]
+            if candidate.nvidia_uuid is None:
+                gpu = candidate
+        if gpu is None:
+            LOG.warning('nvidia-smi lists GPU %(index)s (%(uuid)s) with MIG '
+                        'devices that matches no GPU of LXD; its MIG devices '
+                        'are not reported',
+                        {'index': smi.index, 'uuid': smi.uuid})
+            continue
+        migs.setdefault(gpu.pci_address, []).extend(smi.mig_devices)
+    return [dataclasses.replace(g, mig_devices=tuple(migs[g.pci_address]))
+            if g.pci_address in migs else g for g in gpus]
+
+
+def _without_excluded_vfs(device, excluded):
+    if not excluded or not device.vfs:
+        return device
+    return dataclasses.replace(
+        device,
+        vfs=tuple(v for v in device.vfs if v.pci_address not in excluded))
+
+
+def discover(resources, mig_text, options):
+    """Devices to report.
+
+    :param resources: metadata dict of ``GET /1.0/resources``.
+    :param mig_text: ``nvidia-smi -L`` output ('' when none).
+    :param options: :class:`Options`.
+    :returns: ``(gpus, ib_cards)``, each sorted by PCI address.
+    """
+    excluded = options.excluded_pci_addresses
+    gpus = lxd_resources.parse_gpus(resources)
+    if options.report_mig and mig_text:
+        gpus = attach_mig(gpus, nvidia_smi.parse_list(mig_text))
+    gpus = [_without_excluded_vfs(g, excluded) for g in gpus
+            if g.vendor_id in options.gpu_vendor_ids
+            and g.pci_address not in excluded]
+    ib_cards = []
+    if options.report_infiniband:
+        ib_cards = [_without_excluded_vfs(c, excluded)
+                    for c in lxd_resources.parse_ib_cards(resources)
+                    if c.pci_address not in excluded]
+    return gpus, ib_cards

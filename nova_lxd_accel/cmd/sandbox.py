@@ -1,0 +1,23 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``nova-lxd-accel sandbox``: placeholder until the feature lands."""
+
+
+def register(subparsers):
+    parser = subparsers.add_parser('sandbox', help='(not implemented yet)')
+    parser.set_defaults(func=_run)
+
+
+def _run(args):
+    print('nova-lxd-accel sandbox: not implemented yet')
+    return 2

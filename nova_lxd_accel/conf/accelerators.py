@@ -1,0 +1,127 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The ``[lxd_accelerators]`` group: which host devices are reported."""
+
+from oslo_config import cfg
+
+accelerators_group = cfg.OptGroup(
+    'lxd_accelerators',
+    title='LXD accelerator options',
+    help="""
+Which GPUs, MIG slices and InfiniBand devices of the host nova-lxd-accel
+reports to Placement as nested resource providers.
+""")
+
+ALL_OPTS = [
+    cfg.ListOpt('gpu_vendor_ids',
+                default=['10de', '1002'],
+                help="""
+PCI vendor ids of the GPUs that are reported, one child resource provider
+``<nodename>_gpu_<pci>`` per GPU.
+
+By default NVIDIA (``10de``) and AMD (``1002``) GPUs are reported; other
+display devices LXD lists (virtio GPUs, BMC graphics such as ASPEED
+``1a03``, Intel integrated graphics ``8086``, framebuffers) are reported
+only when their vendor id is listed here.
+
+Possible values:
+
+* a comma separated list of 4-digit hexadecimal PCI vendor ids
+* empty: report no GPU
+
+Related options:
+
+* ``excluded_pci_addresses``
+"""),
+    cfg.ListOpt('excluded_pci_addresses',
+                default=[],
+                help="""
+PCI addresses of devices never reported: GPUs, InfiniBand cards and single
+SR-IOV virtual functions (a listed VF is not counted in its card's
+inventory). Use it for devices the host itself needs.
+
+Possible values:
+
+* a comma separated list of PCI addresses such as ``0000:3b:00.0``
+  (``3b:00.0`` means domain ``0000``)
+
+Related options:
+
+* ``gpu_vendor_ids``
+"""),
+    cfg.BoolOpt('report_mig',
+                default=True,
+                help="""
+Whether NVIDIA MIG devices are reported.
+
+When enabled, ``nvidia-smi -L`` is run every period; a GPU with MIG devices
+is reported with one ``CUSTOM_MIG_<PROFILE>`` resource class per MIG
+profile instead of ``PGPU``. When disabled, nvidia-smi is not run and every
+GPU is reported whole (``PGPU``) or by its SR-IOV functions (``VGPU``).
+
+Related options:
+
+* ``nvidia_smi_path``, ``nvidia_smi_timeout``
+"""),
+    cfg.BoolOpt('report_infiniband',
+                default=True,
+                help="""
+Whether network cards with InfiniBand ports are reported, one child
+resource provider ``<nodename>_ib_<pci>`` per card with
+``CUSTOM_INFINIBAND_VF`` (its listed InfiniBand virtual functions) or else
+``CUSTOM_INFINIBAND_PORT`` (its InfiniBand ports). Ethernet-only cards are
+never reported (Neutron handles them).
+
+Related options:
+
+* ``excluded_pci_addresses``
+"""),
+    cfg.StrOpt('nvidia_smi_path',
+               default='nvidia-smi',
+               help="""
+The ``nvidia-smi`` binary used to list MIG devices.
+
+Possible values:
+
+* a command name looked up in ``PATH``, or an absolute path. When it does
+  not exist, the host is taken to have no MIG devices.
+
+Related options:
+
+* ``report_mig``, ``nvidia_smi_timeout``
+"""),
+    cfg.IntOpt('nvidia_smi_timeout',
+               default=10,
+               min=1,
+               help="""
+Seconds to wait for ``nvidia-smi -L``. On a timeout or an error the MIG
+devices seen last are reported again and a warning is logged.
+
+Possible values:
+
+* a positive number of seconds
+
+Related options:
+
+* ``nvidia_smi_path``
+"""),
+]
+
+
+def register_opts(conf):
+    conf.register_group(accelerators_group)
+    conf.register_opts(ALL_OPTS, group=accelerators_group)
+
+
+def list_opts():
+    return [(accelerators_group, ALL_OPTS)]

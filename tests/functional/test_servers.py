@@ -1,0 +1,91 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Servers through the real Nova API, as real LXD containers."""
+
+from tests.functional import base
+
+
+class ServerLifecycleTest(base.LXDFunctionalTestCase):
+
+    def test_boot_operate_delete(self):
+        flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
+                                        ephemeral=0, name='lxd.tiny')
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=flavor_id, networks='none')
+        container = self.container_of(server)
+        self.assertEqual('Running', container['status'])
+        self.assertEqual('1', container['config']['limits.cpu'])
+        self.assertEqual('128MiB', container['config']['limits.memory'])
+        self.assertEqual('compute1',
+                         container['config']['user.nova_lxd_accel.host'])
+        rp_uuid = self._get_provider_uuid_by_host('compute1')
+        self.assertEqual({'VCPU': 1, 'MEMORY_MB': 128, 'DISK_GB': 0},
+                         {rc: amount for rc, amount in
+                          self._get_provider_usages(rp_uuid).items()})
+
+        server = self._stop_server(server)
+        self.assertEqual('Stopped', self.container_of(server)['status'])
+        server = self._start_server(server)
+        self.assertEqual('Running', self.container_of(server)['status'])
+        server = self._reboot_server(server, hard=True)
+        self.assertEqual('Running', self.container_of(server)['status'])
+
+        self.api.post_server_action(server['id'], {'pause': None})
+        server = self._wait_for_state_change(server, 'PAUSED')
+        self.assertEqual('Frozen', self.container_of(server)['status'])
+        self.api.post_server_action(server['id'], {'unpause': None})
+        server = self._wait_for_state_change(server, 'ACTIVE')
+        self.assertEqual('Running', self.container_of(server)['status'])
+
+        self._delete_server(server)
+        self.assertEqual([], self.container_names())
+        self.assertEqual({'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0},
+                         self._get_provider_usages(rp_uuid))
+        self.assertEqual({}, self._get_allocations_by_server_uuid(
+            server['id']))
+
+
+class ServerFailureTest(base.LXDFunctionalTestCase):
+
+    def _boot_expecting_error(self, image_id):
+        flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
+                                        ephemeral=0)
+        server = self.api.post_server({'server': self._build_server(
+            image_uuid=image_id, flavor_id=flavor_id, networks='none')})
+        server = self._wait_for_state_change(server, 'ERROR',
+                                             max_retries=60)
+        self.assertEqual([], self.container_names())
+        self.assertEqual({}, self._get_allocations_by_server_uuid(
+            server['id']))
+        return server
+
+    def test_unacceptable_image(self):
+        image_id = self._create_tiny_image(data=b'\0' * 4096)
+        server = self._boot_expecting_error(image_id)
+        self.assertIn('neither a tarball nor a squashfs',
+                      server['fault']['message'])
+
+    def test_start_failure(self):
+        profile = 'nova-lxd-accel-%s' % self.lxd.name
+        self.lxd.admin.api.profiles.post(json={
+            'name': profile, 'config': {},
+            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
+                                 'pci': '0000:ff:1f.7'}}})
+        self.addCleanup(self.lxd.admin.api.profiles[profile].delete)
+        self.flags(profiles=[profile], group='lxd')
+        # One attempt: the fault then carries LXD's own reason (with
+        # retries it reads "Exceeded maximum number of retries").
+        self.flags(max_attempts=1, group='scheduler')
+        server = self._boot_expecting_error(self.image_id)
+        self.assertIn('0000:ff:1f.7', server['fault']['message'])
+        self.assertIn('refused to start', server['fault']['message'])

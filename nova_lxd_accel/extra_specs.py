@@ -18,9 +18,29 @@ from API microversion 2.86 the Nova API rejects a bad value, or an unknown
 """
 
 from nova.api.validation.extra_specs import base
+from nova import exception
+
+
+class LXDExtraSpecValidator(base.ExtraSpecValidator):
+    """Nova's validator, with messages that name the key and its values.
+
+    Nova's own messages say only what is wrong with the value; an operator
+    typing ``openstack flavor set --property`` deserves to see which key
+    was refused and what it accepts.
+    """
+
+    def validate(self, name, value):
+        try:
+            super(LXDExtraSpecValidator, self).validate(name, value)
+        except exception.ValidationError as exc:
+            raise exception.ValidationError(
+                "Validation failed for extra spec '%s': %s Allowed: %s." % (
+                    name, str(exc).replace('Validation failed; ', ''),
+                    self.value.get('description', self.value['type'])))
+
 
 EXTRA_SPEC_VALIDATORS = [
-    base.ExtraSpecValidator(
+    LXDExtraSpecValidator(
         name='lxd:privileged',
         description=(
             'Run the container privileged (container root is host root). '
@@ -28,7 +48,7 @@ EXTRA_SPEC_VALIDATORS = [
             'allow_privileged_containers = true.'),
         value={'type': bool, 'description': 'true or false'},
     ),
-    base.ExtraSpecValidator(
+    LXDExtraSpecValidator(
         name='lxd:nesting',
         description=(
             'Allow containers inside the container (LXD security.nesting). '
@@ -36,7 +56,7 @@ EXTRA_SPEC_VALIDATORS = [
             'allow_nesting = true.'),
         value={'type': bool, 'description': 'true or false'},
     ),
-    base.ExtraSpecValidator(
+    LXDExtraSpecValidator(
         name='lxd:isolated_idmap',
         description=(
             'Give the container a user-id range of its own '
@@ -44,13 +64,13 @@ EXTRA_SPEC_VALIDATORS = [
             'of other containers.'),
         value={'type': bool, 'description': 'true or false'},
     ),
-    base.ExtraSpecValidator(
+    LXDExtraSpecValidator(
         name='lxd:processes',
         description='Largest number of processes in the container '
                     '(LXD limits.processes).',
         value={'type': int, 'min': 1, 'description': 'a positive integer'},
     ),
-    base.ExtraSpecValidator(
+    LXDExtraSpecValidator(
         name='lxd:gpu_runtime',
         description=(
             'Inject the host\'s GPU user space into the container: '

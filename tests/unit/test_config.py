@@ -1,0 +1,162 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The pure instance + flavor + image -> LXD container translation."""
+
+import base64
+import json
+
+from nova import objects
+import testtools
+
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+
+UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
+
+
+def _flavor(**fields):
+    values = dict(name='m1.small', vcpus=2, memory_mb=2048, root_gb=20,
+                  ephemeral_gb=0, swap=0, extra_specs={})
+    values.update(fields)
+    return objects.Flavor(**values)
+
+
+def _instance(flavor=None, **fields):
+    values = dict(uuid=UUID, hostname='web-1', key_data=None,
+                  user_data=None, flavor=flavor or _flavor())
+    values.update(fields)
+    return objects.Instance(**values)
+
+
+def _image(**properties):
+    return objects.ImageMeta.from_dict({
+        'id': 'c0ffee00-0000-4000-8000-000000000001', 'disk_format': 'raw',
+        'container_format': 'bare', 'properties': properties})
+
+
+POLICY = lxd_config.HostPolicy(host='cmp1', storage_pool='fast')
+
+
+def _build(instance, image=None, policy=POLICY):
+    return lxd_config.build_container(instance, instance.flavor,
+                                      image or _image(), policy)
+
+
+class BuildContainerTest(testtools.TestCase):
+
+    def setUp(self):
+        super(BuildContainerTest, self).setUp()
+        objects.register_all()
+
+    def test_plain_flavor(self):
+        container = _build(_instance())
+        self.assertEqual({
+            'user.nova_lxd_accel.instance_uuid': UUID,
+            'user.nova_lxd_accel.host': 'cmp1',
+            'limits.cpu': '2',
+            'limits.memory': '2048MiB',
+            'security.privileged': 'false',
+            'security.nesting': 'false',
+            'boot.autostart': 'false',
+            'user.meta-data': json.dumps(
+                {'instance-id': UUID, 'local-hostname': 'web-1'},
+                sort_keys=True),
+        }, container['config'])
+        self.assertEqual({'root': {'type': 'disk', 'path': '/',
+                                   'pool': 'fast', 'size': '20GiB'}},
+                         container['devices'])
+
+    def test_zero_root_gb_has_no_size(self):
+        container = _build(_instance(_flavor(root_gb=0)))
+        self.assertNotIn('size', container['devices']['root'])
+
+    def test_process_limit_from_flavor_wins_over_default(self):
+        policy = lxd_config.HostPolicy(host='cmp1', default_process_limit=500)
+        flavor = _flavor(extra_specs={'lxd:processes': '64'})
+        self.assertEqual('64', _build(_instance(flavor), policy=policy)[
+            'config']['limits.processes'])
+        self.assertEqual('500', _build(_instance(), policy=policy)[
+            'config']['limits.processes'])
+        self.assertNotIn('limits.processes',
+                         _build(_instance())['config'])
+
+    def test_privileged_needs_operator_consent(self):
+        flavor = _flavor(extra_specs={'lxd:privileged': 'true'})
+        error = self.assertRaises(exception.FlavorNotAllowed, _build,
+                                  _instance(flavor))
+        self.assertIn('allow_privileged_containers', str(error))
+        allowed = lxd_config.HostPolicy(host='cmp1', allow_privileged=True)
+        self.assertEqual('true', _build(_instance(flavor), policy=allowed)[
+            'config']['security.privileged'])
+
+    def test_nesting_needs_operator_consent(self):
+        flavor = _flavor(extra_specs={'lxd:nesting': 'yes'})
+        error = self.assertRaises(exception.FlavorNotAllowed, _build,
+                                  _instance(flavor))
+        self.assertIn('allow_nesting', str(error))
+        allowed = lxd_config.HostPolicy(host='cmp1', allow_nesting=True)
+        self.assertEqual('true', _build(_instance(flavor), policy=allowed)[
+            'config']['security.nesting'])
+
+    def test_isolated_idmap(self):
+        flavor = _flavor(extra_specs={'lxd:isolated_idmap': 'True'})
+        self.assertEqual('true', _build(_instance(flavor))['config'][
+            'security.idmap.isolated'])
+
+    def test_gpu_runtime(self):
+        flavor = _flavor(extra_specs={'lxd:gpu_runtime': 'nvidia'})
+        self.assertEqual('true', _build(_instance(flavor))['config'][
+            'nvidia.runtime'])
+        self.assertNotIn('nvidia.runtime', _build(_instance())['config'])
+
+    def test_ephemeral_and_swap_refused(self):
+        for flavor in (_flavor(ephemeral_gb=10), _flavor(swap=512)):
+            error = self.assertRaises(exception.FlavorNotAllowed, _build,
+                                      _instance(flavor))
+            self.assertIn('--ephemeral 0 --swap 0', str(error))
+
+    def test_image_properties_cannot_raise_privilege(self):
+        image = _image(**{'os_type': 'linux'})
+        # Whatever an image says, the security keys are the driver's own
+        # and no raw.* key ever appears.
+        container = _build(_instance(), image=image)
+        self.assertEqual('false', container['config']['security.privileged'])
+        self.assertEqual([], [key for key in container['config']
+                              if key.startswith('raw.')])
+
+    def test_unknown_extra_specs_are_not_copied(self):
+        flavor = _flavor(extra_specs={'raw.lxc': 'lxc.apparmor.profile=x',
+                                      'lxd:raw.lxc': 'x',
+                                      'security.privileged': 'true'})
+        container = _build(_instance(flavor))
+        self.assertEqual('false', container['config']['security.privileged'])
+        self.assertEqual([], [key for key in container['config']
+                              if 'raw' in key])
+
+    def test_user_data_and_keys(self):
+        instance = _instance(
+            user_data=base64.b64encode(b'#cloud-config\n').decode(),
+            key_data='ssh-ed25519 AAAA test')
+        config = _build(instance)['config']
+        self.assertEqual('#cloud-config\n', config['cloud-init.user-data'])
+        self.assertEqual(['ssh-ed25519 AAAA test'],
+                         json.loads(config['user.meta-data'])['public-keys'])
+        old_lxd = lxd_config.HostPolicy(host='cmp1', cloud_init_keys=False)
+        self.assertEqual('#cloud-config\n', _build(instance, policy=old_lxd)[
+            'config']['user.user-data'])
+
+    def test_container_names(self):
+        self.assertEqual('nova-%s' % UUID,
+                         lxd_config.container_name('nova-', UUID))
+        self.assertEqual('nova-rescue-%s' % UUID,
+                         lxd_config.rescue_container_name('nova-', UUID))

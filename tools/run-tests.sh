@@ -1,0 +1,71 @@
+#!/bin/bash
+# Set up everything and run every test of nova-lxd-accel.
+#
+# On a fresh Debian 12 machine (root; PID 1 need not be systemd): installs
+# Debian's LXD and busybox, starts an LXD daemon by hand with a dir storage
+# pool and no managed network, builds the tiny busybox test image, installs
+# tox (pinned in constraints.txt) and runs the tox environments: pep8, unit
+# (py3), functional, integration, genconfig check and release notes; then
+# the sandbox end-to-end check. Stops the LXD daemon it started.
+#
+#   tools/run-tests.sh                 # everything
+#   tools/run-tests.sh -e py3,pep8     # only these tox environments
+#   SKIP_SANDBOX=1 tools/run-tests.sh  # without the sandbox end-to-end
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+state=$repo/.ci/state
+mkdir -p "$state"
+
+envs=pep8,py3,functional,integration,genconfig,releasenotes
+if [ "${1:-}" = "-e" ]; then
+    envs=${2:?usage: run-tests.sh [-e ENV[,ENV...]]}
+fi
+
+step() {
+    printf '\n=== %s (%s)\n' "$*" "$(date +%T)"
+}
+
+step "Debian packages"
+need=()
+for pkg in lxd lxd-client busybox-static; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "${need[@]}"
+fi
+
+step "LXD daemon"
+export LXD_DIR=${LXD_DIR:-/var/lib/lxd}
+lxd_was_running=1
+lxc info >/dev/null 2>&1 || lxd_was_running=0
+"$repo/tools/lxd-up.sh"
+stop_lxd() {
+    if [ "$lxd_was_running" = 0 ]; then
+        step "Stopping the LXD daemon this script started"
+        lxd shutdown --timeout=60 || true
+    fi
+}
+trap stop_lxd EXIT
+
+step "Tiny test image"
+export NOVA_LXD_ACCEL_TEST_IMAGE=$state/tiny.tar.gz
+"$repo/tools/build-tiny-image.sh" "$NOVA_LXD_ACCEL_TEST_IMAGE"
+
+step "tox"
+if [ ! -x "$state/tox-venv/bin/tox" ]; then
+    python3 -m venv "$state/tox-venv"
+    "$state/tox-venv/bin/pip" install -q -c constraints.txt tox
+fi
+
+step "tox -e $envs"
+"$state/tox-venv/bin/tox" -e "$envs"
+
+if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
+    step "Sandbox end to end"
+    "$repo/tools/sandbox-e2e.sh"
+fi
+step "All tests passed"

@@ -47,6 +47,24 @@ class ServerLifecycleTest(base.LXDFunctionalTestCase):
         server = self._wait_for_state_change(server, 'ACTIVE')
         self.assertEqual('Running', self.container_of(server)['status'])
 
+        server = self._suspend_server(server)
+        self.assertEqual('Frozen', self.container_of(server)['status'])
+        server = self._resume_server(server)
+        self.assertEqual('Running', self.container_of(server)['status'])
+
+        self._rescue_server(server)
+        server = self._wait_for_state_change(server, 'RESCUE')
+        self.assertEqual('Stopped', self.container_of(server)['status'])
+        self.assertEqual('Running', self.lxd.instance(
+            'nova-rescue-%s' % server['id'])['status'])
+        self._unrescue_server(server)
+        server = self._wait_for_state_change(server, 'ACTIVE')
+        self.assertEqual(['nova-%s' % server['id']], self.container_names())
+
+        console = self.api.post_server_action(
+            server['id'], {'os-getConsoleOutput': {'length': 5}})
+        self.assertIn('tiny init started', console['output'])
+
         self._delete_server(server)
         self.assertEqual([], self.container_names())
         self.assertEqual({'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0},

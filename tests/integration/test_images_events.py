@@ -1,0 +1,104 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Image cache behaviour and lifecycle events, on the real LXD."""
+
+import io
+import tarfile
+import time
+
+from nova import objects
+from nova.virt import event as virtevent
+
+from tests.integration import base
+
+
+class ImageCacheTest(base.DriverTestCase):
+
+    def _images_with_alias(self, image_meta):
+        alias = 'nova-image-%s' % image_meta.id
+        try:
+            return self.project.admin.api.images.aliases[alias].get().json()[
+                'metadata']
+        except Exception:
+            return None
+
+    def test_imported_once_per_checksum(self):
+        image = self.tiny_image()
+        downloads = []
+        download = self.glance.download
+
+        def counting_download(context, image_id, **kwargs):
+            downloads.append(image_id)
+            return download(context, image_id, **kwargs)
+
+        self.glance.download = counting_download
+        first, second = self.make_instance(), self.make_instance()
+        self.driver.spawn(self.context, first, image, [], None, {},
+                          power_on=False)
+        self.driver.spawn(self.context, second, image, [], None, {},
+                          power_on=False)
+        self.assertEqual([image.id], downloads)
+        alias = self._images_with_alias(image)
+        self.assertEqual(image.checksum, alias['description'])
+
+        # The same image id with new bytes (a new checksum) is fetched again.
+        changed = objects.ImageMeta.from_dict({
+            'id': image.id, 'checksum': 'changed', 'disk_format': 'raw',
+            'container_format': 'bare'})
+        third = self.make_instance()
+        self.driver.spawn(self.context, third, changed, [], None, {},
+                          power_on=False)
+        self.assertEqual([image.id, image.id], downloads)
+        self.assertEqual('changed',
+                         self._images_with_alias(image)['description'])
+
+    def test_rootfs_tarball_becomes_split_image(self):
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode='w:gz') as archive:
+            with tarfile.open(base.lxd_fixtures.tiny_image_path()) as tiny:
+                for member in tiny.getmembers():
+                    if not member.name.startswith('rootfs'):
+                        continue
+                    member.name = member.name[len('rootfs/'):] or '.'
+                    archive.addfile(member, tiny.extractfile(member)
+                                    if member.isfile() else None)
+        image = self.create_image(data.getvalue(), checksum='rootfs-only')
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, image, [], None, {})
+        self.assertEqual('Running', self.container(instance)['status'])
+        fingerprint = self._images_with_alias(image)['target']
+        self.addCleanup(self.project.admin.api.images[fingerprint].delete)
+
+
+class LifecycleEventsTest(base.DriverTestCase):
+
+    def test_change_made_outside_nova_emits_event(self):
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, self.tiny_image(), [],
+                          None, {})
+        received = []
+        self.driver.register_event_listener(received.append)
+        self.flags(lifecycle_poll_interval=0.2, group='lxd')
+        self.driver.init_host(self.host)   # starts the watcher
+        time.sleep(0.5)
+        # Someone stops the container with lxc, behind nova's back.
+        node = self.project.client.api.instances[
+            self.container_name(instance)]
+        self.project._wait(node.state.put(json={'action': 'stop',
+                                                'force': True}))
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual([(instance.uuid, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         [(event.get_instance_uuid(), event.get_transition())
+                          for event in received])

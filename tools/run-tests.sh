@@ -5,7 +5,8 @@
 # Debian's LXD and busybox, starts an LXD daemon by hand with a dir storage
 # pool and no managed network, builds the tiny busybox test image, installs
 # tox (pinned in constraints.txt) and runs the tox environments: pep8, unit
-# (py3), functional, integration, genconfig check and release notes; then
+# (py3), functional, integration, genconfig, release notes, docs and the
+# DevStack plugin harness; then
 # the sandbox end-to-end check. Stops the LXD daemon it started.
 #
 #   tools/run-tests.sh                 # everything
@@ -18,7 +19,7 @@ cd "$repo"
 state=$repo/.ci/state
 mkdir -p "$state"
 
-envs=pep8,py3,functional,integration,genconfig,releasenotes
+envs=pep8,py3,functional,integration,genconfig,releasenotes,docs,devstack
 if [ "${1:-}" = "-e" ]; then
     envs=${2:?usage: run-tests.sh [-e ENV[,ENV...]]}
 fi
@@ -29,7 +30,7 @@ step() {
 
 step "Debian packages"
 need=()
-for pkg in lxd lxd-client busybox-static; do
+for pkg in lxd lxd-client busybox-static shellcheck; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -2,12 +2,12 @@
 # Set up everything and run every test of nova-lxd-accel.
 #
 # On a fresh Debian 12 machine (root; PID 1 need not be systemd): installs
-# Debian's LXD and busybox, starts an LXD daemon by hand with a dir storage
-# pool and no managed network, builds the tiny busybox test image, installs
-# tox (pinned in constraints.txt) and runs the tox environments: pep8, unit
-# (py3), functional, integration, genconfig, release notes, docs and the
-# DevStack plugin harness; then
-# the sandbox end-to-end check. Stops the LXD daemon it started.
+# Debian's LXD, busybox and shellcheck, starts an LXD daemon by hand with a
+# dir storage pool and no managed network, builds the tiny busybox test
+# image, installs tox (pinned in constraints.txt) and runs the tox
+# environments: pep8, unit (py3), functional, integration, genconfig,
+# release notes, docs and the DevStack plugin harness; then the sandbox end
+# to end. Stops the LXD daemon it started.
 #
 #   tools/run-tests.sh                 # everything
 #   tools/run-tests.sh -e py3,pep8     # only these tox environments

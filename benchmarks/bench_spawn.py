@@ -90,7 +90,7 @@ def main():
 
     admin = pylxd.Client()
     admin.api.projects.post(json={'name': project, 'config': {
-        'features.images': 'false', 'features.profiles': 'false'}})
+        'features.images': 'true', 'features.profiles': 'false'}})
     raw = pylxd.Client(project=project)
     client = lxd_client.LXDClient(conf)
     images = lxd_image.ImageCache(client, image_api=LocalImageAPI(image_path))
@@ -135,11 +135,9 @@ def main():
             if record.status != 'Stopped':
                 record.stop(force=True, wait=True)
             record.delete(wait=True)
+        for image in raw.images.all():
+            image.delete(wait=True)
         admin.api.projects[project].delete()
-        try:
-            admin.api.images.aliases[alias].delete()
-        except Exception:
-            pass
         shutil.rmtree(tmp)
 
     medians = {name: statistics.median(values)

@@ -167,8 +167,59 @@ def cloud_init(instance, flavor, image_meta, policy):
     return {'config': config}
 
 
-BUILDERS = (identity, limits, root_disk, security, gpu_runtime, boot,
-            cloud_init)
+def _quota(extra_specs, key):
+    value = extra_specs.get('quota:' + key)
+    try:
+        value = int(value) if value is not None else 0
+    except ValueError:
+        return 0
+    return value if value > 0 else 0
+
+
+def disk_quota(instance, flavor, image_meta, policy):
+    """Nova's ``quota:disk_*`` extra specs as LXD root disk I/O limits.
+
+    ``quota:disk_{read,write,total}_{bytes,iops}_sec`` become the root
+    disk's ``limits.read`` / ``limits.write`` / ``limits.max``. LXD takes
+    one value per key, so where a flavor gives both bytes and IOPS for the
+    same direction the byte rate wins. ``quota:vif_*`` keys are not
+    honoured: this driver does not make the container's NICs (Neutron
+    ports are not plugged yet). Other ``quota:`` keys (cpu shares, ...)
+    have no LXD equivalent here and are ignored, as other drivers do.
+    """
+    specs = flavor.extra_specs
+    device = {}
+    for stat, lxd_key in (('read', 'limits.read'), ('write', 'limits.write'),
+                          ('total', 'limits.max')):
+        rate = _quota(specs, 'disk_%s_bytes_sec' % stat)
+        iops = _quota(specs, 'disk_%s_iops_sec' % stat)
+        if rate:
+            device[lxd_key] = '%dB' % rate
+        elif iops:
+            device[lxd_key] = '%diops' % iops
+    if not device:
+        return {}
+    root = root_disk(instance, flavor, image_meta, policy)['devices']['root']
+    root.update(device)
+    return {'devices': {'root': root}}
+
+
+BUILDERS = (identity, limits, root_disk, disk_quota, security, gpu_runtime,
+            boot, cloud_init)
+
+
+def with_accelerators(container, bound):
+    """The container with the devices and config of an accelerator binding.
+
+    ``bound`` is a :class:`nova_lxd_accel.accel.binding.Binding`; its
+    device names (``nova-gpu0``, ``nova-mig0``, ``nova-ib0``) never clash
+    with the driver's own (``root``).
+    """
+    config = dict(container['config'])
+    devices = dict(container['devices'])
+    config.update(bound.config)
+    devices.update(bound.devices)
+    return {'config': config, 'devices': devices}
 
 
 def build_container(instance, flavor, image_meta, policy, builders=BUILDERS):
@@ -184,4 +235,5 @@ def build_container(instance, flavor, image_meta, policy, builders=BUILDERS):
 def resize_fragment(instance, flavor, image_meta, policy):
     """The part of the container that follows the flavor on resize."""
     return build_container(instance, flavor, image_meta, policy,
-                           builders=(limits, root_disk, security))
+                           builders=(limits, root_disk, disk_quota,
+                                     security))

@@ -25,6 +25,8 @@ from nova.virt import hardware
 from oslo_log import log as logging
 
 from nova_lxd_accel import accel
+from nova_lxd_accel.accel import binding as accel_binding
+from nova_lxd_accel.accel import reconcile as accel_reconcile
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
@@ -70,10 +72,30 @@ class LXDDriver(driver.ComputeDriver):
                      'server_version'),
                   'endpoint': self._client.endpoint,
                   'project': CONF.lxd.project})
+        self._reconcile_accelerators(host)
         self._watcher = events.LifecycleWatcher(
             self._client, host, CONF.lxd.lifecycle_poll_interval,
             self.emit_event)
         self._watcher.start()
+
+    def _reconcile_accelerators(self, host):
+        # LXD's container configs say who holds which device; compare them
+        # with nova and Placement after a restart (see accel.reconcile).
+        try:
+            uuids = accel_reconcile.nova_instance_uuids(host)
+        except Exception as exc:
+            LOG.warning('Cannot list the instances nova has on %(host)s '
+                        '(%(exc)s): accelerator bindings of deleted '
+                        'instances are not released this time',
+                        {'host': host, 'exc': exc})
+            uuids = None
+        try:
+            accel_reconcile.reconcile(
+                self._client, host, uuids,
+                accel_reconcile.placement_allocations)
+        except Exception:
+            LOG.exception('Checking the accelerator bindings of the '
+                          'containers of %s failed', host)
 
     def cleanup_host(self, host):
         if self._watcher is not None:
@@ -148,8 +170,10 @@ class LXDDriver(driver.ComputeDriver):
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
-        self._lifecycle.spawn(context, instance, image_meta, injected_files,
-                              self._policy(), block_device_info, power_on)
+        self._lifecycle.spawn(
+            context, instance, image_meta, injected_files, self._policy(),
+            block_device_info, power_on, allocations=allocations,
+            device_for_provider=self._accelerators.device_for_provider)
 
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
@@ -189,6 +213,29 @@ class LXDDriver(driver.ComputeDriver):
     def resume_state_on_host_boot(self, context, instance, network_info,
                                   share_info, block_device_info=None):
         self._lifecycle.guest(instance).ensure_running()
+
+    def get_diagnostics(self, instance):
+        """State, limits and the accelerators bound into the container.
+
+        This is the free-form diagnostics of API microversions < 2.48; the
+        bound devices appear as ``<device name>: <what it is>``, e.g.
+        ``nova-gpu0: gpu pci=0000:07:00.0 (PGPU of provider ...)``. The
+        2.48+ format has no field for devices (and its ``driver`` enum
+        has no LXD), so get_instance_diagnostics is not implemented.
+        """
+        record = self._lifecycle.guest(instance).require_record()
+        config = record.get('config') or {}
+        out = {'state': record.get('status'),
+               'limits.cpu': config.get('limits.cpu'),
+               'limits.memory': config.get('limits.memory')}
+        for unit in accel_binding.recorded_units(config):
+            what = ' '.join('%s=%s' % (k, unit[k]) for k in (
+                'pci', 'mig_uuid', 'mig_profile', 'netdev', 'vf_pci')
+                if unit.get(k))
+            out[unit.get('name')] = '%s %s (%s of resource provider %s)' % (
+                unit.get('kind'), what, unit.get('resource_class'),
+                unit.get('provider'))
+        return out
 
     def get_console_output(self, context, instance):
         return self._lifecycle.guest(instance).console_tail(

@@ -64,3 +64,15 @@ class RescueFailed(LXDAccelException):
 
 class LXDObjectNotFound(LXDOperationFailed):
     msg_fmt = 'LXD has no %(target)s (while trying to %(action)s): %(reason)s'
+
+
+class AcceleratorUnavailable(LXDAccelException):
+    msg_fmt = ('Cannot bind %(count)s %(resource_class)s of resource '
+               'provider %(provider)s (%(device)s): only %(free)s free; '
+               'held: %(held)s. Placement and the LXD containers of this '
+               'host disagree; nova-compute logs the details at startup.')
+
+
+class AcceleratorNotBindable(LXDAccelException):
+    msg_fmt = ('Cannot bind %(resource_class)s of resource provider '
+               '%(provider)s into an LXD container: %(reason)s')

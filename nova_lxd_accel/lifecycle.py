@@ -19,15 +19,29 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 import os
 
 from nova import exception as nova_exception
+from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import excutils
 
+from nova_lxd_accel.accel import binding
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import image as lxd_image
 
 LOG = logging.getLogger(__name__)
+
+
+#: Serialises accelerator binding within this nova-compute process.
+BINDING_LOCK = 'lxd-accel-binding'
+
+
+def _wants_accelerators(allocations):
+    for alloc in (allocations or {}).values():
+        for rc, amount in ((alloc or {}).get('resources') or {}).items():
+            if amount and binding.is_accelerator_class(rc):
+                return True
+    return False
 
 
 def _has_root_volume(block_device_info):
@@ -48,7 +62,16 @@ class Lifecycle(object):
         return lxd_guest.Guest(self._client, self._conf, instance)
 
     def spawn(self, context, instance, image_meta, injected_files, policy,
-              block_device_info=None, power_on=True):
+              block_device_info=None, power_on=True, allocations=None,
+              device_for_provider=None):
+        """Create (and start) the instance's container.
+
+        :param allocations: nova's ``{rp_uuid: {'resources': {...}}}``; the
+            accelerator units they name are bound to exact host devices
+            (see :mod:`nova_lxd_accel.accel.binding`).
+        :param device_for_provider: callable(rp_uuid) -> device last
+            reported under that provider, or None.
+        """
         if _has_root_volume(block_device_info):
             raise nova_exception.InvalidBDMFormat(
                 details='nova-lxd-accel cannot boot a container from a '
@@ -58,7 +81,26 @@ class Lifecycle(object):
             instance, instance.flavor, image_meta, policy)
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
-        guest.create(container, alias, list(self._conf.lxd.profiles))
+        profiles = list(self._conf.lxd.profiles)
+        if not _wants_accelerators(allocations):
+            guest.create(container, alias, profiles)
+        else:
+            # Reading who holds what, choosing and creating are one step:
+            # two spawns must never pick the same free unit.
+            with lockutils.lock(BINDING_LOCK):
+                held = binding.held_units(self._client.list_containers(),
+                                          exclude=guest.name)
+                bound = binding.bind(allocations, device_for_provider or
+                                     (lambda rp_uuid: None), held)
+                container = lxd_config.with_accelerators(container, bound)
+                guest.create(container, alias, profiles)
+            for unit in bound.units:
+                LOG.info('Bound %(rc)s %(unit)s of provider %(rp)s as LXD '
+                         'device %(name)s', {'rc': unit.resource_class,
+                                             'unit': unit.key,
+                                             'rp': unit.provider,
+                                             'name': unit.name},
+                         instance=instance)
         try:
             guest.push_files(injected_files or [])
             if power_on:

@@ -12,9 +12,9 @@
 
 """Fixtures that give tests a real LXD to work on, and clean it up.
 
-Every test gets its own LXD project (instances apart, images and profiles
+Every test gets its own LXD project (instances and images apart, profiles
 shared with the default project), so tests can run in parallel against one
-daemon and nothing they make survives them.
+daemon and nothing they make, images included, survives them.
 """
 
 import os
@@ -74,7 +74,7 @@ class LXDProject(fixtures.Fixture):
         self.admin = pylxd.Client(endpoint=lxd_socket())
         self.admin.api.projects.post(json={
             'name': self.name,
-            'config': {'features.images': 'false',
+            'config': {'features.images': 'true',
                        'features.profiles': 'false'}})
         self.client = pylxd.Client(endpoint=lxd_socket(), project=self.name)
         self.addCleanup(self._remove)
@@ -97,6 +97,9 @@ class LXDProject(fixtures.Fixture):
                                                 'force': True})
                 self._wait(response)
             self._wait(node.delete())
+        for fingerprint in self.client.api.images.get().json()['metadata']:
+            self._wait(self.client.api.images[
+                fingerprint.rsplit('/', 1)[-1]].delete())
         self.admin.api.projects[self.name].delete()
 
     def _wait(self, response):

@@ -77,15 +77,20 @@ def inventory_record(total, reserved=0):
 
 
 def gpu_totals(gpu):
-    """Resource class -> total for one GPU (MIG > VFs > whole GPU)."""
+    """Resource class -> total for one GPU (MIG devices > whole GPU).
+
+    Only what a container can be given is reported. A GPU's SR-IOV
+    virtual functions are not: LXD lists them under their card's
+    ``sriov.vfs``, a container's ``gputype=physical`` device matches cards
+    only and ``gputype=sriov`` is VM-only, so ``VGPU`` could never be bound
+    (see :mod:`nova_lxd_accel.accel.binding`); such a GPU is offered whole.
+    """
     if gpu.mig_devices:
         totals = {}
         for mig in gpu.mig_devices:
             rc = mig.resource_class
             totals[rc] = totals.get(rc, 0) + 1
         return totals
-    if gpu.vfs:
-        return {orc.VGPU: len(gpu.vfs)}
     return {orc.PGPU: 1}
 
 
@@ -114,9 +119,16 @@ def gpu_traits(gpu):
 
 
 def ib_totals(card):
-    if card.vfs:
-        return {RC_INFINIBAND_VF: len(card.vfs)}
-    return {RC_INFINIBAND_PORT: len(card.ports)}
+    """Bindable units of a card: VFs with a netdev, else ports with one.
+
+    A container takes an InfiniBand device as ``infiniband
+    nictype=physical parent=<netdev>``, so a VF or port without a network
+    device (for instance a VF bound to vfio-pci) is not counted.
+    """
+    vfs = [vf for vf in card.vfs if vf.netdevs]
+    if vfs:
+        return {RC_INFINIBAND_VF: len(vfs)}
+    return {RC_INFINIBAND_PORT: len([p for p in card.ports if p.netdev])}
 
 
 def ib_traits(card):

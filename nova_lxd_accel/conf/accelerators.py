@@ -67,7 +67,8 @@ Whether NVIDIA MIG devices are reported.
 When enabled, ``nvidia-smi -L`` is run every period; a GPU with MIG devices
 is reported with one ``CUSTOM_MIG_<PROFILE>`` resource class per MIG
 profile instead of ``PGPU``. When disabled, nvidia-smi is not run and every
-GPU is reported whole (``PGPU``) or by its SR-IOV functions (``VGPU``).
+GPU is reported whole (``PGPU``; an LXD container cannot take a GPU's SR-IOV
+virtual functions, so ``VGPU`` is never reported).
 
 Related options:
 

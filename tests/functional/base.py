@@ -72,18 +72,7 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         image.update(meta)
         self.glance.create(None, image, data=_BytesReader(
             lxd_fixtures.tiny_image_bytes() if data is None else data))
-        self.addCleanup(self._forget_lxd_image, image['id'])
         return image['id']
-
-    def _forget_lxd_image(self, image_id):
-        alias = 'nova-image-%s' % image_id
-        admin = self.lxd.admin
-        # Only the alias: tests importing the same bytes share one LXD
-        # image (the driver reuses it by fingerprint), which stays cached.
-        try:
-            admin.api.images.aliases[alias].delete()
-        except Exception:
-            pass
 
     def container_of(self, server):
         return self.lxd.instance('nova-%s' % server['id'])

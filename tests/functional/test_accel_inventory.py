@@ -13,31 +13,27 @@
 """Accelerator providers in a real Placement, through nova's own cloud.
 
 Runs nova's in-process cloud (API, conductor, scheduler, one compute) with
-the real ``PlacementFixture``. ``tests/functional/base.py`` (the LXD-backed
-base class) did not exist when this was written, so the compute runs nova's
-``MediumFakeDriver`` extended by :class:`AccelFakeDriver`, which calls
-``AcceleratorInventory.update_provider_tree`` after the fake driver's own,
-exactly as the LXD driver does. LXD's ``/1.0/resources`` and
-``nvidia-smi -L`` are the recorded samples of ``tests/unit/accel/samples``
-fed through the ``read_resources`` / ``list_mig_devices`` callables; the
-allocations of a vanished device are read from Placement by the default
-code path.
+the real ``PlacementFixture`` and this driver against the real LXD daemon.
+The host's accelerators are the recorded samples of
+``tests/unit/accel/samples``, served as LXD's own ``GET /1.0/resources``
+answer by :class:`tests.lxd_proxy.LXDProxy` (no such hardware here), and
+``nvidia-smi -L`` is a script printing a recorded sample. Tests change the
+host by rewriting both; the allocations of a vanished device are read from
+Placement by the default code path.
 """
 
 import collections
-import copy
 import json
 import os
-import sys
+import stat
 
 import fixtures
 import nova.conf
 from nova.scheduler.client import report
-from nova.tests.functional import integrated_helpers
-from nova.virt import fake
 
-from nova_lxd_accel import accel
-from nova_lxd_accel import conf as accel_conf
+from nova_lxd_accel import conf as lxd_conf
+from tests.functional import base
+from tests import lxd_proxy
 
 CONF = nova.conf.CONF
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)),
@@ -55,40 +51,12 @@ def _load(name):
         return json.load(f) if name.endswith('.json') else f.read()
 
 
-class FakeHost(object):
-    """The recorded host the fake driver reads; tests change it."""
+class TestAcceleratorInventory(base.LXDFunctionalTestCase):
 
-    resources = {}
-    mig_text = ''
-
-
-class AccelFakeDriver(fake.MediumFakeDriver):
-    """nova's fake driver plus the accelerator inventory."""
-
-    def __init__(self, virtapi, read_only=False):
-        super().__init__(virtapi, read_only)
-        self.accel = accel.AcceleratorInventory(
-            lambda: copy.deepcopy(FakeHost.resources),
-            lambda: FakeHost.mig_text)
-
-    def update_provider_tree(self, provider_tree, nodename,
-                             allocations=None):
-        super().update_provider_tree(provider_tree, nodename, allocations)
-        self.accel.update_provider_tree(provider_tree, nodename, allocations)
-
-
-class TestAcceleratorInventory(integrated_helpers.ProviderUsageBaseTestCase):
-
-    compute_driver = 'fake.AccelFakeDriver'
+    compute_hosts = (HOST,)
 
     def setUp(self):
-        # nova imports drivers only as nova.virt.<compute_driver>
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.virt.fake.AccelFakeDriver', AccelFakeDriver))
-        accel_conf.register_opts(CONF)
-        paste = os.path.join(sys.prefix, 'etc', 'nova', 'api-paste.ini')
-        if os.path.exists(paste):
-            self.flags(api_paste_config=paste, group='wsgi')
+        lxd_conf.register_opts(CONF)
         resources = _load('handmade-lxd-h100-mig-host.json')
         # A second NVIDIA GPU (GT 730 of LXD issue 9201) beside the H100.
         resources['gpu']['cards'] += _load(
@@ -96,14 +64,35 @@ class TestAcceleratorInventory(integrated_helpers.ProviderUsageBaseTestCase):
                 'gpu']['cards']
         resources['network'] = _load(
             'handmade-lxd-connectx6-ib-vfs.json')['network']
-        self.useFixture(fixtures.MonkeyPatch(
-            __name__ + '.FakeHost.resources', resources))
-        self.useFixture(fixtures.MonkeyPatch(
-            __name__ + '.FakeHost.mig_text',
-            _load('nvsmi-h100-80gb-mig-4slices-L.txt')))
+        # The VFs of 4b:00.0 with the netdevs mlx5_core gives them (the
+        # sample shows only the last one's); a VF without one cannot be
+        # bound into a container and is not reported.
+        for i, vf in enumerate(
+                resources['network']['cards'][1]['sriov']['vfs'][:4]):
+            vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
+                            'protocol': 'infiniband'}]
+        self.resources = {'gpu': resources['gpu'],
+                          'network': resources['network']}
+        self.proxy = self.useFixture(lxd_proxy.LXDProxy(self.resources))
+        self.flags(endpoint=self.proxy.socket_path, group='lxd')
+        self.mig_file = os.path.join(self.proxy.directory, 'smi-L.txt')
+        self.set_mig_text(_load('nvsmi-h100-80gb-mig-4slices-L.txt'))
+        smi = os.path.join(self.proxy.directory, 'nvidia-smi')
+        with open(smi, 'w') as f:
+            f.write('#!/bin/sh\ncat %s\n' % self.mig_file)
+        os.chmod(smi, stat.S_IRWXU)
+        self.flags(nvidia_smi_path=smi, group='lxd_accelerators')
         super().setUp()
-        self.compute = self._start_compute(HOST)
+        self.compute = self.computes[HOST]
         self.root_uuid = self._get_provider_uuid_by_host(HOST)
+
+    def set_mig_text(self, text):
+        self.mig_text = text
+        with open(self.mig_file, 'w') as f:
+            f.write(text)
+
+    def host_changed(self):
+        self.proxy.set_resources(self.resources)
 
     def _children(self):
         """{name: (uuid, {rc: (total, reserved)}, {traits})} in Placement."""
@@ -154,18 +143,19 @@ class TestAcceleratorInventory(integrated_helpers.ProviderUsageBaseTestCase):
             IB_97: ({'CUSTOM_INFINIBAND_PORT': (1, 0)}, mlx),
         }, {name: value[1:] for name, value in children.items()})
         driver = self.compute.driver
-        gpu = driver.accel.device_for_provider(children[GPU][0])
+        gpu = driver._accelerators.device_for_provider(children[GPU][0])
         self.assertEqual('0000:00:09.0', gpu.pci_address)
 
     def test_changes_reach_placement_after_periodics(self):
         before = self._children()
-        cards = FakeHost.resources['gpu']['cards']
+        cards = self.resources['gpu']['cards']
         cards[:] = [c for c in cards if c.get('pci_address') != '0000:07:00.0']
-        FakeHost.mig_text = FakeHost.mig_text.split('\n')[0] + '\n' + ''.join(
+        self.set_mig_text(self.mig_text.split('\n')[0] + '\n' + ''.join(
             '  MIG 1g.10gb     Device  %d: (UUID: MIG-%d)\n' % (i, i)
-            for i in range(7))
-        ib = FakeHost.resources['network']['cards'][1]
+            for i in range(7)))
+        ib = self.resources['network']['cards'][1]
         ib['sriov']['vfs'].pop()
+        self.host_changed()
         self._run_periodics(raise_on_error=True)
         after = self._children()
         self.assertNotIn(GT730, after)
@@ -181,7 +171,8 @@ class TestAcceleratorInventory(integrated_helpers.ProviderUsageBaseTestCase):
         self._run_periodics(raise_on_error=True)
         self.assertIn('CUSTOM_RACK_7', self._get_provider_traits(uuid))
         # and across a change of the same provider's inventory
-        FakeHost.resources['network']['cards'][1]['sriov']['vfs'].pop()
+        self.resources['network']['cards'][1]['sriov']['vfs'].pop()
+        self.host_changed()
         self._run_periodics(raise_on_error=True)
         children = self._children()
         self.assertEqual({'CUSTOM_INFINIBAND_VF': (4, 0)}, children[IB][1])
@@ -195,7 +186,8 @@ class TestAcceleratorInventory(integrated_helpers.ProviderUsageBaseTestCase):
         self._run_periodics(raise_on_error=True)
         self.assertEqual({}, dict(writes))
         # the counter does see writes when something changes
-        FakeHost.resources['network']['cards'][1]['sriov']['vfs'].pop()
+        self.resources['network']['cards'][1]['sriov']['vfs'].pop()
+        self.host_changed()
         self._run_periodics(raise_on_error=True)
         uuid = self._children()[IB][0]
         self.assertEqual(
@@ -203,16 +195,19 @@ class TestAcceleratorInventory(integrated_helpers.ProviderUsageBaseTestCase):
 
     def test_vanished_gpu_in_use_is_reserved_then_deleted(self):
         flavor_id = self._create_flavor(
+            memory_mb=128, vcpu=1, disk=0, ephemeral=0,
             extra_spec={'resources:CUSTOM_MIG_3G_40GB': '1'})
-        server = self._create_server(flavor_id=flavor_id, networks='none')
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=flavor_id, networks='none')
         gpu_uuid = self._children()[GPU][0]
         self.assertEqual(
             {'CUSTOM_MIG_3G_40GB': 1},
             self._get_provider_usages(gpu_uuid) and {
                 rc: n for rc, n in
                 self._get_provider_usages(gpu_uuid).items() if n})
-        cards = FakeHost.resources['gpu']['cards']
+        cards = self.resources['gpu']['cards']
         cards[:] = [c for c in cards if c.get('pci_address') != '0000:00:09.0']
+        self.host_changed()
         self._run_periodics(raise_on_error=True)
         children = self._children()
         self.assertEqual({'CUSTOM_MIG_3G_40GB': (1, 1),

@@ -52,23 +52,11 @@ class DriverTestCase(test.NoDBTestCase):
         image.update(meta)
         image = self.glance.create(self.context, image,
                                    data=_BytesReader(data))
-        self.addCleanup(self._forget_image, image['id'])
         return objects.ImageMeta.from_dict(image)
 
     def tiny_image(self):
         return self.create_image(lxd_fixtures.tiny_image_bytes(),
                                  checksum=uuid.uuid4().hex)
-
-    def _forget_image(self, image_id):
-        from nova_lxd_accel import image as lxd_image
-        alias = lxd_image.image_alias(image_id)
-        admin = self.project.admin
-        # Only the alias: tests importing the same bytes share one LXD
-        # image (the driver reuses it by fingerprint), which stays cached.
-        try:
-            admin.api.images.aliases[alias].delete()
-        except Exception:
-            pass
 
     def make_instance(self, vcpus=1, memory_mb=128, root_gb=0,
                       extra_specs=None, **updates):

@@ -240,8 +240,8 @@ class TestDescribe(base.BaseTestCase):
              ('cmp1_ib_0000_61_00_1', 'cmp1')],
             [(p['name'], p['parent']) for p in out['providers']])
         self.assertEqual(
-            {'VGPU': {'total': 2, 'reserved': 0, 'min_unit': 1,
-                      'max_unit': 2, 'step_size': 1,
+            {'PGPU': {'total': 1, 'reserved': 0, 'min_unit': 1,
+                      'max_unit': 1, 'step_size': 1,
                       'allocation_ratio': 1.0}},
             out['providers'][1]['inventories'])
         self.assertEqual(

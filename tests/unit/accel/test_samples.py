@@ -125,7 +125,9 @@ class TestSamples(base.BaseTestCase):
         traits = MLX | {OWNER, 'CUSTOM_IB_PRODUCT_15B3_101B'}
         self.assertEqual({
             'cmp1_ib_0000_0c_00_0': ({'CUSTOM_INFINIBAND_PORT': 1}, traits),
-            'cmp1_ib_0000_4b_00_0': ({'CUSTOM_INFINIBAND_VF': 5}, traits),
+            # only 4b:00.5 shows a netdev (ibp75s0v7): the other VFs
+            # cannot be bound (infiniband parent=<netdev>), not counted
+            'cmp1_ib_0000_4b_00_0': ({'CUSTOM_INFINIBAND_VF': 1}, traits),
             'cmp1_ib_0000_61_00_1': ({'CUSTOM_INFINIBAND_PORT': 1}, traits),
         }, self._tree('handmade-lxd-connectx6-ib-vfs.json'))
 
@@ -136,7 +138,8 @@ class TestSamples(base.BaseTestCase):
     def test_amd_gpu_vfs(self):
         self.assertEqual({
             'cmp1_gpu_0000_03_00_0': (
-                {'VGPU': 2}, {OWNER, 'CUSTOM_GPU_VENDOR_1002',
+                # LXD containers cannot take GPU VFs: the PF is offered
+                {'PGPU': 1}, {OWNER, 'CUSTOM_GPU_VENDOR_1002',
                               'CUSTOM_GPU_PRODUCT_1002_6929'}),
             'cmp1_gpu_0000_83_00_0': (
                 {'PGPU': 1}, {OWNER, 'CUSTOM_GPU_VENDOR_1002',

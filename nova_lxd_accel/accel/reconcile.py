@@ -1,0 +1,177 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Accelerator bindings after a nova-compute restart.
+
+The containers' configs are the source of truth (``user.nova_lxd_accel.
+devices``, written by :mod:`.binding`). At ``init_host`` the driver calls
+:func:`reconcile`, which:
+
+* releases the bindings of this host's containers whose instance nova no
+  longer places on this host (deleted while nova-compute was down,
+  evacuated elsewhere): their accelerator devices and binding record are
+  removed from the container, the container itself is left to nova's
+  ``running_deleted_instance_action``;
+* logs (ERROR) every unit held by more than one container, naming the unit
+  and the containers/instances;
+* logs (WARNING) every instance whose binding disagrees with its
+  allocations in Placement, naming the instance, provider and device.
+
+Nothing is released when nova's instance list cannot be read: a wrong
+answer there would strip devices from live instances.
+"""
+
+from oslo_log import log as logging
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel import config as lxd_config
+
+LOG = logging.getLogger(__name__)
+
+
+def _instance_uuid(record):
+    return (record.get('config') or {}).get(lxd_config.KEY_INSTANCE_UUID)
+
+
+def double_bindings(records):
+    """Unit key -> container names, for units held more than once."""
+    return {key: names for key, names in binding.held_units(records).items()
+            if len(names) > 1}
+
+
+def placement_mismatches(units, allocations):
+    """Differences between one instance's binding and its allocations.
+
+    :param units: the instance's binding records.
+    :param allocations: ``{rp_uuid: {'resources': {rc: n}}}`` from
+        Placement for that consumer.
+    :returns: list of ``(provider, rc, bound, allocated)``.
+    """
+    bound = binding.expected_usage(units)
+    allocated = {}
+    for rp_uuid, alloc in (allocations or {}).items():
+        for rc, amount in ((alloc or {}).get('resources') or {}).items():
+            if amount and binding.is_accelerator_class(rc):
+                allocated.setdefault(rp_uuid, {})[rc] = amount
+    out = []
+    for rp_uuid in sorted(set(bound) | set(allocated)):
+        rcs = set(bound.get(rp_uuid, {})) | set(allocated.get(rp_uuid, {}))
+        for rc in sorted(rcs):
+            have = bound.get(rp_uuid, {}).get(rc, 0)
+            want = allocated.get(rp_uuid, {}).get(rc, 0)
+            if have != want:
+                out.append((rp_uuid, rc, have, want))
+    return out
+
+
+def release(client, record):
+    """Remove a container's accelerator devices and binding record."""
+    units = binding.recorded_units(record.get('config'))
+    names = {u.get('name') for u in units}
+    devices = {name: dev for name, dev in (record.get('devices') or
+                                           {}).items()
+               if name not in names}
+    config = dict(record.get('config') or {})
+    config.pop(binding.DEVICES_KEY, None)
+    # PUT, not PATCH: LXD's PATCH merges devices and cannot remove one.
+    client.put_container(record['name'], dict(record, config=config,
+                                              devices=devices))
+
+
+def reconcile(client, host, instance_uuids, consumer_allocations=None):
+    """Check and repair the bindings of ``host``'s containers.
+
+    :param client: :class:`nova_lxd_accel.client.LXDClient`.
+    :param instance_uuids: uuids of the instances nova has on this host,
+        or None when unknown (then nothing is released).
+    :param consumer_allocations: callable(instance_uuid) -> Placement
+        allocations of that consumer, or None to skip that check.
+    :returns: names of the containers whose bindings were released.
+    """
+    records = [r for r in client.list_containers()
+               if (r.get('config') or {}).get(lxd_config.KEY_HOST) == host]
+    for key, names in sorted(double_bindings(records).items()):
+        by_name = {r['name']: _instance_uuid(r) for r in records}
+        LOG.error('Accelerator %(unit)s is bound to more than one container: '
+                  '%(holders)s. Delete or rebuild all but one of these '
+                  'instances.',
+                  {'unit': key, 'holders': ', '.join(
+                      '%s (instance %s)' % (n, by_name.get(n))
+                      for n in sorted(names))})
+    released = []
+    for record in records:
+        units = binding.recorded_units(record.get('config'))
+        if not units:
+            continue
+        uuid = _instance_uuid(record)
+        if instance_uuids is not None and uuid not in instance_uuids:
+            try:
+                release(client, record)
+            except Exception as exc:
+                LOG.error('Cannot release accelerators %(units)s of '
+                          'container %(name)s, whose instance %(uuid)s nova '
+                          'no longer has on this host: %(exc)s',
+                          {'units': [u['unit'] for u in units],
+                           'name': record['name'], 'uuid': uuid,
+                           'exc': exc})
+            else:
+                LOG.warning('Released accelerators %(units)s of container '
+                            '%(name)s: nova no longer has its instance '
+                            '%(uuid)s on this host',
+                            {'units': [u['unit'] for u in units],
+                             'name': record['name'], 'uuid': uuid})
+                released.append(record['name'])
+            continue
+        if consumer_allocations is None:
+            continue
+        try:
+            allocations = consumer_allocations(uuid)
+        except Exception as exc:
+            LOG.warning('Cannot read the allocations of instance %(uuid)s '
+                        'from Placement (%(exc)s): its accelerator binding '
+                        'is not checked', {'uuid': uuid, 'exc': exc})
+            continue
+        by_rp = {}
+        for unit in units:
+            by_rp.setdefault(unit.get('provider'), []).append(
+                '%s %s' % (unit.get('unit'), unit.get('name')))
+        for rp_uuid, rc, have, want in placement_mismatches(units,
+                                                            allocations):
+            LOG.warning('Instance %(uuid)s (container %(name)s) has '
+                        '%(have)s %(rc)s of resource provider %(rp)s bound '
+                        '(%(devices)s) but %(want)s allocated in Placement',
+                        {'uuid': uuid, 'name': record['name'], 'have': have,
+                         'rc': rc, 'rp': rp_uuid, 'want': want,
+                         'devices': ', '.join(by_rp.get(rp_uuid, [])) or
+                         'no device'})
+    return released
+
+
+def nova_instance_uuids(host):
+    """Uuids of nova's instances on ``host`` (through the conductor)."""
+    from nova import context as nova_context
+    from nova import objects
+
+    context = nova_context.get_admin_context()
+    instances = objects.InstanceList.get_by_host(context, host,
+                                                 expected_attrs=[])
+    return {i.uuid for i in instances}
+
+
+def placement_allocations(instance_uuid):
+    """Placement allocations of one consumer, through nova's client."""
+    from nova import context as nova_context
+    from nova.scheduler.client import report
+
+    client = report.report_client_singleton()
+    return client.get_allocs_for_consumer(
+        nova_context.get_admin_context(), instance_uuid)['allocations']

@@ -1,0 +1,363 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""LXD with recorded accelerator hardware, faked only at its HTTP boundary.
+
+The development and CI machines have no GPU and no InfiniBand card, and
+LXD refuses to start a container whose ``gpu`` or ``infiniband`` device it
+cannot find ("Failed to detect requested GPU device", "Parent device
+'ib0' doesn't exist"). To test the driver's accelerator paths end to end,
+:class:`LXDProxy` listens on a unix socket of its own (point ``[lxd]
+endpoint`` at :attr:`LXDProxy.socket_path`) and forwards every request,
+byte for byte, to the real LXD daemon, except for exactly these changes:
+
+1. ``GET /1.0/resources``: the real answer with its ``gpu`` and/or
+   ``network`` sections replaced by :attr:`LXDProxy.resources` (recorded
+   samples of real hosts), in LXD's own response envelope. The host's CPU,
+   memory and storage stay real.
+2. Only when ``strip_devices`` is true: in instance create (``POST
+   /1.0/instances``) and update (``PUT``/``PATCH /1.0/instances/<name>``)
+   bodies, devices of type ``gpu`` and ``infiniband`` are removed before
+   forwarding and remembered per project and instance name; responses to
+   ``GET /1.0/instances/<name>`` and ``GET /1.0/instances?recursion=1``
+   get them back in ``devices`` and ``expanded_devices``. The driver thus
+   sees exactly what it asked for, while the real container runs without
+   the hardware. The ``nvidia.*`` config keys (``nvidia.runtime=true``,
+   which MIG devices need) are handled the same way, as LXD refuses to
+   start a container with them where the NVIDIA container tools are
+   missing. Everything else (the rest of the config, the binding record
+   under ``user.nova_lxd_accel.devices``, state, images, operations) is
+   real.
+
+With ``strip_devices=False`` the devices reach the real LXD unchanged, so
+LXD really refuses to start the container: the "GPU absent -> start fails
+-> cleanup" path runs against the real daemon.
+
+The proxy runs in a child process (``python -m tests.lxd_proxy``), so it
+works the same whether the tests run nova on eventlet or native threads.
+The recorded resources are read from a JSON file on every request
+(:meth:`LXDProxy.set_resources` rewrites it); the hidden devices can be
+read back with ``GET /_proxy/hidden?project=<name>`` on the proxy socket
+(:meth:`LXDProxy.all_fake_devices`).
+"""
+
+import argparse
+import copy
+import http.client
+import http.server
+import json
+import os
+import shutil
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from urllib import parse
+
+import fixtures
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FAKED_DEVICE_TYPES = ('gpu', 'infiniband')
+FAKED_CONFIG_PREFIX = 'nvidia.'
+_HOP_BY_HOP = ('connection', 'keep-alive', 'transfer-encoding',
+               'content-length', 'proxy-connection', 'upgrade')
+
+
+class _UnixConnection(http.client.HTTPConnection):
+
+    def __init__(self, path, timeout=600):
+        super().__init__('lxd', timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _read_body(self):
+        if 'chunked' in (self.headers.get('Transfer-Encoding') or ''):
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b';')[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b''.join(chunks)
+        length = int(self.headers.get('Content-Length') or 0)
+        return self.rfile.read(length) if length else b''
+
+    def _forward(self):
+        proxy = self.server.proxy
+        url = parse.urlsplit(self.path)
+        query = dict(parse.parse_qsl(url.query))
+        project = query.get('project', 'default')
+        body = self._read_body()
+        if url.path == '/_proxy/hidden':
+            self._reply(200, json.dumps(proxy.hidden(project)).encode())
+            return
+        body = proxy.rewrite_request(self.command, url.path, project, body)
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in _HOP_BY_HOP}
+        if body or self.command in ('POST', 'PUT', 'PATCH'):
+            headers['Content-Length'] = str(len(body))
+        upstream = _UnixConnection(proxy.upstream)
+        try:
+            upstream.request(self.command, self.path, body=body or None,
+                             headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+        finally:
+            upstream.close()
+        data = proxy.rewrite_response(self.command, url.path, query,
+                                      project, response.status, data)
+        self.send_response(response.status, response.reason)
+        for key, value in response.getheaders():
+            if key.lower() not in _HOP_BY_HOP:
+                self.send_header(key, value)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _reply(self, status, data):
+        self.send_response(status)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _forward
+
+
+def _is_faked(device):
+    return (device or {}).get('type') in FAKED_DEVICE_TYPES
+
+
+class Rewriter(object):
+    """The proxy's state and rewriting rules (runs in the proxy process)."""
+
+    def __init__(self, resources_file, strip_devices, upstream):
+        self.resources_file = resources_file
+        self.strip_devices = strip_devices
+        self.upstream = upstream
+        self._lock = threading.Lock()
+        # (project, instance name) -> {'devices': {...}, 'config': {...}}
+        self._devices = {}
+
+    @property
+    def resources(self):
+        with open(self.resources_file) as f:
+            return json.load(f)
+
+    def hidden(self, project):
+        """Instance name -> hidden devices, for instances that have some."""
+        with self._lock:
+            return {name: copy.deepcopy(entry['devices'])
+                    for (proj, name), entry in self._devices.items()
+                    if proj == project and entry.get('devices')}
+
+    # -- rewriting ----------------------------------------------------------
+
+    @staticmethod
+    def _instance_name(path):
+        parts = path.rstrip('/').split('/')
+        # /1.0/instances/<name> exactly
+        if len(parts) == 4 and parts[1] == '1.0' and \
+                parts[2] in ('instances', 'containers'):
+            return parse.unquote(parts[3])
+        return None
+
+    def rewrite_request(self, method, path, project, body):
+        if not self.strip_devices or not body:
+            return body
+        is_create = method == 'POST' and path.rstrip('/') in (
+            '/1.0/instances', '/1.0/containers')
+        name = None if is_create else self._instance_name(path)
+        if not is_create and not (name and method in ('PUT', 'PATCH')):
+            return body
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(payload, dict):
+            return body
+        if is_create:
+            name = payload.get('name')
+        hidden = {}
+        if isinstance(payload.get('devices'), dict):
+            devices = payload['devices']
+            hidden['devices'] = {k: v for k, v in devices.items()
+                                 if _is_faked(v)}
+            payload['devices'] = {k: v for k, v in devices.items()
+                                  if not _is_faked(v)}
+        if isinstance(payload.get('config'), dict):
+            config = payload['config']
+            hidden['config'] = {k: v for k, v in config.items()
+                                if k.startswith(FAKED_CONFIG_PREFIX)}
+            payload['config'] = {k: v for k, v in config.items()
+                                 if not k.startswith(FAKED_CONFIG_PREFIX)}
+        with self._lock:
+            entry = self._devices.setdefault((project, name), {})
+            for key, values in hidden.items():
+                if method == 'PATCH':
+                    entry.setdefault(key, {}).update(values)
+                else:
+                    entry[key] = values
+        return json.dumps(payload).encode()
+
+    def _reinsert(self, project, record):
+        if not isinstance(record, dict):
+            return
+        hidden = self._devices.get((project, record.get('name'))) or {}
+        for key in ('devices', 'expanded_devices'):
+            if isinstance(record.get(key), dict):
+                record[key].update(copy.deepcopy(hidden.get('devices', {})))
+        for key in ('config', 'expanded_config'):
+            if isinstance(record.get(key), dict):
+                record[key].update(hidden.get('config', {}))
+
+    def rewrite_response(self, method, path, query, project, status, data):
+        path = path.rstrip('/')
+        if method == 'DELETE' and status < 300 and \
+                self._instance_name(path):
+            with self._lock:
+                self._devices.pop((project, self._instance_name(path)),
+                                  None)
+            return data
+        if method != 'GET' or status != 200:
+            return data
+        if path == '/1.0/resources':
+            resources = self.resources
+            body = json.loads(data)
+            for section in ('gpu', 'network'):
+                if section in resources:
+                    body['metadata'][section] = resources[section]
+            return json.dumps(body).encode()
+        if not self.strip_devices:
+            return data
+        name = self._instance_name(path)
+        listing = path in ('/1.0/instances', '/1.0/containers') and \
+            query.get('recursion') not in (None, '0')
+        if not (name or listing):
+            return data
+        body = json.loads(data)
+        with self._lock:
+            if name:
+                self._reinsert(project, body.get('metadata'))
+            else:
+                for record in body.get('metadata') or []:
+                    self._reinsert(project, record)
+        return json.dumps(body).encode()
+
+
+class LXDProxy(fixtures.Fixture):
+    """Runs the proxy process for one test; see the module docstring.
+
+    :param resources: dict with ``gpu`` and/or ``network`` sections of a
+        ``/1.0/resources`` answer (change it with :meth:`set_resources`).
+    :param strip_devices: hide gpu/infiniband devices from the real LXD.
+    """
+
+    def __init__(self, resources=None, strip_devices=True, upstream=None):
+        super().__init__()
+        self.resources = resources if resources is not None else {}
+        self.strip_devices = strip_devices
+        self.upstream = upstream or _lxd_socket()
+
+    def _setUp(self):
+        # Short path: unix socket paths are limited to 107 bytes.
+        self.directory = tempfile.mkdtemp(prefix='lxdp-', dir='/tmp')
+        self.addCleanup(shutil.rmtree, self.directory, True)
+        self.socket_path = os.path.join(self.directory, 'unix.socket')
+        self.resources_file = os.path.join(self.directory, 'resources.json')
+        self.set_resources(self.resources)
+        command = [sys.executable, '-m', 'tests.lxd_proxy',
+                   '--socket', self.socket_path, '--upstream', self.upstream,
+                   '--resources', self.resources_file]
+        if not self.strip_devices:
+            command.append('--no-strip')
+        self._process = subprocess.Popen(command, cwd=REPO_ROOT)
+        self.addCleanup(self._stop)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.socket_path):
+            if self._process.poll() is not None or \
+                    time.monotonic() > deadline:
+                raise RuntimeError('the LXD proxy did not start')
+            time.sleep(0.05)
+
+    def _stop(self):
+        self._process.terminate()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def set_resources(self, resources):
+        """Replace what ``GET /1.0/resources`` reports (atomically)."""
+        self.resources = resources
+        tmp = self.resources_file + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump(resources, f)
+        os.rename(tmp, self.resources_file)
+
+    def all_fake_devices(self, project):
+        """Instance name -> gpu/infiniband devices hidden from LXD."""
+        connection = _UnixConnection(self.socket_path, timeout=30)
+        try:
+            connection.request('GET', '/_proxy/hidden?' + parse.urlencode(
+                {'project': project}))
+            return json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+
+
+def _lxd_socket():
+    return os.path.join(os.environ.get('LXD_DIR', '/var/lib/lxd'),
+                        'unix.socket')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--socket', required=True)
+    parser.add_argument('--upstream', default=_lxd_socket())
+    parser.add_argument('--resources', required=True)
+    parser.add_argument('--no-strip', action='store_true')
+    args = parser.parse_args(argv)
+    server = _Server(args.socket, _Handler)
+    server.proxy = Rewriter(args.resources, not args.no_strip,
+                            args.upstream)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
+if __name__ == '__main__':
+    main()

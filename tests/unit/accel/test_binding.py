@@ -1,0 +1,292 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Allocations + provider tree + recorded host -> exact LXD devices.
+
+The host is built from the recorded samples through the real discovery
+and provider-tree code; allocations name providers by the UUIDs that tree
+gave them, as nova's spawn() does. Expected device dicts are written by
+hand from LXD's device documentation.
+"""
+
+import copy
+import json
+
+from oslotest import base
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel import exception
+from tests.unit.accel import utils
+
+H100 = 'cmp1_gpu_0000_00_09_0'
+A100_0 = 'cmp1_gpu_0000_07_00_0'
+A100_1 = 'cmp1_gpu_0000_85_00_0'
+IB_VF = 'cmp1_ib_0000_4b_00_0'
+IB_PORT = 'cmp1_ib_0000_0c_00_0'
+
+
+def _eight_gpus():
+    """8 whole GPUs shaped like the H100 sample card, at 0000:1N:00.0."""
+    card = utils.load_json('handmade-lxd-h100-mig-host.json')['gpu'][
+        'cards'][1]
+    cards = []
+    for i in range(8):
+        c = copy.deepcopy(card)
+        c['pci_address'] = '0000:1%d:00.0' % i
+        c['nvidia']['uuid'] = 'GPU-%08d-0000-0000-0000-000000000000' % i
+        cards.append(c)
+    return {'gpu': {'cards': cards}}
+
+
+def _host():
+    """H100 (4 MIG devices), two whole A100s, ConnectX-6 IB cards.
+
+    The VFs of 4b:00.0 get the netdevs mlx5_core gives them (the sample
+    lists one); VFs without a netdev cannot be bound.
+    """
+    resources = utils.load_json('handmade-lxd-h100-mig-host.json')
+    resources['gpu']['cards'] += utils.load_json(
+        'handmade-lxd-two-a100-no-nvidia-object.json')['gpu']['cards']
+    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+        'network']
+    # give every VF of 4b:00.0 the netdev it has when mlx5_core drives it
+    for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
+        vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
+                        'protocol': 'infiniband'}]
+    resources['network'] = network
+    return resources
+
+
+class BindingTestBase(base.BaseTestCase):
+
+    resources = None
+    mig_text = ''
+
+    def setUp(self):
+        super().setUp()
+        self.inventory, self.tree = utils.report(self.resources(),
+                                                 self.mig_text)
+
+    def rp(self, name):
+        return self.tree.data(name).uuid
+
+    def alloc(self, *items):
+        out = {self.tree.data(utils.NODE).uuid: {
+            'resources': {'VCPU': 1, 'MEMORY_MB': 128}}}
+        for name, rc, n in items:
+            out.setdefault(self.rp(name), {'resources': {}})[
+                'resources'][rc] = n
+        return out
+
+    def bind(self, allocations, held=None):
+        return binding.bind(allocations, self.inventory.device_for_provider,
+                            held)
+
+
+class TestMixedHost(BindingTestBase):
+
+    resources = staticmethod(_host)
+    mig_text = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+
+    def test_no_accelerators_no_devices(self):
+        result = self.bind(self.alloc())
+        self.assertEqual({}, result.devices)
+        self.assertEqual({}, result.config)
+
+    def test_whole_gpu(self):
+        result = self.bind(self.alloc((A100_0, 'PGPU', 1)))
+        self.assertEqual({'nova-gpu0': {'type': 'gpu', 'gputype': 'physical',
+                                        'pci': '0000:07:00.0'}},
+                         result.devices)
+        record = json.loads(result.config[binding.DEVICES_KEY])
+        self.assertEqual([{'name': 'nova-gpu0', 'kind': 'pgpu',
+                           'resource_class': 'PGPU',
+                           'provider': self.rp(A100_0),
+                           'pci': '0000:07:00.0',
+                           'unit': 'pci:0000:07:00.0'}], record)
+        self.assertNotIn('nvidia.runtime', result.config)
+
+    def test_mig(self):
+        result = self.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 2)))
+        self.assertEqual({
+            'nova-mig0': {'type': 'gpu', 'gputype': 'mig',
+                          'pci': '0000:00:09.0',
+                          'mig.uuid': 'MIG-00000002-0000-0000-0000-'
+                                      '000000000002'},
+            'nova-mig1': {'type': 'gpu', 'gputype': 'mig',
+                          'pci': '0000:00:09.0',
+                          'mig.uuid': 'MIG-00000003-0000-0000-0000-'
+                                      '000000000003'}}, result.devices)
+        self.assertEqual('true', result.config['nvidia.runtime'])
+
+    def test_mig_skips_held_unit(self):
+        held = {'mig:00000002-0000-0000-0000-000000000002': ['nova-x']}
+        result = self.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
+                           held)
+        self.assertEqual('MIG-00000003-0000-0000-0000-000000000003',
+                         result.devices['nova-mig0']['mig.uuid'])
+
+    def test_ib_vf_and_port(self):
+        result = self.bind(self.alloc((IB_VF, 'CUSTOM_INFINIBAND_VF', 1),
+                                      (IB_PORT, 'CUSTOM_INFINIBAND_PORT',
+                                       1)))
+        devices = result.devices
+        self.assertEqual(
+            [{'type': 'infiniband', 'nictype': 'physical',
+              'parent': 'ibp12s0'},
+             {'type': 'infiniband', 'nictype': 'physical',
+              'parent': 'ibp75s0v0'}],
+            sorted(devices.values(), key=lambda d: d['parent']))
+        self.assertEqual(['nova-ib0', 'nova-ib1'], sorted(devices))
+        records = {r['netdev']: r for r in result.records()}
+        self.assertEqual('0000:4b:00.1', records['ibp75s0v0']['vf_pci'])
+
+    def test_two_gpus_in_separate_groups(self):
+        result = self.bind(self.alloc((A100_0, 'PGPU', 1),
+                                      (A100_1, 'PGPU', 1)))
+        self.assertEqual({'0000:07:00.0', '0000:85:00.0'},
+                         {d['pci'] for d in result.devices.values()})
+        self.assertEqual(['nova-gpu0', 'nova-gpu1'], sorted(result.devices))
+
+    def test_gpu_plus_ib_vf(self):
+        held = {'netdev:ibp75s0v0': ['nova-other']}
+        result = self.bind(self.alloc((A100_1, 'PGPU', 1),
+                                      (IB_VF, 'CUSTOM_INFINIBAND_VF', 1)),
+                           held)
+        self.assertEqual({
+            'nova-gpu0': {'type': 'gpu', 'gputype': 'physical',
+                          'pci': '0000:85:00.0'},
+            'nova-ib0': {'type': 'infiniband', 'nictype': 'physical',
+                         'parent': 'ibp75s0v1'}}, result.devices)
+
+    def test_held_gpu_is_refused_naming_holder(self):
+        held = {'pci:0000:07:00.0': ['nova-abc']}
+        exc = self.assertRaises(
+            exception.AcceleratorUnavailable, self.bind,
+            self.alloc((A100_0, 'PGPU', 1)), held)
+        self.assertIn('nova-abc', str(exc))
+        self.assertIn('0000:07:00.0', str(exc))
+        self.assertIn(self.rp(A100_0), str(exc))
+
+    def test_bare_gpu_device_holds_every_gpu(self):
+        held = binding.held_units([{'name': 'hand-made', 'config': {},
+                                    'devices': {'g': {'type': 'gpu'}}}])
+        self.assertRaises(exception.AcceleratorUnavailable, self.bind,
+                          self.alloc((A100_0, 'PGPU', 1)), held)
+
+    def test_too_many_units(self):
+        exc = self.assertRaises(
+            exception.AcceleratorUnavailable, self.bind,
+            self.alloc((H100, 'CUSTOM_MIG_3G_40GB', 2)))
+        self.assertIn('only 1 free', str(exc))
+
+    def test_unknown_provider(self):
+        allocations = {'00000000-0000-0000-0000-00000000dead': {
+            'resources': {'PGPU': 1}}}
+        exc = self.assertRaises(exception.AcceleratorNotBindable, self.bind,
+                                allocations)
+        self.assertIn('reports no device', str(exc))
+
+    def test_vgpu_refused(self):
+        allocations = self.alloc((A100_0, 'PGPU', 1))
+        allocations[self.rp(A100_0)]['resources'] = {'VGPU': 1}
+        exc = self.assertRaises(exception.AcceleratorNotBindable, self.bind,
+                                allocations)
+        self.assertIn('VM-only', str(exc))
+
+    def test_resource_class_not_on_device(self):
+        allocations = self.alloc((A100_0, 'PGPU', 1))
+        allocations[self.rp(A100_0)]['resources'] = {
+            'CUSTOM_INFINIBAND_VF': 1}
+        self.assertRaises(exception.AcceleratorNotBindable, self.bind,
+                          allocations)
+
+
+class TestLegacyMig(BindingTestBase):
+
+    @staticmethod
+    def resources():
+        return utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json')
+
+    mig_text = utils.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+
+    def test_legacy_uses_gi_ci(self):
+        result = self.bind(self.alloc((A100_0, 'CUSTOM_MIG_1G_5GB', 2)))
+        self.assertEqual({
+            'nova-mig0': {'type': 'gpu', 'gputype': 'mig',
+                          'pci': '0000:07:00.0', 'mig.gi': '7',
+                          'mig.ci': '0'},
+            'nova-mig1': {'type': 'gpu', 'gputype': 'mig',
+                          'pci': '0000:07:00.0', 'mig.gi': '8',
+                          'mig.ci': '0'}}, result.devices)
+        self.assertEqual(
+            {'mig:0000:07:00.0/7/0', 'mig:0000:07:00.0/8/0'},
+            {r['unit'] for r in result.records()})
+
+    def test_hand_made_legacy_device_is_held(self):
+        held = binding.held_units([{'name': 'c1', 'config': {}, 'devices': {
+            'x': {'type': 'gpu', 'gputype': 'mig', 'pci': '07:00.0',
+                  'mig.gi': '7', 'mig.ci': '0'}}}])
+        result = self.bind(self.alloc((A100_0, 'CUSTOM_MIG_1G_5GB', 1)),
+                           held)
+        self.assertEqual('8', result.devices['nova-mig0']['mig.gi'])
+
+
+class TestEightGpus(BindingTestBase):
+
+    resources = staticmethod(_eight_gpus)
+
+    def test_each_gpu_bound_once(self):
+        names = ['cmp1_gpu_0000_1%d_00_0' % i for i in range(8)]
+        records = []
+        for i, name in enumerate(names):
+            result = self.bind(self.alloc((name, 'PGPU', 1)),
+                               binding.held_units(records))
+            records.append({'name': 'c%d' % i, 'config': result.config,
+                            'devices': result.devices})
+        held = binding.held_units(records)
+        self.assertEqual({'pci:0000:1%d:00.0' % i: ['c%d' % i]
+                          for i in range(8)}, held)
+        for name in names:
+            self.assertRaises(exception.AcceleratorUnavailable, self.bind,
+                              self.alloc((name, 'PGPU', 1)), held)
+
+
+class TestRecords(base.BaseTestCase):
+
+    def test_held_units_from_record_and_devices(self):
+        config = {binding.DEVICES_KEY: json.dumps([
+            {'unit': 'pci:0000:07:00.0', 'provider': 'p1',
+             'resource_class': 'PGPU'}])}
+        records = [
+            {'name': 'a', 'config': config, 'devices': {}},
+            {'name': 'b', 'config': {}, 'expanded_devices': {
+                'ib': {'type': 'infiniband', 'nictype': 'physical',
+                       'parent': 'ib0'},
+                'm': {'type': 'gpu', 'gputype': 'mig',
+                      'mig.uuid': 'MIG-AbC'},
+                'root': {'type': 'disk', 'path': '/'}}},
+            {'name': 'c', 'config': {binding.DEVICES_KEY: 'not json'}},
+        ]
+        self.assertEqual({'pci:0000:07:00.0': ['a'],
+                          'netdev:ib0': ['b'], 'mig:abc': ['b']},
+                         binding.held_units(records))
+        self.assertEqual({'netdev:ib0': ['b'], 'mig:abc': ['b']},
+                         binding.held_units(records, exclude='a'))
+
+    def test_expected_usage(self):
+        self.assertEqual(
+            {'p1': {'PGPU': 1}, 'p2': {'CUSTOM_MIG_1G_10GB': 2}},
+            binding.expected_usage([
+                {'provider': 'p1', 'resource_class': 'PGPU'},
+                {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'},
+                {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'}]))

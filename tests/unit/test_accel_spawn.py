@@ -1,0 +1,192 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Spawn wiring of accelerator binding, and the disk quota builder.
+
+The LXD seam (``client``) is a small in-memory fake; everything above it
+(lifecycle, config, binding) is real.
+"""
+
+import json
+import threading
+
+from nova import objects
+from oslo_config import cfg
+import testtools
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+from nova_lxd_accel import lifecycle
+
+UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
+GPU_RP = '11111111-1111-1111-1111-111111111111'
+ROOT_RP = '22222222-2222-2222-2222-222222222222'
+GPU = devices.Gpu(pci_address='0000:07:00.0', vendor_id='10de')
+
+
+def _flavor(**extra_specs):
+    return objects.Flavor(name='gpu.1', vcpus=1, memory_mb=128, root_gb=0,
+                          ephemeral_gb=0, swap=0, extra_specs=extra_specs)
+
+
+def _instance(uuid=UUID, **extra_specs):
+    return objects.Instance(uuid=uuid, hostname='h', key_data=None,
+                            user_data=None, flavor=_flavor(**extra_specs))
+
+
+class FakeClient(object):
+
+    def __init__(self, fail_start=False):
+        self.containers = {}
+        self.fail_start = fail_start
+        self.lock = threading.Lock()
+
+    def list_containers(self):
+        return list(self.containers.values())
+
+    def get_container(self, name):
+        return self.containers.get(name)
+
+    def create_container(self, name, config, devices, profiles, source):
+        self.containers[name] = {'name': name, 'config': config,
+                                 'devices': devices, 'status': 'Stopped'}
+
+    def change_state(self, name, action, force=False, timeout=None):
+        if action == 'start' and self.fail_start:
+            raise exception.LXDOperationFailed(
+                action='start', target=name,
+                reason='Failed to detect requested GPU device')
+        self.containers[name]['status'] = (
+            'Running' if action == 'start' else 'Stopped')
+
+    def delete_container(self, name):
+        del self.containers[name]
+
+
+class FakeImages(object):
+
+    def ensure(self, context, image_meta):
+        return 'alias'
+
+
+class SpawnTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        objects.register_all()
+        self.conf = cfg.ConfigOpts()
+        lxd_conf.register_opts(self.conf)
+        self.conf([], default_config_files=[])
+        self.conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
+        self.client = FakeClient()
+        self.lifecycle = lifecycle.Lifecycle(self.client, self.conf,
+                                             FakeImages())
+        self.policy = lxd_config.HostPolicy(host='cmp1')
+
+    def spawn(self, instance, allocations):
+        self.lifecycle.spawn(
+            None, instance, objects.ImageMeta.from_dict({}), [],
+            self.policy, allocations=allocations,
+            device_for_provider={GPU_RP: GPU}.get)
+
+    def allocations(self):
+        return {ROOT_RP: {'resources': {'VCPU': 1}},
+                GPU_RP: {'resources': {'PGPU': 1}}}
+
+    def test_gpu_bound_and_recorded(self):
+        self.spawn(_instance(), self.allocations())
+        record = self.client.containers['nova-' + UUID]
+        self.assertEqual({'type': 'gpu', 'gputype': 'physical',
+                          'pci': '0000:07:00.0'},
+                         record['devices']['nova-gpu0'])
+        self.assertEqual(['pci:0000:07:00.0'], [
+            r['unit'] for r in json.loads(
+                record['config'][binding.DEVICES_KEY])])
+        self.assertEqual('Running', record['status'])
+
+    def test_held_gpu_refused_before_any_container(self):
+        self.spawn(_instance(), self.allocations())
+        other = '8b2d6a1f-0000-4000-8000-000000000002'
+        exc = self.assertRaises(exception.AcceleratorUnavailable, self.spawn,
+                                _instance(uuid=other), self.allocations())
+        self.assertIn('nova-' + UUID, str(exc))
+        self.assertEqual(['nova-' + UUID], list(self.client.containers))
+
+    def test_failed_start_removes_container_and_binding(self):
+        self.client.fail_start = True
+        self.assertRaises(exception.LXDOperationFailed, self.spawn,
+                          _instance(), self.allocations())
+        self.assertEqual({}, self.client.containers)
+        # the unit is free again for the next spawn
+        self.client.fail_start = False
+        self.spawn(_instance(), self.allocations())
+
+    def test_no_accelerators_no_lock_no_device(self):
+        self.spawn(_instance(), {ROOT_RP: {'resources': {'VCPU': 1}}})
+        record = self.client.containers['nova-' + UUID]
+        self.assertEqual(['root'], list(record['devices']))
+        self.assertNotIn(binding.DEVICES_KEY, record['config'])
+
+    def test_destroy_releases(self):
+        self.spawn(_instance(), self.allocations())
+        self.lifecycle.destroy(_instance())
+        self.assertEqual({}, binding.held_units(
+            self.client.list_containers()))
+
+
+class DiskQuotaTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        objects.register_all()
+
+    def _root(self, **specs):
+        instance = _instance(**specs)
+        return lxd_config.build_container(
+            instance, instance.flavor, objects.ImageMeta.from_dict({}),
+            lxd_config.HostPolicy(host='cmp1'))['devices']['root']
+
+    def test_none(self):
+        self.assertEqual({'type': 'disk', 'path': '/', 'pool': 'default'},
+                         self._root())
+
+    def test_bytes_iops_and_total(self):
+        root = self._root(**{'quota:disk_read_bytes_sec': '10485760',
+                             'quota:disk_write_iops_sec': '200',
+                             'quota:disk_total_bytes_sec': '0',
+                             'quota:disk_total_iops_sec': '500'})
+        self.assertEqual('10485760B', root['limits.read'])
+        self.assertEqual('200iops', root['limits.write'])
+        self.assertEqual('500iops', root['limits.max'])
+
+    def test_bytes_win_over_iops(self):
+        root = self._root(**{'quota:disk_read_bytes_sec': '1000',
+                             'quota:disk_read_iops_sec': '10'})
+        self.assertEqual('1000B', root['limits.read'])
+
+    def test_other_quota_keys_ignored(self):
+        self.assertNotIn('limits.ingress', self._root(
+            **{'quota:vif_inbound_average': '100',
+               'quota:cpu_shares': '10'}))
+
+    def test_raw_keys_never_reach_lxd(self):
+        instance = _instance(**{'lxd:raw.lxc': 'x', 'raw.lxc': 'y',
+                                'quota:raw.idmap': 'z'})
+        container = lxd_config.build_container(
+            instance, instance.flavor, objects.ImageMeta.from_dict(
+                {'properties': {'hw_video_model': 'vga'}}),
+            lxd_config.HostPolicy(host='cmp1'))
+        self.assertEqual([], [k for k in container['config']
+                              if k.startswith('raw.')])

@@ -35,6 +35,9 @@ from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image as lxd_image
 from nova_lxd_accel import lifecycle
+from nova_lxd_accel import migration
+from nova_lxd_accel import network
+from nova_lxd_accel import volumes
 
 LOG = logging.getLogger(__name__)
 CONF = nova.conf.CONF
@@ -47,17 +50,23 @@ class LXDDriver(driver.ComputeDriver):
         driver.ComputeDriver.capabilities,
         # Glance images for this driver are LXD tarballs stored as raw.
         supports_image_type_raw=True,
-    )
+        **network.CAPABILITIES, **volumes.CAPABILITIES,
+        **migration.CAPABILITIES)
 
     def __init__(self, virtapi, read_only=False):
         super(LXDDriver, self).__init__(virtapi)
         lxd_conf.register_opts(CONF)
         self._client = lxd_client.LXDClient(CONF)
         self._images = lxd_image.ImageCache(self._client)
-        self._lifecycle = lifecycle.Lifecycle(self._client, CONF,
-                                              self._images)
+        self._network = network.Networking(self._client, CONF, virtapi)
+        self._volumes = volumes.Volumes(self._client, CONF)
+        self._lifecycle = lifecycle.Lifecycle(
+            self._client, CONF, self._images, networking=self._network,
+            volumes=self._volumes)
         self._accelerators = accel.AcceleratorInventory(
             self._client.resources, conf=CONF)
+        self._migration = migration.Migration(
+            self._client, CONF, self._lifecycle, self._accelerators)
         self._nodename = CONF.host
         self._server_info = {}
         self._watcher = None
@@ -136,10 +145,62 @@ class LXDDriver(driver.ComputeDriver):
     def get_host_uptime(self):
         return lxd_host.uptime()
 
+    # -- volumes ----------------------------------------------------------
+
     def get_volume_connector(self, instance):
-        # Volumes are not supported yet: say so rather than pretend.
-        raise NotImplementedError(
-            'nova-lxd-accel does not attach Cinder volumes yet')
+        return self._volumes.connector(instance)
+
+    def attach_volume(self, context, connection_info, instance, mountpoint,
+                      disk_bus=None, device_type=None, encryption=None):
+        self._volumes.attach(context, connection_info, instance, mountpoint,
+                             disk_bus, device_type, encryption)
+
+    def detach_volume(self, context, connection_info, instance, mountpoint,
+                      encryption=None):
+        self._volumes.detach(context, connection_info, instance, mountpoint,
+                             encryption)
+
+    # -- networking -------------------------------------------------------
+
+    def plug_vifs(self, instance, network_info):
+        self._network.plug_vifs(instance, network_info)
+
+    def unplug_vifs(self, instance, network_info):
+        self._network.unplug_vifs(instance, network_info)
+
+    def attach_interface(self, context, instance, image_meta, vif):
+        self._network.attach_interface(instance, vif)
+
+    def detach_interface(self, context, instance, vif):
+        self._network.detach_interface(instance, vif)
+
+    # -- resize and migration ---------------------------------------------
+
+    def migrate_disk_and_power_off(self, context, instance, dest, flavor,
+                                   network_info, block_device_info=None,
+                                   timeout=0, retry_interval=0):
+        return self._migration.migrate_disk_and_power_off(
+            context, instance, dest, flavor, network_info,
+            block_device_info, timeout, retry_interval)
+
+    def finish_migration(self, context, migration, instance, disk_info,
+                         network_info, image_meta, resize_instance,
+                         allocations, block_device_info=None, power_on=True):
+        self._migration.finish_migration(
+            context, migration, instance, disk_info, network_info,
+            image_meta, resize_instance, allocations, block_device_info,
+            power_on)
+
+    def confirm_migration(self, context, migration, instance, network_info):
+        self._migration.confirm_migration(context, migration, instance,
+                                          network_info)
+
+    def finish_revert_migration(self, context, instance, network_info,
+                                migration, block_device_info=None,
+                                power_on=True):
+        self._migration.finish_revert_migration(
+            context, instance, network_info, migration, block_device_info,
+            power_on)
 
     # -- inventory of instances -------------------------------------------
 
@@ -173,11 +234,14 @@ class LXDDriver(driver.ComputeDriver):
         self._lifecycle.spawn(
             context, instance, image_meta, injected_files, self._policy(),
             block_device_info, power_on, allocations=allocations,
-            device_for_provider=self._accelerators.device_for_provider)
+            device_for_provider=self._accelerators.device_for_provider,
+            network_info=network_info)
 
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
         self._lifecycle.destroy(instance)
+        self._network.unplug_vifs(instance, network_info)
+        self._volumes.disconnect_all(instance, block_device_info)
 
     def cleanup(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, migrate_data=None, destroy_vifs=True,

@@ -53,17 +53,20 @@ def _has_root_volume(block_device_info):
 
 class Lifecycle(object):
 
-    def __init__(self, client, conf, image_cache):
+    def __init__(self, client, conf, image_cache, networking=None,
+                 volumes=None):
         self._client = client
         self._conf = conf
         self._images = image_cache
+        self._network = networking
+        self._volumes = volumes
 
     def guest(self, instance):
         return lxd_guest.Guest(self._client, self._conf, instance)
 
     def spawn(self, context, instance, image_meta, injected_files, policy,
               block_device_info=None, power_on=True, allocations=None,
-              device_for_provider=None):
+              device_for_provider=None, network_info=None):
         """Create (and start) the instance's container.
 
         :param allocations: nova's ``{rp_uuid: {'resources': {...}}}``; the
@@ -71,6 +74,7 @@ class Lifecycle(object):
             (see :mod:`nova_lxd_accel.accel.binding`).
         :param device_for_provider: callable(rp_uuid) -> device last
             reported under that provider, or None.
+        :param network_info: nova's network info: one NIC per port.
         """
         if _has_root_volume(block_device_info):
             raise nova_exception.InvalidBDMFormat(
@@ -79,9 +83,61 @@ class Lifecycle(object):
         # Pure and cheap: refuse a bad flavor before touching LXD.
         container = lxd_config.build_container(
             instance, instance.flavor, image_meta, policy)
+        if self._network is not None:
+            container['devices'].update(
+                self._network.nic_devices(instance, network_info))
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
         profiles = list(self._conf.lxd.profiles)
+        try:
+            self._create_with_host_side(context, instance, guest, container,
+                                        alias, profiles, allocations,
+                                        device_for_provider, network_info,
+                                        block_device_info)
+            guest.push_files(injected_files or [])
+            if power_on:
+                self._start(guest, network_info)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                LOG.error('Spawn failed; removing the half-made container '
+                          '%s', guest.name, instance=instance)
+                self._delete_quietly(guest)
+                self._undo_host_side(instance, network_info,
+                                     block_device_info)
+        LOG.info('Container %s created%s', guest.name,
+                 ' and started' if power_on else '', instance=instance)
+
+    def _start(self, guest, network_info):
+        if self._network is None:
+            guest.start()
+            return
+        with self._network.wait_for_plugged(guest.instance, network_info,
+                                            power_on=True):
+            guest.start()
+
+    def _undo_host_side(self, instance, network_info, block_device_info):
+        steps = []
+        if self._network is not None:
+            steps.append((self._network.unplug_vifs, network_info))
+        if self._volumes is not None:
+            steps.append((self._volumes.disconnect_all, block_device_info))
+        for undo, info in steps:
+            try:
+                undo(instance, info)
+            except Exception:
+                LOG.exception('Cleaning up after a failed spawn failed',
+                              instance=instance)
+
+    def _create_with_host_side(self, context, instance, guest, container,
+                               alias, profiles, allocations,
+                               device_for_provider, network_info,
+                               block_device_info):
+        """Plug the host side (NICs, volumes), then create the container."""
+        if self._network is not None:
+            self._network.plug_vifs(instance, network_info)
+        if self._volumes is not None:
+            container['devices'].update(self._volumes.boot_devices(
+                context, instance, block_device_info))
         if not _wants_accelerators(allocations):
             guest.create(container, alias, profiles)
         else:
@@ -101,17 +157,6 @@ class Lifecycle(object):
                                              'rp': unit.provider,
                                              'name': unit.name},
                          instance=instance)
-        try:
-            guest.push_files(injected_files or [])
-            if power_on:
-                guest.start()
-        except Exception:
-            with excutils.save_and_reraise_exception():
-                LOG.error('Spawn failed; removing the half-made container '
-                          '%s', guest.name, instance=instance)
-                self._delete_quietly(guest)
-        LOG.info('Container %s created%s', guest.name,
-                 ' and started' if power_on else '', instance=instance)
 
     def _delete_quietly(self, guest):
         try:

@@ -19,8 +19,9 @@ Nothing is registered at import time: the driver calls
 
 from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel.conf import lxd
+from nova_lxd_accel.conf import migration
 
-_MODULES = (lxd, accelerators)
+_MODULES = (lxd, accelerators, migration)
 
 
 def register_opts(conf):

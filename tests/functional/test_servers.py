@@ -12,7 +12,11 @@
 
 """Servers through the real Nova API, as real LXD containers."""
 
+import nova.conf
+
+from nova_lxd_accel import conf as lxd_conf
 from tests.functional import base
+from tests import lxd_proxy
 
 
 class ServerLifecycleTest(base.LXDFunctionalTestCase):
@@ -107,3 +111,35 @@ class ServerFailureTest(base.LXDFunctionalTestCase):
         server = self._boot_expecting_error(self.image_id)
         self.assertIn('0000:ff:1f.7', server['fault']['message'])
         self.assertIn('refused to start', server['fault']['message'])
+
+
+class LXDDownTest(base.LXDFunctionalTestCase):
+    """LXD goes away under a running nova-compute.
+
+    nova-compute reaches LXD through a pass-through proxy (tests.lxd_proxy,
+    forwarding everything unchanged); stopping the proxy makes LXD's socket
+    refuse connections exactly as a stopped daemon does, without stopping
+    the daemon other tests share.
+    """
+
+    def setUp(self):
+        lxd_conf.register_opts(nova.conf.CONF)
+        self.proxy = self.useFixture(lxd_proxy.LXDProxy(strip_devices=False))
+        self.flags(endpoint=self.proxy.socket_path, group='lxd')
+        super(LXDDownTest, self).setUp()
+
+    def test_boot_with_lxd_down_fails_cleanly(self):
+        flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
+                                        ephemeral=0)
+        self.proxy._stop()
+        # One attempt, so the fault carries the driver's own message.
+        self.flags(max_attempts=1, group='scheduler')
+        server = self.api.post_server({'server': self._build_server(
+            image_uuid=self.image_id, flavor_id=flavor_id, networks='none')})
+        server = self._wait_for_state_change(server, 'ERROR',
+                                             max_retries=60)
+        self.assertIn('Cannot reach the LXD daemon at %s'
+                      % self.proxy.socket_path, server['fault']['message'])
+        self.assertEqual([], self.container_names())
+        self.assertEqual({}, self._get_allocations_by_server_uuid(
+            server['id']))

@@ -240,7 +240,9 @@ class LXDDriver(driver.ComputeDriver):
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
         self._lifecycle.destroy(instance)
-        self._network.unplug_vifs(instance, network_info)
+        # Like libvirt's cleanup: a failed unplug is logged, never blocks
+        # the deletion.
+        self._network.unplug_vifs(instance, network_info, ignore_errors=True)
         self._volumes.disconnect_all(instance, block_device_info)
 
     def cleanup(self, context, instance, network_info, block_device_info=None,
@@ -252,6 +254,9 @@ class LXDDriver(driver.ComputeDriver):
     def reboot(self, context, instance, network_info, reboot_type,
                block_device_info=None, bad_volumes_callback=None,
                accel_info=None, share_info=None):
+        if reboot_type == 'HARD':
+            # A hard reboot also repairs the host side of the NICs.
+            self._network.plug_vifs(instance, network_info)
         self._lifecycle.guest(instance).reboot(hard=reboot_type == 'HARD')
 
     def power_off(self, instance, timeout=0, retry_interval=0):
@@ -259,6 +264,9 @@ class LXDDriver(driver.ComputeDriver):
 
     def power_on(self, context, instance, network_info,
                  block_device_info=None, accel_info=None, share_info=None):
+        # After a host reboot the per-port bridges are gone; LXD cannot
+        # start a NIC whose parent is missing.
+        self._network.plug_vifs(instance, network_info)
         self._lifecycle.guest(instance).ensure_running()
 
     def pause(self, instance):
@@ -276,6 +284,7 @@ class LXDDriver(driver.ComputeDriver):
 
     def resume_state_on_host_boot(self, context, instance, network_info,
                                   share_info, block_device_info=None):
+        self._network.plug_vifs(instance, network_info)
         self._lifecycle.guest(instance).ensure_running()
 
     def get_diagnostics(self, instance):

@@ -76,3 +76,41 @@ class AcceleratorUnavailable(LXDAccelException):
 class AcceleratorNotBindable(LXDAccelException):
     msg_fmt = ('Cannot bind %(resource_class)s of resource provider '
                '%(provider)s into an LXD container: %(reason)s')
+
+
+class VIFNotSupported(LXDAccelException,
+                      nova_exception.VirtualInterfacePlugException):
+    msg_fmt = ('Port %(port_id)s has VIF type %(vif_type)s and vnic_type '
+               '%(vnic_type)s; nova-lxd-accel plugs only vnic_type normal '
+               'ports of VIF types %(supported)s into containers.')
+
+
+class VIFPlugFailed(LXDAccelException,
+                    nova_exception.VirtualInterfacePlugException):
+    msg_fmt = ('os-vif could not %(action)s port %(port_id)s: %(reason)s. '
+               'Check that Open vSwitch runs and that [os_vif_ovs] '
+               'ovsdb_connection points at it.')
+
+
+class MigrationFailed(LXDAccelException):
+    msg_fmt = ('Cannot move the container of instance %(instance_id)s to '
+               'host %(dest)s: %(reason)s')
+
+
+class ResizeBackupMissing(LXDAccelException):
+    msg_fmt = ('Cannot revert the resize or migration of instance '
+               '%(instance_id)s: its kept container %(container)s is gone '
+               'from this host (was the migration already confirmed?)')
+
+
+class BootFromVolumeNotSupported(nova_exception.BuildAbortException,
+                                 nova_exception.InvalidBDMFormat):
+    """Raised by spawn: the build is aborted, not rescheduled.
+
+    An InvalidBDMFormat too, for callers that look for a bad mapping.
+    """
+
+    msg_fmt = ('Build of instance %(instance_uuid)s aborted: nova-lxd-accel '
+               'cannot boot a container from a volume; boot from an LXD '
+               'image in Glance instead (volumes can be attached as extra '
+               'block devices)')

@@ -18,7 +18,6 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 
 import os
 
-from nova import exception as nova_exception
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import excutils
@@ -77,9 +76,8 @@ class Lifecycle(object):
         :param network_info: nova's network info: one NIC per port.
         """
         if _has_root_volume(block_device_info):
-            raise nova_exception.InvalidBDMFormat(
-                details='nova-lxd-accel cannot boot a container from a '
-                        'volume; boot from an LXD image in Glance instead')
+            raise exception.BootFromVolumeNotSupported(
+                instance_uuid=instance.uuid)
         # Pure and cheap: refuse a bad flavor before touching LXD.
         container = lxd_config.build_container(
             instance, instance.flavor, image_meta, policy)

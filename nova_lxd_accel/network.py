@@ -10,19 +10,160 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Neutron ports as container NICs (os-vif). Not implemented yet.
+"""Neutron ports as container NICs, plugged through os-vif.
 
-The driver and ``lifecycle.spawn`` already call every method below; until
-this module is filled in, instances get no NIC and hot-plugging an
-interface is refused.
+One Neutron port is one LXD ``nic`` device. LXD makes the veth pair when
+the container starts (or when the device is hot-plugged into a running
+container) and names the host end after the port, so Neutron's agents
+find it; this module prepares what the veth plugs into and removes it
+again.
+
+Per VIF type:
+
+``ovs`` (ML2/OVS, OVN)
+    Always the *hybrid* plug, whatever the port's ``ovs_hybrid_plug``
+    says: os-vif creates a per-port Linux bridge ``qbr<port id>`` and a
+    ``qvb``/``qvo`` veth pair whose ``qvo`` end is an OVS port on the
+    integration bridge, carrying the port's ``external-ids``
+    (``iface-id``, ``attached-mac``, ``vm-uuid``). The container NIC is
+    ``nictype=bridged`` with ``parent=qbr<port id>``. A container cannot
+    use the direct plug (a tap device that the hypervisor opens), so the
+    hybrid plug is the only way to put a veth into OVS with the port's
+    identity; the old nova-lxd driver did the same.
+``tap`` (e.g. routed backends)
+    ``nictype=p2p``: a veth pair with no bridge, host end named after the
+    port; the backend routes to it. Nothing to plug beforehand.
+``bridge`` (Linux bridge)
+    Nova 34 refuses this VIF type itself (the Linux bridge agent is gone
+    from Neutron and os-vif), so such ports never reach the driver.
+
+Every NIC gets the port's MAC (``hwaddr``), the network's MTU (``mtu``)
+and the host-side name nova chose for the port (``host_name``, ``tap`` +
+the start of the port id). The LXD device is named ``nova-port-<port id>``
+and the interface inside the container ``eth<N>``: ports present at spawn
+are ``eth0``, ``eth1``, ... in network_info order, a hot-plugged port gets
+the lowest free ``eth<N>``.
+
+At spawn, ports Neutron has not reported active are waited for
+(``network-vif-plugged``, up to ``[DEFAULT] vif_plugging_timeout``;
+``vif_plugging_is_fatal`` decides whether a timeout fails the spawn), as
+the libvirt driver does. The wait is registered before the host side is
+plugged, so an event that Neutron sends as soon as the OVS port appears is
+not missed.
 """
 
 import contextlib
+import copy
+import threading
+
+from nova.compute import task_states
+from nova import exception as nova_exception
+from nova.network import model as network_model
+from nova.network import os_vif_util
+import os_vif
+from os_vif import exception as osv_exception
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+
+LOG = logging.getLogger(__name__)
 
 #: ComputeDriver capabilities this module provides (merged by the driver).
 CAPABILITIES = {
-    'supports_attach_interface': False,
+    'supports_attach_interface': True,
 }
+
+#: Prefix of the LXD device name of a port's NIC.
+DEVICE_PREFIX = 'nova-port-'
+#: VIF types this module plugs, and the LXD nictype each becomes.
+NICTYPES = {
+    network_model.VIF_TYPE_OVS: 'bridged',
+    network_model.VIF_TYPE_TAP: 'p2p',
+}
+#: Tasks during which ``plug_vifs`` starts waiting for Neutron's events
+#: (the container is started right after).
+_SPAWN_TASKS = (task_states.SPAWNING, task_states.REBUILD_SPAWNING)
+
+_OS_VIF_LOCK = threading.Lock()
+_OS_VIF_READY = False
+
+
+def _initialize_os_vif():
+    global _OS_VIF_READY
+    with _OS_VIF_LOCK:
+        if not _OS_VIF_READY:
+            os_vif.initialize()
+            _OS_VIF_READY = True
+
+
+def device_name(vif):
+    """The LXD device name of a port's NIC."""
+    return DEVICE_PREFIX + vif['id']
+
+
+def host_name(vif):
+    """The host end of the container's veth: nova's devname for the port."""
+    return vif.get('devname') or \
+        ('tap' + vif['id'])[:network_model.NIC_NAME_LEN]
+
+
+def hybrid_bridge_name(vif):
+    """The per-port Linux bridge of the OVS hybrid plug (os-vif's name)."""
+    return ('qbr' + vif['id'])[:network_model.NIC_NAME_LEN]
+
+
+def _mtu(vif):
+    network = vif.get('network') or {}
+    meta = network.get('meta') or {}
+    return meta.get('mtu')
+
+
+def _check_supported(vif):
+    vif_type = vif.get('type')
+    vnic_type = vif.get('vnic_type') or network_model.VNIC_TYPE_NORMAL
+    if vif_type not in NICTYPES or \
+            vnic_type != network_model.VNIC_TYPE_NORMAL:
+        raise exception.VIFNotSupported(
+            port_id=vif.get('id'), vif_type=vif_type, vnic_type=vnic_type,
+            supported=', '.join(sorted(NICTYPES)))
+
+
+def nic_device(vif, ifname):
+    """The LXD ``nic`` device for one port, named ``ifname`` inside."""
+    _check_supported(vif)
+    nictype = NICTYPES[vif['type']]
+    device = {'type': 'nic', 'nictype': nictype, 'name': ifname,
+              'host_name': host_name(vif)}
+    if nictype == 'bridged':
+        device['parent'] = hybrid_bridge_name(vif)
+    if vif.get('address'):
+        device['hwaddr'] = vif['address']
+    mtu = _mtu(vif)
+    if mtu:
+        device['mtu'] = str(mtu)
+    return device
+
+
+def _free_ifname(devices):
+    taken = {device.get('name') for device in devices.values()
+             if device.get('type') == 'nic'}
+    index = 0
+    while 'eth%d' % index in taken:
+        index += 1
+    return 'eth%d' % index
+
+
+def plugged_events(network_info):
+    """The network-vif-plugged events to wait for (ports not yet active).
+
+    Like the libvirt driver: a port that is active already will not go
+    through down->up, and a port with no 'active' key is assumed up.
+    """
+    return [('network-vif-plugged', vif['id'])
+            for vif in network_info or []
+            if vif.get('active', True) is False]
 
 
 class Networking(object):
@@ -31,26 +172,213 @@ class Networking(object):
         self._client = client
         self._conf = conf
         self._virtapi = virtapi
+        # instance uuid -> entered wait_for_instance_event context
+        self._waits = {}
+        self._waits_lock = threading.Lock()
+
+    def _container_name(self, instance):
+        return lxd_config.container_name(
+            self._conf.lxd.container_name_prefix, instance.uuid)
+
+    # -- pure -------------------------------------------------------------
 
     def nic_devices(self, instance, network_info):
         """LXD devices for the instance's ports (pure), keyed by name."""
-        return {}
+        return {device_name(vif): nic_device(vif, 'eth%d' % index)
+                for index, vif in enumerate(network_info or [])}
+
+    # -- host side ----------------------------------------------------------
+
+    @staticmethod
+    def _osvif_vif(vif):
+        """os-vif's object for an OVS port, hybrid plug forced."""
+        forced = copy.copy(vif)
+        forced['details'] = dict(vif.get('details') or {})
+        forced['details'][network_model.VIF_DETAILS_OVS_HYBRID_PLUG] = True
+        return os_vif_util.nova_to_osvif_vif(forced)
+
+    def _plug(self, instance, vif):
+        _check_supported(vif)
+        if vif['type'] != network_model.VIF_TYPE_OVS:
+            return
+        _initialize_os_vif()
+        try:
+            os_vif.plug(self._osvif_vif(vif),
+                        os_vif_util.nova_to_osvif_instance(instance))
+        except osv_exception.ExceptionBase as exc:
+            raise exception.VIFPlugFailed(port_id=vif['id'],
+                                          action='plug', reason=exc)
+        LOG.debug('Plugged port %(port)s: bridge %(bridge)s',
+                  {'port': vif['id'], 'bridge': hybrid_bridge_name(vif)},
+                  instance=instance)
+
+    def _unplug(self, instance, vif):
+        if vif.get('type') != network_model.VIF_TYPE_OVS:
+            return
+        _initialize_os_vif()
+        try:
+            os_vif.unplug(self._osvif_vif(vif),
+                          os_vif_util.nova_to_osvif_instance(instance))
+        except osv_exception.ExceptionBase as exc:
+            raise exception.VIFPlugFailed(port_id=vif['id'],
+                                          action='unplug', reason=exc)
 
     def plug_vifs(self, instance, network_info):
-        """Prepare the host side of the ports before the container starts."""
+        """Prepare the host side of the ports before the container starts.
 
-    def unplug_vifs(self, instance, network_info):
-        """Undo ``plug_vifs``; absent pieces are fine."""
+        During a spawn this also starts listening for Neutron's
+        network-vif-plugged events (see :meth:`wait_for_plugged`).
+        """
+        if instance.task_state in _SPAWN_TASKS:
+            self._begin_wait(instance, network_info)
+        try:
+            for vif in network_info or []:
+                self._plug(instance, vif)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._abandon_wait(instance)
+
+    def unplug_vifs(self, instance, network_info, ignore_errors=False):
+        """Undo ``plug_vifs``; absent pieces are fine.
+
+        Every port is tried; the first failure is raised afterwards unless
+        ``ignore_errors``.
+        """
+        self._abandon_wait(instance)
+        failures = []
+        for vif in network_info or []:
+            try:
+                self._unplug(instance, vif)
+            except Exception as exc:
+                LOG.warning('Could not unplug port %(port)s: %(exc)s',
+                            {'port': vif.get('id'), 'exc': exc},
+                            instance=instance)
+                failures.append(exc)
+        if failures and not ignore_errors:
+            raise failures[0]
+
+    # -- network-vif-plugged ------------------------------------------------
+
+    def _failed_event(self, event_name, instance):
+        LOG.error('Neutron reported failure on event %(event)s for '
+                  'instance %(uuid)s', {'event': event_name,
+                                        'uuid': instance.uuid},
+                  instance=instance)
+        if self._conf.vif_plugging_is_fatal:
+            raise nova_exception.VirtualInterfaceCreateException()
+
+    def _begin_wait(self, instance, network_info):
+        timeout = self._conf.vif_plugging_timeout
+        events = plugged_events(network_info) if timeout else []
+        if not events:
+            return
+        with self._waits_lock:
+            if instance.uuid in self._waits:
+                return
+            waiter = self._virtapi.wait_for_instance_event(
+                instance, events, timeout=timeout,
+                error_callback=self._failed_event)
+            waiter.__enter__()
+            self._waits[instance.uuid] = waiter
+        LOG.debug('Waiting for %s', events, instance=instance)
+
+    def _abandon_wait(self, instance):
+        with self._waits_lock:
+            waiter = self._waits.pop(instance.uuid, None)
+        if waiter is not None:
+            # Closes nova's generator without waiting for the events.
+            waiter.gen.close()
 
     @contextlib.contextmanager
     def wait_for_plugged(self, instance, network_info, power_on):
-        """Around the container start: wait for network-vif-plugged."""
-        yield
+        """Around the container start: wait for network-vif-plugged.
+
+        Waits (after the body) for the ports that were not active, if
+        power_on and ``vif_plugging_timeout`` is set. A timeout raises
+        ``VirtualInterfaceCreateException`` when ``vif_plugging_is_fatal``
+        and is logged otherwise.
+        """
+        if not power_on:
+            self._abandon_wait(instance)
+            yield
+            return
+        self._begin_wait(instance, network_info)
+        try:
+            yield
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._abandon_wait(instance)
+        with self._waits_lock:
+            waiter = self._waits.pop(instance.uuid, None)
+        if waiter is None:
+            return
+        try:
+            waiter.__exit__(None, None, None)
+        except nova_exception.InstanceEventTimeout:
+            if self._conf.vif_plugging_is_fatal:
+                LOG.error('Neutron did not report the ports of the '
+                          'container plugged within %d seconds',
+                          self._conf.vif_plugging_timeout,
+                          instance=instance)
+                raise nova_exception.VirtualInterfaceCreateException()
+            LOG.warning('Neutron did not report the ports of the container '
+                        'plugged within %d seconds; going on since '
+                        'vif_plugging_is_fatal is off',
+                        self._conf.vif_plugging_timeout, instance=instance)
+
+    # -- hot plug -----------------------------------------------------------
 
     def attach_interface(self, instance, vif):
-        raise NotImplementedError(
-            'nova-lxd-accel cannot hot-plug interfaces yet')
+        """Plug the port and hot-add its NIC (running or stopped)."""
+        name = self._container_name(instance)
+        record = self._client.get_container(name)
+        if record is None:
+            raise nova_exception.InstanceNotFound(instance_id=instance.uuid)
+        self._plug(instance, vif)
+        try:
+            devices = dict(record.get('devices') or {})
+            expanded = dict(record.get('expanded_devices') or {})
+            expanded.update(devices)
+            expanded.pop(device_name(vif), None)
+            devices[device_name(vif)] = nic_device(vif,
+                                                   _free_ifname(expanded))
+            record['devices'] = devices
+            self._client.put_container(name, record)
+        except Exception as exc:
+            LOG.error('Attaching port %(port)s failed: %(exc)s',
+                      {'port': vif['id'], 'exc': exc}, instance=instance)
+            try:
+                self._unplug(instance, vif)
+            except Exception:
+                LOG.exception('Undoing the plug of port %s failed',
+                              vif['id'], instance=instance)
+            raise nova_exception.InterfaceAttachFailed(
+                instance_uuid=instance.uuid)
+        LOG.info('Attached port %(port)s as %(ifname)s',
+                 {'port': vif['id'],
+                  'ifname': devices[device_name(vif)]['name']},
+                 instance=instance)
 
     def detach_interface(self, instance, vif):
-        raise NotImplementedError(
-            'nova-lxd-accel cannot hot-unplug interfaces yet')
+        """Hot-remove the port's NIC (LXD deletes the veth), then unplug."""
+        name = self._container_name(instance)
+        record = self._client.get_container(name)
+        devices = dict((record or {}).get('devices') or {})
+        if device_name(vif) in devices:
+            del devices[device_name(vif)]
+            record['devices'] = devices
+            try:
+                self._client.put_container(name, record)
+            except exception.LXDAccelException as exc:
+                LOG.error('Detaching port %(port)s failed: %(exc)s',
+                          {'port': vif['id'], 'exc': exc},
+                          instance=instance)
+                raise nova_exception.InterfaceDetachFailed(
+                    instance_uuid=instance.uuid)
+        else:
+            LOG.warning('Container %(name)s has no NIC for port %(port)s; '
+                        'removing only the host side',
+                        {'name': name, 'port': vif['id']},
+                        instance=instance)
+        self._unplug(instance, vif)
+        LOG.info('Detached port %s', vif['id'], instance=instance)

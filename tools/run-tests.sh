@@ -2,12 +2,13 @@
 # Set up everything and run every test of nova-lxd-accel.
 #
 # On a fresh Debian 12 machine (root; PID 1 need not be systemd): installs
-# Debian's LXD, busybox and shellcheck, starts an LXD daemon by hand with a
-# dir storage pool and no managed network, builds the tiny busybox test
-# image, installs tox (pinned in constraints.txt) and runs the tox
-# environments: pep8, unit (py3), functional, integration, genconfig,
-# release notes, docs and the DevStack plugin harness; then the sandbox end
-# to end. Stops the LXD daemon it started.
+# Debian's LXD, busybox, shellcheck and Open vSwitch; starts an LXD daemon
+# by hand (dir storage pool, no managed network) and OVS (userspace
+# datapath); builds the tiny busybox test image; installs tox (pinned in
+# constraints.txt) and runs the tox environments: pep8, unit (py3),
+# functional, integration, genconfig, release notes, docs and the DevStack
+# plugin harness; then the sandbox end to end. Stops the daemons it
+# started.
 #
 #   tools/run-tests.sh                 # everything
 #   tools/run-tests.sh -e py3,pep8     # only these tox environments
@@ -30,7 +31,7 @@ step() {
 
 step "Debian packages"
 need=()
-for pkg in lxd lxd-client busybox-static shellcheck; do
+for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -44,13 +45,25 @@ export LXD_DIR=${LXD_DIR:-/var/lib/lxd}
 lxd_was_running=1
 lxc info >/dev/null 2>&1 || lxd_was_running=0
 "$repo/tools/lxd-up.sh"
-stop_lxd() {
+
+step "Open vSwitch (userspace datapath)"
+ovs_was_running=1
+ovs-vsctl --timeout=5 show >/dev/null 2>&1 || ovs_was_running=0
+"$repo/tools/ovs-up.sh"
+# The networking tests fail (not skip) when OVS is missing.
+export NOVA_LXD_ACCEL_REQUIRE_OVS=1
+
+stop_daemons() {
+    if [ "$ovs_was_running" = 0 ]; then
+        step "Stopping the Open vSwitch daemons this script started"
+        OVS_STOP=1 "$repo/tools/ovs-up.sh" || true
+    fi
     if [ "$lxd_was_running" = 0 ]; then
         step "Stopping the LXD daemon this script started"
         lxd shutdown --timeout=60 || true
     fi
 }
-trap stop_lxd EXIT
+trap stop_daemons EXIT
 
 step "Tiny test image"
 export NOVA_LXD_ACCEL_TEST_IMAGE=$state/tiny.tar.gz

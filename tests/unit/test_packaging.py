@@ -39,10 +39,9 @@ class DriverLoadingTest(testtools.TestCase):
     def test_capabilities_are_honest(self):
         capabilities = lxd_driver.LXDDriver.capabilities
         self.assertTrue(capabilities['supports_image_type_raw'])
-        for name in ('supports_image_type_qcow2', 'supports_evacuate',
-                     'supports_migrate_to_same_host',
-                     'supports_attach_interface', 'supports_multiattach',
-                     'has_imagecache'):
+        self.assertTrue(capabilities['supports_attach_interface'])
+        for name in ('supports_image_type_qcow2', 'supports_multiattach',
+                     'supports_device_tagging', 'has_imagecache'):
             self.assertFalse(capabilities[name], name)
 
 

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Benchmark the sandbox cloud: time to ready, memory, boot/delete latency.
+
+One run prints:
+
+* the time ``tools/sandbox.sh up`` took, from the starting point chosen
+  with ``--from`` (``running``: re-run ``up`` on a sandbox that may already
+  run; ``state``: no state, venv kept; ``nothing``: no state and no venv,
+  packages from pip's cache or PyPI);
+* the resident memory of every sandbox service and of the LXD daemon;
+* server ACTIVE and delete latency through the Compute API (polled every
+  50 ms with openstacksdk, no CLI sleeps), next to the raw LXD create+start
+  and stop+delete of the same image through pylxd.
+
+Run it as root with any Python 3: the API part re-runs itself inside the
+sandbox venv. Example::
+
+    python3 benchmarks/bench_sandbox.py --from state --iterations 5
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
+SANDBOX_DIR = os.environ.get('SANDBOX_DIR', '/var/tmp/nova-lxd-accel-sandbox')
+SERVICES = ('epmd', 'rabbitmq', 'mariadb', 'keystone', 'placement', 'glance',
+            'neutron', 'nova-api', 'nova-conductor', 'nova-scheduler',
+            'nova-compute')
+IMAGE = 'lxd-tiny'
+FLAVOR = 'sandbox.small'
+
+
+# --- orchestration (any Python 3, stdlib only) ------------------------------
+
+def _process_table():
+    table = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % entry) as handle:
+                fields = handle.read().rsplit(')', 1)[1].split()
+            with open('/proc/%s/status' % entry) as handle:
+                rss = 0
+                for line in handle:
+                    if line.startswith('VmRSS:'):
+                        rss = int(line.split()[1])
+            with open('/proc/%s/comm' % entry) as handle:
+                comm = handle.read().strip()
+        except (OSError, IndexError, ValueError):
+            continue
+        table[int(entry)] = (int(fields[1]), rss, comm)
+    return table
+
+
+def tree_rss_kib(root, table):
+    """Resident KiB of ``root`` and all its descendants."""
+    total = 0
+    for pid, (_ppid, rss, _comm) in table.items():
+        walker = pid
+        while walker > 1 and walker != root:
+            walker = table.get(walker, (0, 0, ''))[0]
+        if walker == root:
+            total += rss
+    return total
+
+
+def service_pids():
+    pids = {}
+    for name in SERVICES:
+        try:
+            with open(os.path.join(SANDBOX_DIR, 'run', name + '.pid')) as f:
+                pids[name] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return pids
+
+
+def memory_report():
+    table = _process_table()
+    rows = []
+    for name, pid in service_pids().items():
+        if pid in table:
+            rows.append((name, tree_rss_kib(pid, table)))
+    lxd = sum(rss for _ppid, rss, comm in table.values() if comm == 'lxd')
+    return rows, lxd
+
+
+def time_up(start_from):
+    if start_from in ('state', 'nothing'):
+        subprocess.run(['bash', SANDBOX_SH, 'clean'], check=True,
+                       stdout=subprocess.DEVNULL)
+    if start_from == 'nothing':
+        shutil.rmtree(os.path.join(SANDBOX_DIR, 'venv'), ignore_errors=True)
+    started = time.monotonic()
+    subprocess.run(['bash', SANDBOX_SH, 'up'], check=True)
+    return time.monotonic() - started
+
+
+def orchestrate(args):
+    label = {
+        'running': 'up, re-run (services may already run)',
+        'state': 'up from empty state, venv kept (packages cached)',
+        'nothing': 'up from nothing (no state, no venv; pip cache as is)',
+    }[args.start_from]
+    up_s = time_up(args.start_from)
+    rows, lxd_kib = memory_report()
+    venv_python = os.path.join(SANDBOX_DIR, 'venv', 'bin', 'python')
+    measured = subprocess.run(
+        [venv_python, os.path.abspath(__file__), '--measure',
+         '--iterations', str(args.iterations)],
+        check=True, stdout=subprocess.PIPE, text=True)
+    latency = json.loads(measured.stdout)
+
+    print()
+    print('nova-lxd-accel sandbox benchmark (%d CPUs, %s)' % (
+        os.cpu_count(), time.strftime('%Y-%m-%d %H:%M:%S')))
+    print('=' * 64)
+    print('%-52s %9.1f s' % (label, up_s))
+    print()
+    print('memory (RSS, process trees)')
+    total = 0
+    for name, kib in rows:
+        total += kib
+        print('  %-50s %7.0f MiB' % (name, kib / 1024.0))
+    print('  %-50s %7.0f MiB' % ('whole cloud (services above)',
+                                 total / 1024.0))
+    print('  %-50s %7.0f MiB' % ('LXD daemon (not counted above)',
+                                 lxd_kib / 1024.0))
+    print()
+    print('latency over %d runs (median / min / max, seconds)' %
+          args.iterations)
+    for key, title in (
+            ('api_active', 'API: create -> ACTIVE'),
+            ('api_delete', 'API: delete -> gone'),
+            ('lxd_create_start', 'raw LXD: create + start'),
+            ('lxd_stop_delete', 'raw LXD: stop + delete')):
+        values = latency[key]
+        print('  %-40s %6.2f / %5.2f / %5.2f' % (
+            title, statistics.median(values), min(values), max(values)))
+    overhead = (statistics.median(latency['api_active']) -
+                statistics.median(latency['lxd_create_start']))
+    print('  %-40s %6.2f' % ('API overhead on boot (median)', overhead))
+    return 0
+
+
+# --- measurements (inside the sandbox venv) ---------------------------------
+
+def _wait(predicate, timeout=120.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise RuntimeError('timed out after %ss' % timeout)
+
+
+def measure_api(conn, iterations):
+    import openstack.exceptions
+
+    image = conn.image.find_image(IMAGE, ignore_missing=False)
+    flavor = conn.compute.find_flavor(FLAVOR, ignore_missing=False)
+    active, deleted = [], []
+    for index in range(iterations):
+        started = time.monotonic()
+        server = conn.compute.create_server(
+            name='bench-%d-%d' % (os.getpid(), index), image_id=image.id,
+            flavor_id=flavor.id, networks='none')
+
+        def is_active():
+            status = conn.compute.get_server(server.id).status
+            if status == 'ERROR':
+                raise RuntimeError('server %s went to ERROR' % server.id)
+            return status == 'ACTIVE'
+
+        _wait(is_active)
+        active.append(time.monotonic() - started)
+        started = time.monotonic()
+        conn.compute.delete_server(server.id)
+
+        def is_gone():
+            try:
+                conn.compute.get_server(server.id)
+            except openstack.exceptions.NotFoundException:
+                return True
+            return False
+
+        _wait(is_gone)
+        deleted.append(time.monotonic() - started)
+    return active, deleted
+
+
+def measure_raw_lxd(iterations):
+    import pylxd
+
+    client = pylxd.Client()
+    tarball = os.path.join(SANDBOX_DIR, 'data', 'images', IMAGE + '.tar.gz')
+    with open(tarball, 'rb') as handle:
+        data = handle.read()
+    # A unified image's fingerprint is the tarball's sha256: the image the
+    # driver imported for its servers is the very one measured here.
+    fingerprint = hashlib.sha256(data).hexdigest()
+    if not client.images.exists(fingerprint):
+        client.images.create(data, wait=True)
+    source = {'type': 'image', 'fingerprint': fingerprint}
+    create_start, stop_delete = [], []
+    for index in range(iterations):
+        name = 'bench-raw-%d-%d' % (os.getpid(), index)
+        started = time.monotonic()
+        container = client.instances.create(
+            {'name': name, 'source': source},
+            wait=True)
+        container.start(wait=True)
+        create_start.append(time.monotonic() - started)
+        started = time.monotonic()
+        container.stop(wait=True)
+        container.delete(wait=True)
+        stop_delete.append(time.monotonic() - started)
+    return create_start, stop_delete
+
+
+def measure(args):
+    import openstack
+
+    os.environ.setdefault('OS_CLIENT_CONFIG_FILE',
+                          os.path.join(SANDBOX_DIR, 'clouds.yaml'))
+    conn = openstack.connect(cloud='sandbox')
+    api_active, api_delete = measure_api(conn, args.iterations)
+    lxd_create_start, lxd_stop_delete = measure_raw_lxd(args.iterations)
+    json.dump({'api_active': api_active, 'api_delete': api_delete,
+               'lxd_create_start': lxd_create_start,
+               'lxd_stop_delete': lxd_stop_delete}, sys.stdout)
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--from', dest='start_from', default='running',
+                        choices=('running', 'state', 'nothing'),
+                        help='starting point of the timed "up" (default: '
+                             'running, which reuses a running sandbox)')
+    parser.add_argument('--iterations', type=int, default=3)
+    parser.add_argument('--measure', action='store_true',
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        return measure(args)
+    return orchestrate(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,881 @@
+#!/bin/bash
+# One command, a real OpenStack on this machine.
+#
+# Usage: tools/sandbox.sh up|down|status|clean
+#
+#   up      install what is missing (Debian: lxd, rabbitmq-server,
+#           mariadb-server; PyPI: one venv pinned by constraints.txt), start
+#           MariaDB, RabbitMQ, Keystone, Placement, Glance, Neutron, Nova
+#           (api, conductor, scheduler) and a nova-compute running this
+#           project's driver against the local LXD, all on 127.0.0.1;
+#           register users, services, endpoints, an LXD image and flavors;
+#           write openrc and clouds.yaml. Safe to re-run.
+#   down    stop every process "up" started, by pid.
+#   status  show what runs, with pid, port, memory and log file.
+#   clean   "down", then remove all state except the venv.
+#
+# Environment:
+#   SANDBOX_DIR             state, logs, pids, venv
+#                           (default /var/tmp/nova-lxd-accel-sandbox)
+#   SANDBOX_COMPUTE_DRIVER  nova compute_driver (default lxd_accel.LXDDriver)
+#   SANDBOX_PORT_BASE       first of the ports used (default 36100)
+#   SANDBOX_PYTHON          interpreter for the venv (default python3)
+#   SANDBOX_CONSTRAINTS     pip constraints (default <repo>/constraints.txt)
+#   SANDBOX_APT=0           never run apt-get (fail if a package is missing)
+#   LXD_DIR                 LXD daemon directory (default /var/lib/lxd)
+set -Eeuo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
+HELPERS=$SCRIPT_DIR/sandbox
+
+SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/nova-lxd-accel-sandbox}
+SANDBOX_COMPUTE_DRIVER=${SANDBOX_COMPUTE_DRIVER:-lxd_accel.LXDDriver}
+SANDBOX_PORT_BASE=${SANDBOX_PORT_BASE:-36100}
+SANDBOX_PYTHON=${SANDBOX_PYTHON:-python3}
+SANDBOX_CONSTRAINTS=${SANDBOX_CONSTRAINTS:-$REPO_DIR/constraints.txt}
+SANDBOX_APT=${SANDBOX_APT:-1}
+LXD_DIR=${LXD_DIR:-/var/lib/lxd}
+export LXD_DIR
+
+VENV=$SANDBOX_DIR/venv
+ETC=$SANDBOX_DIR/etc
+DATA=$SANDBOX_DIR/data
+LOGS=$SANDBOX_DIR/log
+RUN=$SANDBOX_DIR/run
+
+PORT_MYSQL=$((SANDBOX_PORT_BASE + 6))
+PORT_DIST=$((SANDBOX_PORT_BASE + 25))
+PORT_EPMD=$((SANDBOX_PORT_BASE + 43))
+PORT_KEYSTONE=$((SANDBOX_PORT_BASE + 50))
+PORT_AMQP=$((SANDBOX_PORT_BASE + 72))
+PORT_NOVA=$((SANDBOX_PORT_BASE + 74))
+PORT_PLACEMENT=$((SANDBOX_PORT_BASE + 78))
+PORT_GLANCE=$((SANDBOX_PORT_BASE + 92))
+PORT_NEUTRON=$((SANDBOX_PORT_BASE + 96))
+export PORT_PLACEMENT PORT_GLANCE PORT_NEUTRON PORT_NOVA
+
+REGION=RegionOne
+KEYSTONE_URL=http://127.0.0.1:$PORT_KEYSTONE
+GLANCE_URL=http://127.0.0.1:$PORT_GLANCE
+export REGION GLANCE_URL
+
+IMAGE_NAME=lxd-tiny
+PLAIN_FLAVOR=sandbox.small
+
+# Start order; "down" goes in reverse.
+SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
+    nova-api nova-conductor nova-scheduler nova-compute)
+
+# Set by pip_install when it installed a new build of this project.
+PROJECT_CHANGED=0
+
+PY_PACKAGES=(
+    nova==34.0.0
+    openstack-placement==16.0.0
+    keystone==30.0.0
+    glance==33.0.0
+    neutron==29.0.0
+    python-openstackclient
+    osc-placement
+    PyMySQL
+    pylxd
+)
+
+# --- output -----------------------------------------------------------------
+
+exec 3>&1 4>&2
+UP_LOG=$LOGS/sandbox.log
+CURRENT_STEP=
+STEP_HINT=
+T0=$(date +%s%N)
+
+elapsed() {
+    local now ms
+    now=$(date +%s%N)
+    ms=$(( (now - ${1:-$T0}) / 1000000 ))
+    printf '%d.%d' $((ms / 1000)) $(( (ms % 1000) / 100 ))
+}
+
+say() {
+    printf '%s\n' "$*" >&3
+}
+
+die() {
+    printf 'sandbox: %s\n' "$*" >&4
+    exit 1
+}
+
+on_error() {
+    local rc=$1
+    trap - ERR
+    if [ -n "$CURRENT_STEP" ]; then
+        printf 'FAILED\n' >&3
+        printf '\nsandbox: step "%s" failed (exit %s) after %ss.\n' \
+            "$CURRENT_STEP" "$rc" "$(elapsed)" >&4
+        if [ -n "$STEP_HINT" ] && [ -f "$STEP_HINT" ]; then
+            printf 'sandbox: its log: %s (last lines below); see also %s\n' \
+                "$STEP_HINT" "$UP_LOG" >&4
+            tail -n 20 "$STEP_HINT" | sed 's/^/    | /' >&4
+        else
+            printf 'sandbox: its log: %s (last lines below)\n' \
+                "$UP_LOG" >&4
+            tail -n 20 "$UP_LOG" 2>/dev/null | sed 's/^/    | /' >&4
+        fi
+        printf 'sandbox: fix the cause and re-run "%s up" (it resumes),' \
+            "$0" >&4
+        printf ' or "%s down" to stop what runs.\n' "$0" >&4
+    fi
+    exit "$rc"
+}
+trap 'on_error $?' ERR
+
+# step "what" function args...: run one step, its output in the log file,
+# with its duration (and the time since the start) on the terminal.
+step() {
+    local title=$1 start
+    shift
+    CURRENT_STEP=$title
+    STEP_HINT=
+    start=$(date +%s%N)
+    printf '  [%6ss] %-46s ' "$(elapsed)" "$title" >&3
+    printf '\n=== %s: %s\n' "$(date -u +%FT%TZ)" "$title" >>"$UP_LOG"
+    "$@" >>"$UP_LOG" 2>&1
+    printf 'ok %5ss\n' "$(elapsed "$start")" >&3
+    CURRENT_STEP=
+}
+
+# --- processes ----------------------------------------------------------------
+
+# The start time of a process, in clock ticks since boot.
+proc_start() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    # Fields after "(comm) ": state is field 3, starttime field 22.
+    stat=${stat##*) }
+    # shellcheck disable=SC2086  # split the fields on purpose
+    set -- $stat
+    printf '%s\n' "${20}"
+}
+
+# pid_of NAME: the pid of a running service. The pid file holds the pid and
+# its start time, so that a recycled pid is never taken for the service.
+pid_of() {
+    local pidfile=$RUN/$1.pid pid start
+    [ -f "$pidfile" ] || return 1
+    read -r pid start <"$pidfile" || true
+    [ -n "$pid" ] && [ -n "$start" ] || return 1
+    [ "$(proc_start "$pid")" = "$start" ] || return 1
+    printf '%s\n' "$pid"
+}
+
+is_running() {
+    pid_of "$1" >/dev/null
+}
+
+# start_daemon NAME command...: start NAME in its own session, output to
+# $LOGS/NAME.log, pid in $RUN/NAME.pid; nothing if it already runs.
+start_daemon() {
+    local name=$1
+    shift
+    STEP_HINT=$LOGS/$name.log
+    if is_running "$name"; then
+        echo "$name already runs (pid $(pid_of "$name"))"
+        return 0
+    fi
+    local port
+    port=$(service_port "$name")
+    if [ "$port" != - ] && port_open "$port"; then
+        echo "cannot start $name: 127.0.0.1:$port is already in use by" \
+            "another process (set SANDBOX_PORT_BASE to move all ports)"
+        STEP_HINT=
+        return 1
+    fi
+    printf '\n=== %s: starting %s\n' "$(date -u +%FT%TZ)" "$name" \
+        >>"$LOGS/$name.log"
+    setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- 4>&- &
+    echo "$! $(proc_start "$!")" >"$RUN/$name.pid"
+    echo "started $name (pid $!): $*"
+}
+
+port_open() {
+    (exec 5<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# wait_port NAME PORT [TIMEOUT]: until the port accepts connections; fail
+# early if the process died.
+wait_port() {
+    local name=$1 port=$2 timeout=${3:-120} i
+    for ((i = 0; i < timeout * 4; i++)); do
+        if port_open "$port"; then
+            return 0
+        fi
+        if ! is_running "$name"; then
+            echo "$name exited; see $LOGS/$name.log"
+            return 1
+        fi
+        sleep 0.25
+    done
+    echo "$name: port $port not open after ${timeout}s"
+    return 1
+}
+
+stop_service() {
+    local name=$1 pid
+    pid=$(pid_of "$name") || { rm -f "$RUN/$name.pid"; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    printf '%s\n' "$pid"
+}
+
+# --- install ------------------------------------------------------------------
+
+apt_install() {
+    local missing=()
+    command -v lxd >/dev/null || missing+=(lxd lxd-client)
+    command -v busybox >/dev/null || missing+=(busybox-static)
+    command -v mariadbd >/dev/null || missing+=(mariadb-server)
+    [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
+    "$SANDBOX_PYTHON" -c 'import venv, ensurepip' 2>/dev/null ||
+        missing+=(python3-venv)
+    if [ "${#missing[@]}" -eq 0 ]; then
+        echo "Debian packages present"
+        return 0
+    fi
+    if [ "$SANDBOX_APT" != 1 ]; then
+        echo "missing Debian packages: ${missing[*]} (SANDBOX_APT=0)"
+        return 1
+    fi
+    # Keep the packages' own services from starting (and binding to public
+    # addresses): the sandbox starts its own instances on loopback.
+    local policy=/usr/sbin/policy-rc.d added=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        added=1
+    fi
+    apt-get update -q
+    echo "installing: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "${missing[@]}"
+    if [ "$added" = 1 ]; then
+        rm -f "$policy"
+    fi
+}
+
+# A fingerprint of what the venv must hold: the constraints and package
+# list, and the project's own tree.
+deps_fingerprint() {
+    {
+        printf '%s\n' "${PY_PACKAGES[@]}"
+        cat "$SANDBOX_CONSTRAINTS" 2>/dev/null || true
+    } | sha256sum | cut -d' ' -f1
+}
+
+project_fingerprint() {
+    (cd "$REPO_DIR" &&
+        find nova_lxd_accel nova setup.cfg setup.py requirements.txt \
+            -type f ! -name '*.pyc' -print0 2>/dev/null | sort -z |
+        xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+pip_install() {
+    local constraint=() deps project
+    if [ -f "$SANDBOX_CONSTRAINTS" ]; then
+        constraint=(-c "$SANDBOX_CONSTRAINTS")
+    else
+        echo "WARNING: $SANDBOX_CONSTRAINTS missing: versions float"
+    fi
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$SANDBOX_PYTHON" -m venv "$VENV"
+        # The project is built without isolation: setuptools needs wheel.
+        "$VENV/bin/pip" install -q "${constraint[@]}" --upgrade \
+            pip setuptools wheel
+    fi
+    deps=$(deps_fingerprint)
+    if [ "$(cat "$VENV/.sandbox-deps" 2>/dev/null)" != "$deps" ]; then
+        "$VENV/bin/pip" install -q "${constraint[@]}" "${PY_PACKAGES[@]}"
+        echo "$deps" >"$VENV/.sandbox-deps"
+        rm -f "$VENV/.sandbox-project"
+    else
+        echo "OpenStack packages already installed"
+    fi
+    project=$(project_fingerprint)
+    if [ "$(cat "$VENV/.sandbox-project" 2>/dev/null)" != "$project" ]; then
+        # pbr needs a version when the checkout has no tag (or no commit).
+        local pbr_version=()
+        if ! git -C "$REPO_DIR" describe --tags >/dev/null 2>&1; then
+            pbr_version=(PBR_VERSION=0.0.1.dev0)
+        fi
+        # pip always rebuilds a directory; its dependencies, already
+        # there, stay as they are. Not editable: the tree may move on.
+        env "${pbr_version[@]}" "$VENV/bin/pip" install -q \
+            "${constraint[@]}" --no-build-isolation "$REPO_DIR"
+        echo "$project" >"$VENV/.sandbox-project"
+        PROJECT_CHANGED=1
+    else
+        echo "nova-lxd-accel already installed"
+    fi
+}
+
+make_secrets() {
+    local file=$SANDBOX_DIR/secrets.env name
+    if [ ! -f "$file" ]; then
+        (
+            umask 077
+            for name in ADMIN_PASSWORD SERVICE_PASSWORD DB_PASSWORD \
+                RABBIT_PASSWORD; do
+                printf '%s=%s\n' "$name" \
+                    "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+            done >"$file"
+        )
+        echo "wrote $file"
+    fi
+}
+
+load_secrets() {
+    # shellcheck disable=SC1091
+    . "$SANDBOX_DIR/secrets.env"
+    export SERVICE_PASSWORD
+}
+
+write_configs() {
+    # shellcheck source=tools/sandbox/config.sh disable=SC1091
+    . "$HELPERS/config.sh"
+    write_rabbitmq_conf
+    write_keystone_conf
+    write_placement_conf
+    write_glance_conf
+    write_neutron_conf
+    write_nova_conf
+    write_client_config
+    echo "configuration in $ETC"
+}
+
+write_client_config() {
+    (
+        umask 077
+        cat >"$SANDBOX_DIR/openrc" <<RC
+# Source me: admin credentials of the nova-lxd-accel sandbox.
+export OS_AUTH_URL=$KEYSTONE_URL/v3
+export OS_IDENTITY_API_VERSION=3
+export OS_USERNAME=admin
+export OS_PASSWORD=$ADMIN_PASSWORD
+export OS_PROJECT_NAME=admin
+export OS_USER_DOMAIN_NAME=Default
+export OS_PROJECT_DOMAIN_NAME=Default
+export OS_REGION_NAME=$REGION
+export OS_INTERFACE=public
+export PATH=$VENV/bin:\$PATH
+RC
+        cat >"$SANDBOX_DIR/clouds.yaml" <<YAML
+clouds:
+  sandbox:
+    auth:
+      auth_url: $KEYSTONE_URL/v3
+      username: admin
+      password: $ADMIN_PASSWORD
+      project_name: admin
+      user_domain_name: Default
+      project_domain_name: Default
+    region_name: $REGION
+    interface: public
+    identity_api_version: 3
+YAML
+    )
+}
+
+# --- services -----------------------------------------------------------------
+
+start_epmd() {
+    start_daemon epmd epmd -address 127.0.0.1 -port "$PORT_EPMD"
+    wait_port epmd "$PORT_EPMD" 20
+}
+
+start_rabbitmq() {
+    local erl_args='-kernel inet_dist_use_interface {127,0,0,1}'
+    mkdir -p "$DATA/rabbitmq"
+    start_daemon rabbitmq env \
+        HOME="$DATA/rabbitmq" \
+        RABBITMQ_NODENAME=rabbit@localhost \
+        RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+        RABBITMQ_NODE_PORT="$PORT_AMQP" \
+        RABBITMQ_DIST_PORT="$PORT_DIST" \
+        ERL_EPMD_ADDRESS=127.0.0.1 \
+        ERL_EPMD_PORT="$PORT_EPMD" \
+        RABBITMQ_CONFIG_FILE="$ETC/rabbitmq/rabbitmq.conf" \
+        RABBITMQ_ENABLED_PLUGINS_FILE="$ETC/rabbitmq/enabled_plugins" \
+        RABBITMQ_MNESIA_BASE="$DATA/rabbitmq/mnesia" \
+        RABBITMQ_LOG_BASE="$LOGS" \
+        RABBITMQ_LOGS=- \
+        RABBITMQ_PID_FILE="$RUN/rabbitmq-beam.pid" \
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$erl_args" \
+        RABBITMQ_CTL_ERL_ARGS="$erl_args" \
+        /usr/lib/rabbitmq/bin/rabbitmq-server
+    wait_port rabbitmq "$PORT_AMQP" 90
+}
+
+mysql_root() {
+    mariadb --no-defaults --user=root --socket="$RUN/mysqld.sock" "$@"
+}
+
+start_mariadb() {
+    if [ ! -d "$DATA/mysql/mysql" ]; then
+        mkdir -p "$DATA/mysql"
+        mariadb-install-db --no-defaults --datadir="$DATA/mysql" \
+            --user=root --skip-test-db --auth-root-authentication-method=socket
+    fi
+    # Durability traded for speed: this is a throw-away sandbox.
+    start_daemon mariadb mariadbd --no-defaults --user=root \
+        --datadir="$DATA/mysql" --socket="$RUN/mysqld.sock" \
+        --pid-file="$RUN/mysqld-own.pid" --bind-address=127.0.0.1 \
+        --port="$PORT_MYSQL" --skip-name-resolve --skip-log-bin \
+        --max-connections=1000 --innodb-buffer-pool-size=128M \
+        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+        --sync-binlog=0 --character-set-server=utf8mb4 \
+        --collation-server=utf8mb4_general_ci
+    wait_port mariadb "$PORT_MYSQL" 60
+    local db sql
+    local user="'openstack'@'127.0.0.1'"
+    sql="CREATE USER IF NOT EXISTS $user IDENTIFIED BY '$DB_PASSWORD';"
+    sql="$sql ALTER USER $user IDENTIFIED BY '$DB_PASSWORD';"
+    sql="$sql GRANT ALL PRIVILEGES ON *.* TO $user;"
+    for db in keystone placement glance neutron nova_api nova nova_cell0; do
+        sql="$sql CREATE DATABASE IF NOT EXISTS $db;"
+    done
+    mysql_root -e "$sql"
+}
+
+# db_once NAME command...: run a schema sync unless the same sync already
+# ran against this database with the same installed packages.
+db_once() {
+    local name=$1 marker current
+    shift
+    marker=$DATA/.synced-$name
+    current=$(cat "$VENV/.sandbox-deps")
+    if [ "$(cat "$marker" 2>/dev/null)" = "$current" ]; then
+        echo "$name schema current"
+        return 0
+    fi
+    "$@"
+    cp "$VENV/.sandbox-deps" "$marker"
+}
+
+# A Fernet key as keystone-manage fernet_setup writes it.
+fernet_key() {
+    head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '\n'
+}
+
+keystone_bootstrap() {
+    local dir key marker
+    # The key repositories, written here rather than by two more
+    # keystone-manage runs (several seconds each): key 0 staged, key 1
+    # primary.
+    for dir in fernet-keys credential-keys; do
+        mkdir -p "$ETC/keystone/$dir"
+        chmod 700 "$ETC/keystone/$dir"
+        for key in 0 1; do
+            if [ ! -s "$ETC/keystone/$dir/$key" ]; then
+                (umask 077 && fernet_key >"$ETC/keystone/$dir/$key")
+            fi
+        done
+    done
+    # bootstrap is idempotent but slow: once per password and catalog.
+    marker=$(printf '%s %s' "$ADMIN_PASSWORD" "$KEYSTONE_URL" | sha256sum)
+    if [ "$(cat "$DATA/.keystone-bootstrap" 2>/dev/null)" = "$marker" ]; then
+        echo "keystone bootstrap already done"
+        return 0
+    fi
+    "$VENV/bin/keystone-manage" --config-file "$ETC/keystone/keystone.conf" \
+        bootstrap \
+        --bootstrap-password "$ADMIN_PASSWORD" \
+        --bootstrap-username admin --bootstrap-project-name admin \
+        --bootstrap-role-name admin --bootstrap-service-name keystone \
+        --bootstrap-region-id "$REGION" \
+        --bootstrap-admin-url "$KEYSTONE_URL/v3" \
+        --bootstrap-internal-url "$KEYSTONE_URL/v3" \
+        --bootstrap-public-url "$KEYSTONE_URL/v3"
+    echo "$marker" >"$DATA/.keystone-bootstrap"
+}
+
+# in_background NAME command...: run a command in the background, its
+# output in $LOGS/NAME.log; wait_background collects them all.
+BG_PIDS=()
+BG_NAMES=()
+in_background() {
+    local name=$1
+    shift
+    (
+        trap - ERR
+        set -e
+        "$@"
+    ) >"$LOGS/$name.log" 2>&1 &
+    BG_PIDS+=("$!")
+    BG_NAMES+=("$name")
+    echo "$name: started (pid $!, log $LOGS/$name.log)"
+}
+
+wait_background() {
+    local i rc=0
+    for i in "${!BG_PIDS[@]}"; do
+        if wait "${BG_PIDS[i]}"; then
+            echo "${BG_NAMES[i]}: done"
+        else
+            echo "${BG_NAMES[i]}: FAILED, see $LOGS/${BG_NAMES[i]}.log"
+            STEP_HINT=$LOGS/${BG_NAMES[i]}.log
+            rc=1
+        fi
+    done
+    BG_PIDS=()
+    BG_NAMES=()
+    return "$rc"
+}
+
+# All schema syncs at once: they wait mostly on MariaDB, not on each other.
+sync_databases() {
+    in_background db-keystone db_once keystone "$VENV/bin/keystone-manage" \
+        --config-file "$ETC/keystone/keystone.conf" db_sync
+    in_background db-placement db_once placement \
+        "$VENV/bin/placement-manage" \
+        --config-file "$ETC/placement/placement.conf" db sync
+    in_background db-glance db_once glance "$VENV/bin/glance-manage" \
+        --config-file "$ETC/glance/glance-api.conf" db_sync
+    in_background db-neutron db_once neutron "$VENV/bin/neutron-db-manage" \
+        --config-file "$ETC/neutron/neutron.conf" \
+        --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini" upgrade heads
+    in_background db-nova nova_db
+    wait_background
+}
+
+nova_cells() {
+    local manage=("$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf")
+    local cells
+    "${manage[@]}" cell_v2 map_cell0 \
+        --database_connection "$(db_url nova_cell0)"
+    cells=$("${manage[@]}" cell_v2 list_cells 2>/dev/null)
+    if ! grep -q ' cell1 ' <<<"$cells"; then
+        "${manage[@]}" cell_v2 create_cell --name cell1
+    fi
+}
+
+nova_db() {
+    local manage=("$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf")
+    db_once nova_api "${manage[@]}" api_db sync
+    db_once nova_cells nova_cells
+    db_once nova "${manage[@]}" db sync
+}
+
+start_wsgi() {
+    local name=$1 port=$2 app=$3 envvar=$4 confdir=$5
+    shift 5
+    start_daemon "$name" env "$envvar=$confdir" \
+        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name "$name" \
+        --port "$port" --app "$app" "$@"
+    wait_port "$name" "$port" 120
+}
+
+start_keystone() {
+    start_wsgi keystone "$PORT_KEYSTONE" keystone.wsgi.api \
+        OS_KEYSTONE_CONFIG_DIR "$ETC/keystone"
+}
+
+start_apis() {
+    # Start all four, then wait: their imports overlap on two cores.
+    start_daemon placement env OS_PLACEMENT_CONFIG_DIR="$ETC/placement" \
+        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name placement \
+        --port "$PORT_PLACEMENT" --app placement.wsgi.api
+    start_daemon glance env OS_GLANCE_CONFIG_DIR="$ETC/glance" \
+        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name glance \
+        --port "$PORT_GLANCE" --app glance.wsgi.api
+    start_daemon neutron env OS_NEUTRON_CONFIG_DIR="$ETC/neutron" \
+        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name neutron \
+        --port "$PORT_NEUTRON" --app neutron.wsgi.api --configure-mappers
+    start_daemon nova-api env OS_NOVA_CONFIG_DIR="$ETC/nova" \
+        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name nova-api \
+        --port "$PORT_NOVA" --app nova.wsgi.osapi_compute
+    local name port
+    for name in placement glance neutron nova-api; do
+        case $name in
+            placement) port=$PORT_PLACEMENT ;;
+            glance) port=$PORT_GLANCE ;;
+            neutron) port=$PORT_NEUTRON ;;
+            nova-api) port=$PORT_NOVA ;;
+        esac
+        STEP_HINT=$LOGS/$name.log
+        wait_port "$name" "$port" 180
+    done
+}
+
+# wait_log NAME PATTERN TIMEOUT: until PATTERN appears in NAME's log
+# after its last start.
+wait_log() {
+    local name=$1 pattern=$2 timeout=$3 log=$LOGS/$1.log i
+    for ((i = 0; i < timeout * 4; i++)); do
+        if awk -v p="$pattern" '/^=== .*: starting / { seen = 0 }
+            index($0, p) { seen = 1 } END { exit !seen }' "$log"; then
+            return 0
+        fi
+        is_running "$name" || { echo "$name exited"; return 1; }
+        sleep 0.25
+    done
+    echo "$name: no '$pattern' in its log after ${timeout}s"
+    return 1
+}
+
+# restart_changed: a new build of this project is installed: restart the
+# services that import it (the driver, the API's extra spec validators).
+restart_changed() {
+    local name pid
+    [ "$PROJECT_CHANGED" = 1 ] || return 0
+    for name in nova-compute nova-api; do
+        pid=$(stop_service "$name") || true
+        if [ -n "$pid" ]; then
+            echo "restarting $name (pid $pid): nova-lxd-accel was updated"
+            wait_pids 30 "$pid"
+        fi
+    done
+}
+
+start_nova_services() {
+    local conf=(--config-file "$ETC/nova/nova.conf")
+    COMPUTE_SINCE=$(date -u +%FT%T)
+    start_daemon nova-conductor "$VENV/bin/nova-conductor" "${conf[@]}"
+    start_daemon nova-scheduler "$VENV/bin/nova-scheduler" "${conf[@]}"
+    if is_running nova-compute; then
+        return 0
+    fi
+    # nova-compute's first call to the conductor is lost (and retried 10 s
+    # later) when the conductor does not listen yet.
+    STEP_HINT=$LOGS/nova-conductor.log
+    wait_log nova-conductor 'Starting conductor node' 120
+    sleep 1
+    start_daemon nova-compute "$VENV/bin/nova-compute" \
+        --config-file "$ETC/nova/nova-compute.conf"
+}
+
+provision() {
+    OS_CLIENT_CONFIG_FILE=$SANDBOX_DIR/clouds.yaml OS_CLOUD=sandbox \
+        "$VENV/bin/python" "$HELPERS/provision.py" "$@"
+}
+
+wait_compute() {
+    STEP_HINT=$LOGS/nova-compute.log
+    local pid
+    pid=$(pid_of nova-compute)
+    provision wait-compute 180 "$pid" "$COMPUTE_SINCE"
+    "$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf" \
+        cell_v2 discover_hosts --verbose
+    provision wait-compute 60 "$pid" "$COMPUTE_SINCE" yes
+}
+
+lxd_ready() {
+    if [[ $SANDBOX_COMPUTE_DRIVER != lxd_accel.* ]]; then
+        echo "compute driver $SANDBOX_COMPUTE_DRIVER: LXD not needed"
+        return 0
+    fi
+    LXD_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/lxd-up.sh"
+}
+
+upload_image() {
+    local tarball=$DATA/images/$IMAGE_NAME.tar.gz
+    mkdir -p "$DATA/images"
+    if [ ! -s "$tarball" ]; then
+        "$REPO_DIR/tools/build-tiny-image.sh" "$tarball"
+    fi
+    provision image "$IMAGE_NAME" "$tarball"
+}
+
+make_flavors() {
+    local inventory=$DATA/inventory.json lines=$DATA/accel-flavors.txt
+    local recipes=$REPO_DIR/devstack/files/accel-flavors.py
+    rm -f "$inventory" "$lines"
+    if "$VENV/bin/nova-lxd-accel" inventory --format json \
+        --config-file "$ETC/nova/nova-compute.conf" \
+        >"$inventory.tmp" 2>>"$UP_LOG"; then
+        mv "$inventory.tmp" "$inventory"
+    else
+        echo "nova-lxd-accel inventory failed: no accelerator flavors"
+        rm -f "$inventory.tmp"
+    fi
+    # The same flavor recipes as the DevStack plugin, named sandbox.*.
+    if [ -f "$inventory" ] && [ -f "$recipes" ]; then
+        "$VENV/bin/python" "$recipes" "$inventory" sandbox none >"$lines"
+    fi
+    provision flavors "$PLAIN_FLAVOR" "$inventory" "$lines"
+}
+
+# --- commands -----------------------------------------------------------------
+
+prepare_dirs() {
+    mkdir -p "$SANDBOX_DIR" "$ETC" "$DATA" "$LOGS" "$RUN"
+    # uid 100000 (container root) must traverse LXD_DIR's parents; the
+    # sandbox never sits above LXD_DIR, but keep it traversable anyway.
+    chmod 711 "$SANDBOX_DIR"
+}
+
+cmd_up() {
+    [ "$(id -u)" = 0 ] || die "run as root (it starts daemons and LXD)"
+    prepare_dirs
+    : >"$UP_LOG"
+    say "sandbox up: $SANDBOX_DIR (log $UP_LOG)"
+    step "Debian packages" apt_install
+    step "Python venv (pip -c constraints.txt)" pip_install
+    step "secrets and configuration" make_secrets
+    load_secrets
+    step "configuration files" write_configs
+    # shellcheck source=tools/sandbox/config.sh disable=SC1091
+    . "$HELPERS/config.sh"
+    step "LXD daemon" lxd_ready
+    step "epmd (127.0.0.1:$PORT_EPMD)" start_epmd
+    step "RabbitMQ (127.0.0.1:$PORT_AMQP)" start_rabbitmq
+    step "MariaDB (127.0.0.1:$PORT_MYSQL)" start_mariadb
+    step "databases (all services, in parallel)" sync_databases
+    step "Keystone keys and bootstrap" keystone_bootstrap
+    step "Keystone (127.0.0.1:$PORT_KEYSTONE)" start_keystone
+    step "Keystone users, services, endpoints" provision keystone
+    step "restart of nova-compute, nova-api if updated" restart_changed
+    step "Placement, Glance, Neutron, Nova APIs" start_apis
+    step "nova-conductor, nova-scheduler, nova-compute" start_nova_services
+    step "compute registered, hosts discovered" wait_compute
+    step "LXD image '$IMAGE_NAME' in Glance" upload_image
+    step "flavors" make_flavors
+    say ""
+    say "sandbox ready in $(elapsed)s."
+    cmd_status
+    say ""
+    say "Next:"
+    say "  . $SANDBOX_DIR/openrc"
+    say "  openstack server create --flavor $PLAIN_FLAVOR" \
+        "--image $IMAGE_NAME --nic none --wait s1"
+    say "  openstack resource provider list"
+    say "  lxc list"
+    say "  $0 down"
+}
+
+cmd_down() {
+    local name pids=() pid i alive
+    for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
+        name=${SERVICES[i]}
+        # The OpenStack services first, all at once; the message bus,
+        # the database and epmd only once those are gone.
+        case $name in
+            epmd | rabbitmq | mariadb) continue ;;
+        esac
+        pid=$(stop_service "$name") && [ -n "$pid" ] && pids+=("$pid") &&
+            say "stopping $name (pid $pid)"
+    done
+    wait_pids 30 "${pids[@]}"
+    for name in rabbitmq mariadb epmd; do
+        pid=$(stop_service "$name") || true
+        if [ -n "$pid" ]; then
+            say "stopping $name (pid $pid)"
+            wait_pids 30 "$pid"
+        fi
+    done
+    alive=0
+    for name in "${SERVICES[@]}"; do
+        if is_running "$name"; then
+            alive=1
+        else
+            rm -f "$RUN/$name.pid"
+        fi
+    done
+    [ "$alive" = 0 ] || die "some services still run; see 'status'"
+    say "sandbox down"
+}
+
+# wait_pids TIMEOUT pid...: wait for the pids to exit, KILL after TIMEOUT.
+wait_pids() {
+    local timeout=$1 pid left i
+    shift
+    [ "$#" -gt 0 ] || return 0
+    for ((i = 0; i < timeout * 4; i++)); do
+        left=0
+        for pid in "$@"; do
+            if [ -d "/proc/$pid" ]; then
+                left=1
+            fi
+        done
+        [ "$left" = 1 ] || return 0
+        sleep 0.25
+    done
+    for pid in "$@"; do
+        if [ -d "/proc/$pid" ]; then
+            say "pid $pid did not stop in ${timeout}s: KILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+}
+
+# The resident memory of a process and all its descendants, in KiB.
+tree_rss_kib() {
+    ps -e -o pid=,ppid=,rss= | awk -v root="$1" '
+        { parent[$1] = $2; rss[$1] = $3 }
+        END {
+            for (p in parent) {
+                q = p; while (q != "" && q != root && q > 1) q = parent[q]
+                if (q == root) total += rss[p]
+            }
+            print total + 0
+        }'
+}
+
+service_port() {
+    case $1 in
+        epmd) echo "$PORT_EPMD" ;;
+        rabbitmq) echo "$PORT_AMQP" ;;
+        mariadb) echo "$PORT_MYSQL" ;;
+        keystone) echo "$PORT_KEYSTONE" ;;
+        placement) echo "$PORT_PLACEMENT" ;;
+        glance) echo "$PORT_GLANCE" ;;
+        neutron) echo "$PORT_NEUTRON" ;;
+        nova-api) echo "$PORT_NOVA" ;;
+        *) echo "-" ;;
+    esac
+}
+
+cmd_status() {
+    local name pid rss total=0 running=0 state
+    say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' SERVICE STATE PID PORT \
+        RSS_MiB LOG)"
+    for name in "${SERVICES[@]}"; do
+        if pid=$(pid_of "$name"); then
+            state=running
+            running=$((running + 1))
+            rss=$(tree_rss_kib "$pid")
+            total=$((total + rss))
+            rss=$((rss / 1024))
+        else
+            state=stopped pid=- rss=-
+        fi
+        say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' "$name" "$state" \
+            "$pid" "$(service_port "$name")" "$rss" "$LOGS/$name.log")"
+    done
+    say "$running/${#SERVICES[@]} running, $((total / 1024)) MiB resident" \
+        "(LXD and containers not counted); state in $SANDBOX_DIR"
+    [ "$running" = "${#SERVICES[@]}" ]
+}
+
+cmd_clean() {
+    cmd_down
+    local item
+    for item in "$ETC" "$DATA" "$LOGS" "$RUN" "$SANDBOX_DIR/secrets.env" \
+        "$SANDBOX_DIR/openrc" "$SANDBOX_DIR/clouds.yaml"; do
+        rm -rf "$item"
+    done
+    say "removed sandbox state (kept $VENV)"
+}
+
+main() {
+    case ${1:-} in
+        up) cmd_up ;;
+        down) cmd_down ;;
+        status) cmd_status ;;
+        clean) cmd_clean ;;
+        *)
+            say "usage: $0 up|down|status|clean"
+            return 2
+            ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,297 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Register the sandbox cloud's objects through the real APIs.
+
+Run by ``tools/sandbox.sh`` inside the sandbox venv, with ``OS_CLOUD`` and
+``OS_CLIENT_CONFIG_FILE`` naming the sandbox's admin cloud. Every phase is
+idempotent: objects that exist are left alone (or updated in place).
+
+Phases:
+
+``keystone``
+    the ``service`` project, one user per service with the ``admin`` and
+    ``service`` roles there, and the catalog (placement, image, network,
+    compute) with public, internal and admin endpoints.
+``image NAME FILE``
+    upload an LXD unified image tarball to Glance (raw/bare,
+    ``hypervisor_type=lxc``) unless an active image of that name exists.
+``flavors PLAIN INVENTORY_JSON [FLAVOR_LINES]``
+    the plain flavor, plus the accelerator flavors: those of FLAVOR_LINES
+    (``name key=value...`` per line, as the DevStack plugin's
+    ``accel-flavors.py`` prints them) when given, else one per accelerator
+    resource class found in the output of ``nova-lxd-accel inventory``.
+``wait-compute TIMEOUT PID SINCE [yes]``
+    wait until nova-compute (process PID, started at SINCE, UTC ISO 8601)
+    has reported in and has a resource provider in Placement; with
+    ``yes``, until its node is also mapped to a cell.
+"""
+
+import json
+import os
+import re
+import sys
+import time
+
+import openstack
+
+SERVICE_USERS = ('nova', 'placement', 'glance', 'neutron')
+
+# (service name, type, description, port variable, path)
+CATALOG = (
+    ('placement', 'placement', 'Placement API', 'PORT_PLACEMENT', ''),
+    ('glance', 'image', 'Image service', 'PORT_GLANCE', ''),
+    ('neutron', 'network', 'Networking', 'PORT_NEUTRON', ''),
+    ('nova', 'compute', 'Compute', 'PORT_NOVA', '/v2.1'),
+)
+
+ACCEL_RC = re.compile(r'^(CUSTOM_[A-Z0-9_]+|PGPU|VGPU|FPGA|PCI_DEVICE)$')
+
+
+def connect():
+    return openstack.connect()
+
+
+def _ensure(finder, creator, name, **attrs):
+    found = finder(name, ignore_missing=True)
+    if found is None:
+        found = creator(name=name, **attrs)
+        print('created %s' % name)
+    return found
+
+
+def phase_keystone(conn):
+    """Service project, users, roles and catalog, in a few list calls."""
+    identity = conn.identity
+    password = os.environ['SERVICE_PASSWORD']
+    region = os.environ.get('REGION', 'RegionOne')
+    domain = identity.find_domain('default')
+    project = _ensure(identity.find_project, identity.create_project,
+                      'service', domain_id=domain.id,
+                      description='Service users of the sandbox')
+    roles = {role.name: role for role in identity.roles()}
+    for name in ('admin', 'service'):
+        if name not in roles:
+            roles[name] = identity.create_role(name=name)
+            print('created role %s' % name)
+    users = {user.name: user for user in identity.users(domain_id=domain.id)}
+    granted = {(a.user['id'], a.role['id']) for a in
+               identity.role_assignments(scope_project_id=project.id)
+               if a.user}
+    for name in SERVICE_USERS:
+        user = users.get(name)
+        if user is None:
+            user = identity.create_user(name=name, domain_id=domain.id,
+                                        password=password)
+            print('created user %s' % name)
+        for role in (roles['admin'], roles['service']):
+            if (user.id, role.id) not in granted:
+                identity.assign_project_role_to_user(project, user, role)
+                print('granted %s to %s' % (role.name, name))
+
+    services = {svc.name: svc for svc in identity.services()}
+    endpoints = {}
+    for endpoint in identity.endpoints():
+        endpoints[(endpoint.service_id, endpoint.interface)] = endpoint
+    for name, stype, description, port_var, path in CATALOG:
+        service = services.get(name)
+        if service is None:
+            service = identity.create_service(
+                name=name, type=stype, description=description)
+            print('created service %s' % name)
+        url = 'http://127.0.0.1:%s%s' % (os.environ[port_var], path)
+        for interface in ('public', 'internal', 'admin'):
+            endpoint = endpoints.get((service.id, interface))
+            if endpoint is None:
+                identity.create_endpoint(
+                    service_id=service.id, interface=interface, url=url,
+                    region_id=region)
+                print('created %s endpoint %s %s' % (name, interface, url))
+            elif endpoint.url != url:
+                identity.update_endpoint(endpoint, url=url)
+                print('updated %s endpoint %s %s' % (name, interface, url))
+    return 0
+
+
+def phase_image(conn, name, path):
+    for image in conn.image.images(name=name):
+        if image.status == 'active':
+            print('image %s exists (%s)' % (name, image.id))
+            return 0
+        print('removing unusable image %s (%s)' % (image.id, image.status))
+        conn.image.delete_image(image)
+    image = conn.image.create_image(
+        name=name, filename=path, disk_format='raw',
+        container_format='bare', visibility='public',
+        hypervisor_type='lxc', wait=True, allow_duplicates=True,
+        validate_checksum=False)
+    print('uploaded image %s (%s)' % (name, image.id))
+    return 0
+
+
+def accelerator_classes(document):
+    """Accelerator resource classes with their totals in an inventory dump.
+
+    The walk is deliberately loose about the layout: it collects every
+    ``{"resource_class": RC, "total": N}`` record and every mapping whose
+    keys are accelerator resource class names (``CUSTOM_*``, ``PGPU``...).
+
+    :param document: the decoded JSON of ``nova-lxd-accel inventory``.
+    :returns: dict of resource class name to total (at least 1).
+    """
+    found = {}
+
+    def add(rc, value):
+        total = value
+        if isinstance(value, dict):
+            total = value.get('total', 1)
+        try:
+            total = int(total)
+        except (TypeError, ValueError):
+            total = 1
+        found[rc] = max(found.get(rc, 0), total, 1)
+
+    def walk(node):
+        if isinstance(node, dict):
+            rc = node.get('resource_class')
+            if isinstance(rc, str) and ACCEL_RC.match(rc):
+                add(rc, node)
+            for key, value in node.items():
+                if isinstance(key, str) and ACCEL_RC.match(key):
+                    add(key, value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(document)
+    return found
+
+
+def _ensure_flavor(conn, name, vcpus, ram, disk, extra_specs):
+    flavor = conn.compute.find_flavor(name, ignore_missing=True)
+    if flavor is None:
+        flavor = conn.compute.create_flavor(
+            name=name, vcpus=vcpus, ram=ram, disk=disk, is_public=True)
+        print('created flavor %s' % name)
+    if extra_specs:
+        conn.compute.create_flavor_extra_specs(flavor, extra_specs)
+    return flavor
+
+
+def _flavor_lines(path):
+    """[(name, {key: value})] from ``name key=value...`` lines."""
+    out = []
+    with open(path) as handle:
+        for line in handle:
+            words = line.split()
+            if words:
+                out.append((words[0], dict(w.split('=', 1)
+                                           for w in words[1:])))
+    return out
+
+
+def phase_flavors(conn, plain, inventory_path, lines_path=None):
+    _ensure_flavor(conn, plain, 1, 128, 1, {})
+    if lines_path and os.path.exists(lines_path):
+        # The DevStack plugin's recipes (devstack/files/accel-flavors.py).
+        wanted = _flavor_lines(lines_path)
+    else:
+        document = None
+        if inventory_path and os.path.exists(inventory_path):
+            try:
+                with open(inventory_path) as handle:
+                    document = json.load(handle)
+            except ValueError as exc:
+                print('inventory output is not JSON (%s)' % exc)
+        classes = accelerator_classes(document) if document else {}
+        wanted = [('sandbox.%s' % rc.lower().replace('custom_', '').replace(
+                   '_', '-'), {'resources:%s' % rc: '1'})
+                  for rc in sorted(classes)]
+    if not wanted:
+        print('no accelerators found on this host: only flavor %s' % plain)
+    for name, specs in wanted:
+        _ensure_flavor(conn, name, 1, 256, 1, specs)
+        print('accelerator flavor %s: %s' % (name, ' '.join(
+            '%s=%s' % kv for kv in sorted(specs.items()))))
+    return 0
+
+
+def phase_wait_compute(conn, timeout, pid, since, mapped='no'):
+    """Wait for nova-compute ``pid`` to report in after ``since`` (UTC).
+
+    A service record or provider left by an earlier run does not count:
+    the service must have been updated since this run started it. With
+    ``mapped=yes``, also wait for its node in the hypervisor list, which
+    shows only hosts mapped to a cell (``nova-manage cell_v2
+    discover_hosts``).
+    """
+    started = time.monotonic()
+    deadline = started + float(timeout)
+    state = reported = None
+    while time.monotonic() < deadline:
+        if not os.path.exists('/proc/%s' % pid):
+            print('nova-compute (pid %s) exited' % pid, file=sys.stderr)
+            return 1
+        services = [s for s in conn.compute.services()
+                    if s.binary == 'nova-compute']
+        fresh = {s.host for s in services if s.state == 'up' and
+                 (s.updated_at or '') >= since}
+        providers = {p.name for p in conn.placement.resource_providers()}
+        if not services:
+            state = 'no nova-compute service record yet'
+        elif not fresh:
+            state = 'nova-compute has not reported since %s' % since
+        elif not providers:
+            state = 'nova-compute up, no resource provider yet'
+        elif mapped != 'yes':
+            print('%.1fs: nova-compute up on %s; resource providers: %s' % (
+                time.monotonic() - started, ', '.join(sorted(fresh)),
+                ', '.join(sorted(providers))))
+            return 0
+        else:
+            nodes = [h.name for h in conn.compute.hypervisors(details=True)
+                     if (h.service_details or {}).get('host') in fresh]
+            ready = [n for n in nodes if n in providers]
+            if ready:
+                print('%.1fs: nodes in a cell and in Placement: %s' % (
+                    time.monotonic() - started, ', '.join(sorted(ready))))
+                return 0
+            state = 'nova-compute up, its node not mapped to a cell yet'
+        if state != reported:
+            print('%.1fs: %s' % (time.monotonic() - started, state))
+            reported = state
+        time.sleep(0.5)
+    print('timed out after %ss: %s' % (timeout, state), file=sys.stderr)
+    return 1
+
+
+def main(argv):
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    phase, args = argv[0], argv[1:]
+    conn = connect()
+    if phase == 'keystone':
+        return phase_keystone(conn)
+    if phase == 'image':
+        return phase_image(conn, *args)
+    if phase == 'flavors':
+        return phase_flavors(conn, *args)
+    if phase == 'wait-compute':
+        return phase_wait_compute(conn, *args)
+    print('unknown phase %r' % phase, file=sys.stderr)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

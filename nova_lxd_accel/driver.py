@@ -66,7 +66,8 @@ class LXDDriver(driver.ComputeDriver):
         self._accelerators = accel.AcceleratorInventory(
             self._client.resources, conf=CONF)
         self._migration = migration.Migration(
-            self._client, CONF, self._lifecycle, self._accelerators)
+            self._client, CONF, self._lifecycle, self._accelerators,
+            networking=self._network, volumes=self._volumes)
         self._nodename = CONF.host
         self._server_info = {}
         self._watcher = None
@@ -185,7 +186,8 @@ class LXDDriver(driver.ComputeDriver):
 
     def finish_migration(self, context, migration, instance, disk_info,
                          network_info, image_meta, resize_instance,
-                         allocations, block_device_info=None, power_on=True):
+                         allocations, block_device_info=None, power_on=True,
+                         share_info=None):
         self._migration.finish_migration(
             context, migration, instance, disk_info, network_info,
             image_meta, resize_instance, allocations, block_device_info,
@@ -197,10 +199,23 @@ class LXDDriver(driver.ComputeDriver):
 
     def finish_revert_migration(self, context, instance, network_info,
                                 migration, block_device_info=None,
-                                power_on=True):
+                                power_on=True, share_info=None):
         self._migration.finish_revert_migration(
             context, instance, network_info, migration, block_device_info,
             power_on)
+
+    # Live migration is not supported (see nova_lxd_accel.migration):
+    # refuse it in the pre-checks, so nova leaves the server where it is.
+
+    def check_can_live_migrate_destination(self, context, instance,
+                                           src_compute_info, dst_compute_info,
+                                           block_migration=False,
+                                           disk_over_commit=False):
+        raise migration.refuse_live_migration()
+
+    def check_can_live_migrate_source(self, context, instance,
+                                      dest_check_data, block_device_info=None):
+        raise migration.refuse_live_migration()
 
     # -- inventory of instances -------------------------------------------
 

@@ -10,40 +10,502 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Resize and cold migration. Not implemented yet."""
+"""Resize and cold migration of containers, on one host or between two.
+
+One model serves both: until the user confirms or reverts, the source host
+keeps the instance's original container, stopped, under another name
+(:func:`backup_name`, ``nova-resize-<uuid>``), exactly as it was (config,
+devices, root file system); the destination has the working container
+under the usual name.
+
+* ``migrate_disk_and_power_off`` (source): check the new flavor fits,
+  stop the container, then
+
+  - same host: copy it (LXD local copy) to the backup name;
+  - other host: send it to the destination's LXD with LXD's instance
+    migration API (the destination daemon pulls it over HTTPS from this
+    daemon, see :mod:`nova_lxd_accel.conf.migration`), then rename the
+    source container to the backup name.
+
+  The backup carries :data:`KEY_BACKUP_OF` instead of the host key, so
+  the driver does not list it as an instance, while its accelerator
+  devices still count as held (Placement still holds the old flavor's
+  allocation for the migration); then the NICs are unplugged and the
+  volumes disconnected, as the libvirt driver does.
+* ``finish_migration`` (destination): the new flavor's limits, the NICs
+  and volumes of this host, and accelerators bound afresh from the
+  destination's allocation (never the source's devices: the hosts'
+  devices differ), then start.
+* ``confirm_migration`` (source): delete the backup, which releases the
+  devices it held.
+* ``finish_revert_migration`` (source, after nova destroyed the
+  destination's container): rename the backup back, restoring limits and
+  devices exactly, re-plug and start.
+
+Live migration is not supported (:func:`refuse_live_migration`).
+"""
+
+import json
+
+from nova import exception as nova_exception
+from nova import objects
+from oslo_concurrency import lockutils
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+from nova_lxd_accel import lifecycle as lxd_lifecycle
+
+LOG = logging.getLogger(__name__)
 
 #: ComputeDriver capabilities this module provides (merged by the driver).
 CAPABILITIES = {
-    'supports_migrate_to_same_host': False,
+    'supports_migrate_to_same_host': True,
+    # Evacuate rebuilds from the image on the new host (spawn); the old
+    # host deletes the container at its restart (destroy), releasing its
+    # devices. Root file systems are not shared between hosts.
+    'supports_evacuate': True,
 }
+
+#: Config key marking a kept original: the host it belongs to.
+KEY_BACKUP_OF = lxd_config.KEY_PREFIX + 'resize_backup_of'
+
+#: Names the accelerator binding gives its devices.
+ACCEL_DEVICE_PREFIXES = ('nova-gpu', 'nova-mig', 'nova-ib')
+
+LIVE_MIGRATION_REFUSED = (
+    'nova-lxd-accel cannot live-migrate containers: LXD moves a running '
+    'container only with CRIU, which cannot checkpoint GPU, MIG or '
+    'InfiniBand devices. Use cold migration (openstack server migrate) or '
+    'resize instead.')
+
+
+def backup_name(prefix, instance_uuid):
+    return '%sresize-%s' % (prefix, instance_uuid)
+
+
+def refuse_live_migration():
+    """The error for every live-migration pre-check of this driver.
+
+    nova's conductor turns MigrationPreCheckError into a failed migration
+    and leaves the instance ACTIVE where it is.
+    """
+    return nova_exception.MigrationPreCheckError(
+        reason=LIVE_MIGRATION_REFUSED)
+
+
+# -- pure parts ------------------------------------------------------------
+
+def accelerator_device_names(record):
+    """Names of the container's devices that come from a binding."""
+    config = record.get('config') or {}
+    names = {unit.get('name') for unit in binding.recorded_units(config)}
+    names.update(name for name in record.get('devices') or {}
+                 if name.startswith(ACCEL_DEVICE_PREFIXES))
+    names.discard(None)
+    return names
+
+
+def is_host_side_device(name, device):
+    """NICs and volumes: made again from nova's data on each host."""
+    kind = device.get('type')
+    if kind in ('nic', 'unix-block'):
+        return True
+    return (kind == 'disk' and name != 'root' and
+            str(device.get('source', '')).startswith('/dev/'))
+
+
+def without_accelerators(record):
+    """config and devices of ``record`` without any accelerator binding."""
+    names = accelerator_device_names(record)
+    config = dict(record.get('config') or {})
+    config.pop(binding.DEVICES_KEY, None)
+    if names:
+        # the binding adds the NVIDIA runtime for MIG devices; the flavor
+        # may ask for it again (config.gpu_runtime)
+        config.pop('nvidia.runtime', None)
+    devices = {name: dict(device) for name, device in
+               (record.get('devices') or {}).items() if name not in names}
+    return config, devices
+
+
+def backup_config(config, host):
+    """The kept original's config: marked, and not listed as an instance."""
+    config = dict(config)
+    config.pop(lxd_config.KEY_HOST, None)
+    config[KEY_BACKUP_OF] = host
+    return config
+
+
+def with_volatile(config, current):
+    """``config`` with the ``volatile.*`` keys LXD set on ``current``."""
+    out = {k: v for k, v in config.items() if not k.startswith('volatile.')}
+    out.update((k, v) for k, v in current.items()
+               if k.startswith('volatile.'))
+    return out
+
+
+def restored_config(config, host):
+    config = dict(config)
+    config.pop(KEY_BACKUP_OF, None)
+    config[lxd_config.KEY_HOST] = host
+    return config
+
+
+def transfer_record(record, dest_host):
+    """What the destination daemon creates: no host-side or bound devices."""
+    config, devices = without_accelerators(record)
+    config = restored_config(config, dest_host)
+    devices = {name: device for name, device in devices.items()
+               if not is_host_side_device(name, device)}
+    config = {key: value for key, value in config.items()
+              if not key.startswith('volatile.')}
+    return {'architecture': record['architecture'], 'config': config,
+            'devices': devices, 'profiles': record.get('profiles') or []}
+
+
+#: Keys a flavor may set or not; removed before the new flavor's are set.
+_FLAVOR_KEYS = ('limits.cpu', 'limits.memory', 'limits.processes',
+                'security.privileged', 'security.nesting',
+                'security.idmap.isolated', 'nvidia.runtime')
+
+
+def resized(record, fragment, host, host_devices, bound):
+    """The container after a resize or migration, as config and devices.
+
+    :param record: the container as it is (copied or migrated).
+    :param fragment: :func:`nova_lxd_accel.config.resize_fragment` plus
+        :func:`nova_lxd_accel.config.gpu_runtime` of the new flavor.
+    :param host: the host that owns it now.
+    :param host_devices: this host's NIC and volume devices.
+    :param bound: the :class:`binding.Binding` of the new allocation.
+    """
+    config, devices = without_accelerators(record)
+    for key in _FLAVOR_KEYS:
+        config.pop(key, None)
+    config.update(fragment.get('config', {}))
+    config = restored_config(config, host)
+    devices = {name: device for name, device in devices.items()
+               if not is_host_side_device(name, device)}
+    devices.update(fragment.get('devices', {}))
+    devices.update(host_devices)
+    container = lxd_config.with_accelerators(
+        {'config': config, 'devices': devices}, bound)
+    return container['config'], container['devices']
 
 
 class Migration(object):
 
-    def __init__(self, client, conf, lifecycle, accelerators):
+    def __init__(self, client, conf, lifecycle, accelerators,
+                 networking=None, volumes=None):
         self._client = client
         self._conf = conf
         self._lifecycle = lifecycle
         self._accelerators = accelerators
+        # The driver hands them to lifecycle; take them from there unless
+        # given.
+        self._network = networking or getattr(lifecycle, '_network', None)
+        self._volumes = volumes or getattr(lifecycle, '_volumes', None)
+
+    # -- helpers ----------------------------------------------------------
+
+    def _names(self, instance):
+        prefix = self._conf.lxd.container_name_prefix
+        return (lxd_config.container_name(prefix, instance.uuid),
+                backup_name(prefix, instance.uuid))
+
+    @staticmethod
+    def _migration_of(context, instance):
+        return objects.Migration.get_by_id_and_instance(
+            context, instance.migration_context.migration_id, instance.uuid)
+
+    def _policy(self, host):
+        return lxd_config.HostPolicy.from_conf(self._conf, host=host)
+
+    def _fragment(self, instance, flavor, image_meta, host):
+        policy = self._policy(host)
+        fragment = lxd_config.resize_fragment(instance, flavor, image_meta,
+                                              policy)
+        fragment.setdefault('config', {}).update(lxd_config.gpu_runtime(
+            instance, flavor, image_meta, policy).get('config', {}))
+        return fragment
+
+    def _host_devices(self, context, instance, network_info,
+                      block_device_info):
+        devices = {}
+        if self._network is not None:
+            devices.update(self._network.nic_devices(instance, network_info))
+        if self._volumes is not None:
+            devices.update(self._volumes.boot_devices(
+                context, instance, block_device_info))
+        return devices
+
+    def _release_host_side(self, instance, network_info, block_device_info):
+        if self._network is not None:
+            self._network.unplug_vifs(instance, network_info)
+        if self._volumes is not None:
+            self._volumes.disconnect_all(instance, block_device_info)
+
+    def _plug(self, instance, network_info):
+        if self._network is not None:
+            self._network.plug_vifs(instance, network_info)
+
+    def _stop(self, name):
+        record = self._client.get_container(name)
+        if record is None or record['status'] == 'Stopped':
+            return
+        if record['status'] == 'Frozen':
+            self._client.change_state(name, 'unfreeze')
+        self._client.change_state(name, 'stop', force=True)
+
+    def _destination(self, migration, dest_ip):
+        conf = self._conf.lxd_migration
+        host = migration.dest_compute
+        endpoint = conf.endpoints.get(host) or conf.endpoint_template.format(
+            host=host, ip=dest_ip)
+        if not conf.client_cert or not conf.client_key:
+            raise exception.MigrationFailed(
+                instance_id=migration.instance_uuid, dest=host,
+                reason='[lxd_migration] client_cert and client_key are not '
+                       'set: this host has no certificate to present to '
+                       'the LXD of %s (%s); make one and trust it there '
+                       'with `lxc config trust add`' % (host, endpoint))
+        remote = self._client.remote(
+            endpoint, conf.client_cert, conf.client_key,
+            conf.server_certs.get(host) or conf.verify)
+        auth = remote.server_info().get('auth')
+        if auth != 'trusted':
+            raise exception.MigrationFailed(
+                instance_id=migration.instance_uuid, dest=host,
+                reason='the LXD at %s does not trust %s (auth: %s); run '
+                       '`lxc config trust add <that file>` on %s' % (
+                           endpoint, conf.client_cert, auth, host))
+        return remote
+
+    def _source_address(self, migration):
+        address = self._conf.lxd_migration.source_address
+        if address:
+            return address
+        info = self._client.server_info()
+        addresses = (info.get('environment') or {}).get('addresses') or []
+        if not addresses:
+            raise exception.MigrationFailed(
+                instance_id=migration.instance_uuid,
+                dest=migration.dest_compute,
+                reason='the LXD of this host does not listen on HTTPS, so '
+                       'no other daemon can pull from it: set its '
+                       'core.https_address (or [lxd_migration] '
+                       'source_address)')
+        return addresses[0]
+
+    # -- source: migrate_disk_and_power_off -------------------------------
 
     def migrate_disk_and_power_off(self, context, instance, dest, flavor,
                                    network_info, block_device_info=None,
                                    timeout=0, retry_interval=0):
-        raise NotImplementedError(
-            'nova-lxd-accel cannot resize or migrate instances yet')
+        migration = self._migration_of(context, instance)
+        source_host = migration.source_compute
+        same_host = source_host == migration.dest_compute
+        name, backup = self._names(instance)
+        guest = self._lifecycle.guest(instance)
+        record = guest.require_record()
+        try:
+            # Refuse a flavor the container cannot take while it still
+            # runs: nova then leaves the instance as it was.
+            self._fragment(instance, flavor, None, source_host)
+            if flavor.root_gb and flavor.root_gb < instance.flavor.root_gb:
+                raise nova_exception.ResizeError(
+                    reason='the root disk cannot shrink (%d GiB to %d GiB)'
+                           % (instance.flavor.root_gb, flavor.root_gb))
+        except Exception as exc:
+            raise nova_exception.InstanceFaultRollback(inner_exception=exc)
+
+        was_running = record['status'] != 'Stopped'
+        guest.stop(timeout, retry_interval)
+        if self._client.get_container(backup) is not None:
+            # A failed earlier attempt; this container is the original.
+            LOG.warning('Removing container %s left by an earlier resize',
+                        backup, instance=instance)
+            self._stop(backup)
+            self._client.delete_container(backup)
+        record = guest.require_record()
+        try:
+            if same_host:
+                self._client.copy_container(name, backup,
+                                            record.get('profiles') or [])
+            else:
+                self._send(context, instance, migration, dest, record)
+                self._client.rename_container(name, backup)
+            # PUT the whole record: LXD keeps it exactly as it was.
+            current = self._client.get_container(backup)
+            self._client.put_container(backup, dict(
+                record, name=backup, config=with_volatile(
+                    backup_config(record['config'], source_host),
+                    current['config'])))
+        except Exception as exc:
+            LOG.error('Moving the container to %(dest)s failed: %(exc)s; '
+                      'the instance stays here', {
+                          'dest': migration.dest_compute, 'exc': exc},
+                      instance=instance)
+            self._undo_park(instance, name, backup, record, was_running)
+            raise nova_exception.InstanceFaultRollback(inner_exception=exc)
+        self._release_host_side(instance, network_info, block_device_info)
+        LOG.info('Container %(name)s kept as %(backup)s until the %(what)s '
+                 'is confirmed or reverted', {
+                     'name': name, 'backup': backup,
+                     'what': 'resize' if same_host else 'migration'},
+                 instance=instance)
+        return json.dumps({'source_host': source_host, 'backup': backup,
+                           'same_host': same_host,
+                           'was_running': was_running})
+
+    def _undo_park(self, instance, name, backup, record, was_running):
+        try:
+            if self._client.get_container(name) is None and \
+                    self._client.get_container(backup) is not None:
+                self._client.rename_container(backup, name)
+                self._client.put_container(name, record)
+            elif self._client.get_container(backup) is not None:
+                self._client.delete_container(backup)
+            if was_running:
+                self._client.change_state(name, 'start')
+        except Exception:
+            LOG.exception('Could not restore container %s after the '
+                          'failed move', name, instance=instance)
+
+    def _send(self, context, instance, migration, dest_ip, record):
+        """Send the stopped container to the destination's LXD."""
+        name = record['name']
+        remote = self._destination(migration, dest_ip)
+        stale = remote.get_container(name)
+        if stale is not None:
+            uuid = (stale.get('config') or {}).get(
+                lxd_config.KEY_INSTANCE_UUID)
+            if uuid != instance.uuid:
+                raise exception.MigrationFailed(
+                    instance_id=instance.uuid, dest=migration.dest_compute,
+                    reason='the destination has another container named %s'
+                           % name)
+            LOG.warning('Removing a stale copy of %(name)s from %(dest)s',
+                        {'name': name, 'dest': migration.dest_compute},
+                        instance=instance)
+            if stale['status'] != 'Stopped':
+                remote.change_state(name, 'stop', force=True)
+            remote.delete_container(name)
+        address = self._source_address(migration)
+        certificate = self._client.server_info()['environment'][
+            'certificate']
+        operation_id, secrets = self._client.offer_migration(name)
+        url = 'https://%s/1.0/operations/%s' % (address, operation_id)
+        timeout = self._conf.lxd_migration.timeout
+        try:
+            remote.create_from_migration(
+                name, transfer_record(record, migration.dest_compute), url,
+                certificate, secrets, timeout=timeout)
+            self._client.wait_operation(operation_id, 'migrate',
+                                        'instance %s' % name,
+                                        timeout=timeout)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._client.cancel_operation(operation_id)
+                try:
+                    if remote.get_container(name) is not None:
+                        remote.delete_container(name)
+                except Exception:
+                    LOG.exception('Could not remove the partial copy of '
+                                  '%(name)s from %(dest)s', {
+                                      'name': name,
+                                      'dest': migration.dest_compute})
+        LOG.info('Container %(name)s sent to %(dest)s (%(url)s)', {
+            'name': name, 'dest': migration.dest_compute,
+            'url': remote.endpoint}, instance=instance)
+
+    # -- destination: finish_migration ------------------------------------
 
     def finish_migration(self, context, migration, instance, disk_info,
                          network_info, image_meta, resize_instance,
                          allocations, block_device_info=None, power_on=True):
-        raise NotImplementedError(
-            'nova-lxd-accel cannot resize or migrate instances yet')
+        host = migration.dest_compute
+        guest = self._lifecycle.guest(instance)
+        record = guest.require_record()
+        fragment = self._fragment(instance, instance.flavor, image_meta, host)
+        self._plug(instance, network_info)
+        host_devices = self._host_devices(context, instance, network_info,
+                                          block_device_info)
+        with lockutils.lock(lxd_lifecycle.BINDING_LOCK):
+            held = binding.held_units(self._client.list_containers(),
+                                      exclude=guest.name)
+            bound = binding.bind(allocations,
+                                 self._accelerators.device_for_provider,
+                                 held)
+            config, devices = resized(record, fragment, host, host_devices,
+                                      bound)
+            self._client.put_container(guest.name, dict(
+                record, config=config, devices=devices))
+        for unit in bound.units:
+            LOG.info('Bound %(rc)s %(unit)s of provider %(rp)s as LXD '
+                     'device %(name)s', {'rc': unit.resource_class,
+                                         'unit': unit.key,
+                                         'rp': unit.provider,
+                                         'name': unit.name},
+                     instance=instance)
+        if power_on:
+            guest.start()
+        LOG.info('Container %(name)s now has flavor %(flavor)s on %(host)s',
+                 {'name': guest.name, 'flavor': instance.flavor.name,
+                  'host': host}, instance=instance)
+
+    # -- source: confirm / revert -----------------------------------------
 
     def confirm_migration(self, context, migration, instance, network_info):
-        raise NotImplementedError(
-            'nova-lxd-accel cannot resize or migrate instances yet')
+        _name, backup = self._names(instance)
+        if self._client.get_container(backup) is None:
+            LOG.info('Container %s is already gone', backup,
+                     instance=instance)
+            return
+        self._stop(backup)
+        self._client.delete_container(backup)
+        LOG.info('Deleted container %s kept for a revert', backup,
+                 instance=instance)
 
     def finish_revert_migration(self, context, instance, network_info,
                                 migration, block_device_info=None,
                                 power_on=True):
-        raise NotImplementedError(
-            'nova-lxd-accel cannot resize or migrate instances yet')
+        name, backup = self._names(instance)
+        host = migration.source_compute
+        record = self._client.get_container(backup)
+        if record is None:
+            if self._client.get_container(name) is None:
+                raise exception.ResizeBackupMissing(instance_id=instance.uuid,
+                                                    container=backup)
+            # Nothing was moved yet (nova recovering an interrupted
+            # resize): the original is still in place.
+            LOG.info('Container %s was not moved; keeping it', name,
+                     instance=instance)
+        else:
+            current = self._client.get_container(name)
+            if current is not None:
+                # Same host, nova has not destroyed the resized copy (it
+                # does in revert_resize): it is not the instance any more.
+                self._stop(name)
+                self._client.delete_container(name)
+            devices = {k: v for k, v in record['devices'].items()
+                       if not is_host_side_device(k, v)}
+            self._client.rename_container(backup, name)
+            devices.update(self._host_devices(
+                context, instance, network_info, block_device_info))
+            self._client.put_container(name, dict(
+                record, name=name, devices=devices,
+                config=restored_config(record['config'], host)))
+        self._plug(instance, network_info)
+        if power_on:
+            self._lifecycle.guest(instance).ensure_running()
+        LOG.info('Container %s restored as it was before the resize or '
+                 'migration', name, instance=instance)
+
+    # -- live migration ---------------------------------------------------
+
+    def check_can_live_migrate(self, *args, **kwargs):
+        raise refuse_live_migration()

@@ -53,7 +53,20 @@ ovs-vsctl --timeout=5 show >/dev/null 2>&1 || ovs_was_running=0
 # The networking tests fail (not skip) when OVS is missing.
 export NOVA_LXD_ACCEL_REQUIRE_OVS=1
 
+step "Peer LXD daemon (migration tests)"
+# A second daemon (LXD_DIR=/var/lib/lxd-peer, https://127.0.0.1:8444) that
+# trusts the main one, which it makes listen on https://127.0.0.1:8443.
+# The migration tests fail (not skip) without it.
+peer_was_running=1
+LXD_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer} lxc info >/dev/null 2>&1 ||
+    peer_was_running=0
+"$repo/tools/lxd-peer-up.sh"
+
 stop_daemons() {
+    if [ "$peer_was_running" = 0 ]; then
+        step "Stopping the peer LXD daemon this script started"
+        "$repo/tools/lxd-peer-up.sh" --stop || true
+    fi
     if [ "$ovs_was_running" = 0 ]; then
         step "Stopping the Open vSwitch daemons this script started"
         OVS_STOP=1 "$repo/tools/ovs-up.sh" || true

@@ -1,0 +1,320 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Resize and cold migration against real LXD daemons.
+
+Same-host resize runs on the main daemon. Cold migration needs a second
+daemon: tools/lxd-peer-up.sh starts one (LXD_DIR=/var/lib/lxd-peer,
+https://127.0.0.1:8444) that trusts the main one (https://127.0.0.1:8443)
+and the client certificate the driver presents. The tests fail, and say
+so, when it is not running.
+"""
+
+import json
+import os
+import subprocess
+from unittest import mock
+
+import fixtures
+from nova import exception as nova_exception
+from nova import objects
+from nova.virt import driver as virt_driver
+import pylxd
+
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import migration
+from tests.integration import base
+from tests import lxd_fixtures
+
+MAIN_DIR = os.environ.get('LXD_DIR', '/var/lib/lxd')
+PEER_DIR = os.environ.get('LXD_PEER_DIR', '/var/lib/lxd-peer')
+PEER_SOCKET = os.path.join(PEER_DIR, 'unix.socket')
+MAIN_URL = 'https://127.0.0.1:8443'
+PEER_URL = 'https://127.0.0.1:8444'
+CLIENT_CERT = os.path.join(PEER_DIR, 'nova-migration.crt')
+CLIENT_KEY = os.path.join(PEER_DIR, 'nova-migration.key')
+PEER_MISSING = ('The peer LXD daemon for the migration tests is not running '
+                '(no answer on %s): start it with tools/lxd-peer-up.sh '
+                '(tools/run-tests.sh does)' % PEER_SOCKET)
+
+
+def require_peer(test):
+    """Fail (not skip) the test when the peer daemon is not there."""
+    if not os.path.exists(PEER_SOCKET):
+        test.fail(PEER_MISSING)
+    try:
+        pylxd.Client(endpoint=PEER_SOCKET).api.get()
+    except Exception as exc:
+        test.fail('%s: %s' % (PEER_MISSING, exc))
+    for path in (CLIENT_CERT, CLIENT_KEY):
+        if not os.path.exists(path):
+            test.fail('%s is missing: run tools/lxd-peer-up.sh' % path)
+
+
+def migration_flags(test, hosts):
+    """[lxd_migration] for hosts {name: (url, LXD_DIR)} on this machine."""
+    test.flags(endpoints={h: url for h, (url, _d) in hosts.items()},
+               server_certs={h: os.path.join(d, 'server.crt')
+                             for h, (_u, d) in hosts.items()},
+               client_cert=CLIENT_CERT, client_key=CLIENT_KEY,
+               timeout=120, group='lxd_migration')
+
+
+class PeerProject(lxd_fixtures.LXDProject):
+    """The project of the same name on the peer daemon, removed after."""
+
+    def __init__(self, name):
+        super(PeerProject, self).__init__()
+        self.name = name
+
+    def _setUp(self):
+        self.admin = pylxd.Client(endpoint=PEER_SOCKET)
+        self.admin.api.projects.post(json={
+            'name': self.name,
+            'config': {'features.images': 'true',
+                       'features.profiles': 'false'}})
+        self.client = pylxd.Client(endpoint=PEER_SOCKET, project=self.name)
+        self.addCleanup(self._remove)
+
+
+def read_file(client, name, path):
+    return client.instances.get(name).files.get(path)
+
+
+class _MigrationTestBase(base.DriverTestCase):
+
+    def setUp(self):
+        super(_MigrationTestBase, self).setUp()
+        self.image = self.tiny_image()
+
+    def spawn(self, **flavor):
+        instance = self.make_instance(**flavor)
+        self.driver.spawn(self.context, instance, self.image, [], None, {})
+        return instance
+
+    def new_flavor(self, vcpus=2, memory_mb=256, **kw):
+        return objects.Flavor(
+            id=2, name='m1.bigger', flavorid='2', memory_mb=memory_mb,
+            vcpus=vcpus, root_gb=kw.get('root_gb', 0), ephemeral_gb=0,
+            swap=kw.get('swap', 0), rxtx_factor=1.0, vcpu_weight=1,
+            disabled=False, is_public=True,
+            extra_specs=kw.get('extra_specs', {}), projects=[])
+
+    def migration(self, instance, source, dest):
+        mig = objects.Migration(source_compute=source, dest_compute=dest,
+                                source_node=source, dest_node=dest,
+                                instance_uuid=instance.uuid)
+        self.useFixture(fixtures.MockPatchObject(
+            migration.Migration, '_migration_of', return_value=mig))
+        return mig
+
+    def write(self, instance, text):
+        self.driver._client.push_file(self.container_name(instance),
+                                      '/root/hello', text.encode())
+
+
+class SameHostResizeTest(_MigrationTestBase):
+
+    def _resize(self, instance, flavor):
+        mig = self.migration(instance, self.host, self.host)
+        disk_info = self.driver.migrate_disk_and_power_off(
+            self.context, instance, '127.0.0.1', flavor, None, None, 5, 1)
+        self.assertTrue(json.loads(disk_info)['same_host'])
+        # what nova does between the two calls
+        instance.old_flavor = instance.flavor
+        instance.flavor = flavor
+        self.driver.finish_migration(self.context, mig, instance, disk_info,
+                                     None, self.image, True, {}, None, True)
+        return mig
+
+    def test_resize_confirm(self):
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        self.write(instance, 'before resize')
+        name = self.container_name(instance)
+        backup = 'nova-resize-%s' % instance.uuid
+        mig = self._resize(instance, self.new_flavor(
+            extra_specs={'lxd:processes': '300'}))
+
+        record = self.container(instance)
+        self.assertEqual('Running', record['status'])
+        self.assertEqual('2', record['config']['limits.cpu'])
+        self.assertEqual('256MiB', record['config']['limits.memory'])
+        self.assertEqual('300', record['config']['limits.processes'])
+        self.assertEqual(self.host, record['config'][lxd_config.KEY_HOST])
+        self.assertEqual(b'before resize', read_file(
+            self.project.client, name, '/root/hello'))
+        # the original is kept, stopped, as it was, and not an instance
+        kept = self.project.instance(backup)
+        self.assertEqual('Stopped', kept['status'])
+        self.assertEqual('1', kept['config']['limits.cpu'])
+        self.assertEqual('128MiB', kept['config']['limits.memory'])
+        self.assertNotIn(lxd_config.KEY_HOST, kept['config'])
+        self.assertEqual(self.host, kept['config'][migration.KEY_BACKUP_OF])
+        self.assertEqual([name], self.driver.list_instances())
+        self.assertEqual([instance.uuid], self.driver.list_instance_uuids())
+
+        self.driver.confirm_migration(self.context, mig, instance, None)
+        self.assertEqual([name], self.container_names())
+        self.assertEqual('256MiB', self.container(instance)['config'][
+            'limits.memory'])
+        self.driver.destroy(self.context, instance, None)
+        self.assertEqual([], self.container_names())
+
+    def test_resize_revert(self):
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        before = self.container(instance)
+        mig = self._resize(instance, self.new_flavor())
+        self.assertEqual('256MiB', self.container(instance)['config'][
+            'limits.memory'])
+        # nova's revert_resize destroys the instance on the destination
+        # (this host) first, then finish_revert_resize runs on the source.
+        instance.flavor = instance.old_flavor
+        self.driver.destroy(self.context, instance, None)
+        self.driver.finish_revert_migration(self.context, instance, None,
+                                            mig, None, True)
+        after = self.container(instance)
+        self.assertEqual('Running', after['status'])
+        self.assertEqual([self.container_name(instance)],
+                         self.container_names())
+
+        def stable(record):
+            return ({k: v for k, v in record['config'].items()
+                     if not k.startswith('volatile.')}, record['devices'])
+        self.assertEqual(stable(before), stable(after))
+
+    def test_refused_flavor_leaves_instance_running(self):
+        instance = self.spawn()
+        self.migration(instance, self.host, self.host)
+        self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            self.driver.migrate_disk_and_power_off, self.context, instance,
+            '127.0.0.1', self.new_flavor(swap=512), None, None, 5, 1)
+        self.assertEqual('Running', self.container(instance)['status'])
+        self.assertEqual([self.container_name(instance)],
+                         self.container_names())
+
+
+class ColdMigrationTest(_MigrationTestBase):
+    """From the main daemon (host A) to the peer daemon (host B)."""
+
+    def setUp(self):
+        require_peer(self)
+        super(ColdMigrationTest, self).setUp()
+        self.peer = self.useFixture(PeerProject(self.project.name))
+        self.peer_host = self.host + '-b'
+        migration_flags(self, {self.host: (MAIN_URL, MAIN_DIR),
+                               self.peer_host: (PEER_URL, PEER_DIR)})
+        # The client connects at its first call and keeps its connection:
+        # the main driver has connected (init_host), the peer's connects
+        # to the endpoint set now.
+        self.flags(endpoint=PEER_SOCKET, group='lxd')
+        self.peer_driver = virt_driver.load_compute_driver(
+            None, 'lxd_accel.LXDDriver')
+        self.peer_driver.init_host(self.peer_host)
+        self.addCleanup(self.peer_driver.cleanup_host, self.peer_host)
+        self.flags(endpoint=None, group='lxd')
+
+    def peer_names(self):
+        return sorted(r['name'] for r in self.peer.instances())
+
+    def _migrate(self, instance):
+        mig = self.migration(instance, self.host, self.peer_host)
+        disk_info = self.driver.migrate_disk_and_power_off(
+            self.context, instance, '127.0.0.1', instance.flavor, None,
+            None, 5, 1)
+        self.assertFalse(json.loads(disk_info)['same_host'])
+        name = self.container_name(instance)
+        self.assertEqual('Stopped', self.peer.instance(name)['status'])
+        self.assertEqual(['nova-resize-%s' % instance.uuid],
+                         self.container_names())
+        instance.host = self.peer_host
+        self.peer_driver.finish_migration(
+            self.context, mig, instance, disk_info, None, self.image, False,
+            {}, None, True)
+        return mig
+
+    def test_migrate_confirm(self):
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        self.write(instance, 'moved between daemons')
+        name = self.container_name(instance)
+        mig = self._migrate(instance)
+
+        record = self.peer.instance(name)
+        self.assertEqual('Running', record['status'])
+        self.assertEqual(self.peer_host,
+                         record['config'][lxd_config.KEY_HOST])
+        self.assertEqual('128MiB', record['config']['limits.memory'])
+        self.assertEqual(b'moved between daemons', read_file(
+            self.peer.client, name, '/root/hello'))
+        self.assertEqual([instance.uuid],
+                         self.peer_driver.list_instance_uuids())
+        self.assertEqual([], self.driver.list_instance_uuids())
+
+        self.driver.confirm_migration(self.context, mig, instance, None)
+        self.assertEqual([], self.container_names())
+        self.peer_driver.destroy(self.context, instance, None)
+        self.assertEqual([], self.peer_names())
+
+    def test_migrate_revert(self):
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        self.write(instance, 'still here')
+        mig = self._migrate(instance)
+        # nova: revert_resize on the destination, then finish on source
+        self.peer_driver.destroy(self.context, instance, None)
+        instance.host = self.host
+        self.driver.finish_revert_migration(self.context, instance, None,
+                                            mig, None, True)
+        self.assertEqual([], self.peer_names())
+        name = self.container_name(instance)
+        self.assertEqual([name], self.container_names())
+        record = self.container(instance)
+        self.assertEqual('Running', record['status'])
+        self.assertEqual(self.host, record['config'][lxd_config.KEY_HOST])
+        self.assertNotIn(migration.KEY_BACKUP_OF, record['config'])
+        self.assertEqual(b'still here', read_file(
+            self.project.client, name, '/root/hello'))
+        self.driver.destroy(self.context, instance, None)
+
+    def test_unreachable_destination_rolls_back(self):
+        instance = self.spawn()
+        self.flags(endpoints={self.peer_host: 'https://127.0.0.1:9'},
+                   group='lxd_migration')
+        self.migration(instance, self.host, self.peer_host)
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            self.driver.migrate_disk_and_power_off, self.context, instance,
+            '127.0.0.1', instance.flavor, None, None, 5, 1)
+        self.assertIn('127.0.0.1:9', str(exc.inner_exception))
+        self.assertEqual([self.container_name(instance)],
+                         self.container_names())
+        self.assertEqual('Running', self.container(instance)['status'])
+        self.assertEqual([], self.peer_names())
+
+    def test_untrusted_client_rolls_back(self):
+        instance = self.spawn()
+        # a certificate no daemon trusts
+        tmp = self.useFixture(fixtures.TempDir()).path
+        cert, key = os.path.join(tmp, 'c.crt'), os.path.join(tmp, 'c.key')
+        subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec',
+                        '-pkeyopt', 'ec_paramgen_curve:prime256v1',
+                        '-nodes', '-days', '1', '-subj', '/CN=untrusted',
+                        '-keyout', key, '-out', cert], check=True,
+                       capture_output=True)
+        self.flags(client_cert=cert, client_key=key, group='lxd_migration')
+        self.migration(instance, self.host, self.peer_host)
+        with mock.patch.object(migration.LOG, 'error'):
+            exc = self.assertRaises(
+                nova_exception.InstanceFaultRollback,
+                self.driver.migrate_disk_and_power_off, self.context,
+                instance, '127.0.0.1', instance.flavor, None, None, 5, 1)
+        self.assertIn('lxc config trust add', str(exc.inner_exception))
+        self.assertEqual('Running', self.container(instance)['status'])

@@ -1,0 +1,512 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Resize and migration: the pure parts, and the steps against a fake LXD.
+
+The fake client keeps container records in memory; the real daemons are
+exercised by tests/integration/test_migration.py and
+tests/functional/test_resize_migrate.py.
+"""
+
+import copy
+import json
+from unittest import mock
+
+from nova import exception as nova_exception
+from nova import objects
+from oslo_config import cfg
+from oslo_config import fixture as config_fixture
+import testtools
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+from nova_lxd_accel import guest as lxd_guest
+from nova_lxd_accel import migration
+
+UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
+NAME = 'nova-' + UUID
+BACKUP = 'nova-resize-' + UUID
+GPU_RP = '11111111-1111-1111-1111-111111111111'
+GPU = devices.Gpu(pci_address='0000:07:00.0', vendor_id='10de')
+OLD_GPU_RECORD = [{'name': 'nova-gpu0', 'kind': 'pgpu',
+                   'resource_class': 'PGPU', 'provider': 'old-rp',
+                   'pci': '0000:85:00.0', 'unit': 'pci:0000:85:00.0'}]
+
+
+def _flavor(vcpus=1, memory_mb=128, name='small', **extra_specs):
+    return objects.Flavor(name=name, vcpus=vcpus, memory_mb=memory_mb,
+                          root_gb=0, ephemeral_gb=0, swap=0,
+                          extra_specs=extra_specs)
+
+
+def _record(name=NAME, host='src', status='Running', gpu=True):
+    config = {lxd_config.KEY_INSTANCE_UUID: UUID,
+              lxd_config.KEY_HOST: host,
+              'limits.cpu': '1', 'limits.memory': '128MiB',
+              'limits.processes': '100',
+              'security.privileged': 'false', 'security.nesting': 'false',
+              'volatile.uuid': 'v-1', 'user.meta-data': '{}'}
+    devices = {'root': {'type': 'disk', 'path': '/', 'pool': 'default'},
+               'eth0': {'type': 'nic', 'nictype': 'bridged',
+                        'parent': 'br-old', 'hwaddr': 'fa:16:3e:00:00:01'},
+               'vol1': {'type': 'unix-block', 'source': '/dev/sdb',
+                        'path': '/dev/vdb'},
+               'data': {'type': 'disk', 'source': '/srv/shared',
+                        'path': '/mnt/shared'}}
+    if gpu:
+        config[binding.DEVICES_KEY] = json.dumps(OLD_GPU_RECORD)
+        devices['nova-gpu0'] = {'type': 'gpu', 'gputype': 'physical',
+                                'pci': '0000:85:00.0'}
+    return {'name': name, 'status': status, 'architecture': 'x86_64',
+            'config': config, 'devices': devices, 'profiles': ['default']}
+
+
+class PureTest(testtools.TestCase):
+
+    def test_accelerator_device_names(self):
+        record = _record()
+        record['devices']['nova-mig3'] = {'type': 'gpu', 'gputype': 'mig'}
+        self.assertEqual({'nova-gpu0', 'nova-mig3'},
+                         migration.accelerator_device_names(record))
+        self.assertEqual(set(), migration.accelerator_device_names(
+            _record(gpu=False)))
+
+    def test_host_side_devices(self):
+        record = _record()
+        self.assertEqual(
+            ['eth0', 'vol1'],
+            sorted(n for n, d in record['devices'].items()
+                   if migration.is_host_side_device(n, d)))
+        # the root disk never is, nor a disk of a host path
+        self.assertFalse(migration.is_host_side_device(
+            'root', {'type': 'disk', 'path': '/', 'source': '/dev/sda'}))
+        self.assertTrue(migration.is_host_side_device(
+            'vol2', {'type': 'disk', 'source': '/dev/sdc', 'path': '/mnt'}))
+
+    def test_without_accelerators(self):
+        record = _record()
+        record['config']['nvidia.runtime'] = 'true'
+        config, devices = migration.without_accelerators(record)
+        self.assertNotIn(binding.DEVICES_KEY, config)
+        self.assertNotIn('nvidia.runtime', config)
+        self.assertNotIn('nova-gpu0', devices)
+        self.assertIn('root', devices)
+        # the input is not changed
+        self.assertIn('nova-gpu0', record['devices'])
+
+    def test_backup_and_restored_config(self):
+        config = _record()['config']
+        kept = migration.backup_config(config, 'src')
+        self.assertNotIn(lxd_config.KEY_HOST, kept)
+        self.assertEqual('src', kept[migration.KEY_BACKUP_OF])
+        back = migration.restored_config(kept, 'src')
+        self.assertEqual(config, back)
+
+    def test_with_volatile(self):
+        out = migration.with_volatile(
+            {'a': '1', 'volatile.uuid': 'old'},
+            {'volatile.uuid': 'new', 'volatile.idmap.base': '0', 'b': '2'})
+        self.assertEqual({'a': '1', 'volatile.uuid': 'new',
+                          'volatile.idmap.base': '0'}, out)
+
+    def test_transfer_record(self):
+        record = _record()
+        record['config'][migration.KEY_BACKUP_OF] = 'src'
+        sent = migration.transfer_record(record, 'dst')
+        self.assertEqual('dst', sent['config'][lxd_config.KEY_HOST])
+        self.assertEqual('x86_64', sent['architecture'])
+        self.assertEqual(['data', 'root'], sorted(sent['devices']))
+        self.assertNotIn('volatile.uuid', sent['config'])
+        self.assertNotIn(binding.DEVICES_KEY, sent['config'])
+        self.assertNotIn(migration.KEY_BACKUP_OF, sent['config'])
+        self.assertEqual(['default'], sent['profiles'])
+
+    def test_resized(self):
+        record = _record()
+        fragment = {'config': {'limits.cpu': '4', 'limits.memory': '1GiB',
+                               'security.privileged': 'false',
+                               'security.nesting': 'false'},
+                    'devices': {'root': {'type': 'disk', 'path': '/',
+                                         'pool': 'default', 'size': '5GiB'}}}
+        bound = binding.bind({GPU_RP: {'resources': {'PGPU': 1}}},
+                             lambda rp: GPU, {})
+        nic = {'eth0': {'type': 'nic', 'nictype': 'bridged',
+                        'parent': 'br-new', 'hwaddr': 'fa:16:3e:00:00:01'}}
+        config, devices = migration.resized(record, fragment, 'dst', nic,
+                                            bound)
+        self.assertEqual('4', config['limits.cpu'])
+        self.assertEqual('1GiB', config['limits.memory'])
+        # a key the new flavor does not set goes away
+        self.assertNotIn('limits.processes', config)
+        self.assertEqual('dst', config[lxd_config.KEY_HOST])
+        self.assertEqual('v-1', config['volatile.uuid'])
+        self.assertEqual([GPU_RP], [u['provider'] for u in json.loads(
+            config[binding.DEVICES_KEY])])
+        self.assertEqual({'type': 'gpu', 'gputype': 'physical',
+                          'pci': '0000:07:00.0'}, devices['nova-gpu0'])
+        self.assertEqual('5GiB', devices['root']['size'])
+        self.assertEqual('br-new', devices['eth0']['parent'])
+        # the old volume device is gone (made again from this host's BDMs)
+        self.assertNotIn('vol1', devices)
+        self.assertIn('data', devices)
+
+    def test_resized_without_accelerators_drops_old_ones(self):
+        config, devices = migration.resized(
+            _record(), {'config': {}, 'devices': {}}, 'dst', {},
+            binding.Binding())
+        self.assertNotIn('nova-gpu0', devices)
+        self.assertNotIn(binding.DEVICES_KEY, config)
+
+    def test_capabilities_and_live_migration(self):
+        self.assertTrue(
+            migration.CAPABILITIES['supports_migrate_to_same_host'])
+        self.assertTrue(migration.CAPABILITIES['supports_evacuate'])
+        exc = migration.refuse_live_migration()
+        self.assertIsInstance(exc, nova_exception.MigrationPreCheckError)
+        self.assertIn('cold migration', str(exc))
+
+
+class FakeClient(object):
+    """Container records in memory, with the calls migration makes."""
+
+    def __init__(self, records=(), address='127.0.0.1:8443'):
+        self.records = {r['name']: copy.deepcopy(r) for r in records}
+        self.calls = []
+        self.address = address
+        self.remotes = {}
+        self.fail_create = None
+
+    def get_container(self, name):
+        record = self.records.get(name)
+        return copy.deepcopy(record) if record else None
+
+    def list_containers(self):
+        return [copy.deepcopy(r) for r in self.records.values()]
+
+    def change_state(self, name, action, force=False, timeout=None):
+        self.calls.append(('state', name, action))
+        self.records[name]['status'] = {'start': 'Running',
+                                        'stop': 'Stopped'}.get(action)
+
+    def put_container(self, name, record):
+        self.calls.append(('put', name))
+        stored = self.records[name]
+        stored['config'] = dict(record['config'])
+        stored['devices'] = copy.deepcopy(record['devices'])
+
+    def delete_container(self, name):
+        self.calls.append(('delete', name))
+        del self.records[name]
+
+    def rename_container(self, name, new_name):
+        self.calls.append(('rename', name, new_name))
+        record = self.records.pop(name)
+        record['name'] = new_name
+        self.records[new_name] = record
+
+    def copy_container(self, name, new_name, profiles):
+        self.calls.append(('copy', name, new_name))
+        record = copy.deepcopy(self.records[name])
+        record['name'] = new_name
+        record['config']['volatile.uuid'] = 'v-copy'
+        self.records[new_name] = record
+
+    def server_info(self):
+        return {'auth': 'trusted',
+                'environment': {'addresses': [self.address] if self.address
+                                else [],
+                                'certificate': 'SOURCE-CERT'}}
+
+    def offer_migration(self, name):
+        self.calls.append(('offer', name))
+        return 'op-1', {'control': 'c', 'fs': 'f'}
+
+    def wait_operation(self, *args, **kwargs):
+        self.calls.append(('wait', args[0]))
+
+    def cancel_operation(self, operation_id):
+        self.calls.append(('cancel', operation_id))
+
+    def remote(self, endpoint, cert=None, key=None, verify='true'):
+        self.calls.append(('remote', endpoint, cert, key, verify))
+        return self.remotes[endpoint]
+
+    def create_from_migration(self, name, record, url, certificate,
+                              secrets, timeout=None):
+        self.calls.append(('pull', name, url, certificate))
+        if self.fail_create:
+            raise self.fail_create
+        self.records[name] = dict(copy.deepcopy(record), name=name,
+                                  status='Stopped')
+
+    endpoint = 'https://dest:8443'
+
+
+class FakeLifecycle(object):
+
+    def __init__(self, client, conf):
+        self._client = client
+        self._conf = conf
+        self._network = mock.Mock()
+        self._network.nic_devices.return_value = {}
+        self._volumes = mock.Mock()
+        self._volumes.boot_devices.return_value = {}
+
+    def guest(self, instance):
+        return lxd_guest.Guest(self._client, self._conf, instance)
+
+
+class _Base(testtools.TestCase):
+
+    def setUp(self):
+        super(_Base, self).setUp()
+        self.conf = cfg.ConfigOpts()
+        lxd_conf.register_opts(self.conf)
+        self.conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
+        self.conf([])
+        # overrides live in the (shared) option groups: undo them after
+        self.useFixture(config_fixture.Config(self.conf))
+        self.instance = mock.Mock(uuid=UUID, flavor=_flavor())
+        self.instance.name = 'inst'
+
+    def make(self, client):
+        self.lifecycle = FakeLifecycle(client, self.conf)
+        accelerators = mock.Mock()
+        accelerators.device_for_provider.side_effect = \
+            lambda rp: GPU if rp == GPU_RP else None
+        return migration.Migration(client, self.conf, self.lifecycle,
+                                   accelerators)
+
+    def mig(self, source, dest):
+        mig = mock.Mock(source_compute=source, dest_compute=dest,
+                        instance_uuid=UUID)
+        self.useFixture_patch(mig)
+        return mig
+
+    def useFixture_patch(self, mig):
+        patcher = mock.patch.object(migration.Migration, '_migration_of',
+                                    return_value=mig)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+
+class SameHostTest(_Base):
+
+    def test_resize_then_revert_restores_exactly(self):
+        client = FakeClient([_record(host='h')])
+        original = client.get_container(NAME)
+        mig = self.mig('h', 'h')
+        m = self.make(client)
+        info = json.loads(m.migrate_disk_and_power_off(
+            None, self.instance, '10.0.0.1', _flavor(2, 256), [], {}, 0, 0))
+        self.assertTrue(info['same_host'])
+        self.assertEqual(('copy', NAME, BACKUP), client.calls[1])
+        kept = client.records[BACKUP]
+        self.assertEqual('Stopped', kept['status'])
+        self.assertEqual('h', kept['config'][migration.KEY_BACKUP_OF])
+        self.assertNotIn(lxd_config.KEY_HOST, kept['config'])
+        # LXD's own volatile keys of the copy stay
+        self.assertEqual('v-copy', kept['config']['volatile.uuid'])
+        self.lifecycle._network.unplug_vifs.assert_called_once_with(
+            self.instance, [])
+        self.lifecycle._volumes.disconnect_all.assert_called_once_with(
+            self.instance, {})
+
+        self.instance.flavor = _flavor(2, 256)
+        m.finish_migration(None, mig, self.instance, json.dumps(info), [],
+                           None, True,
+                           {GPU_RP: {'resources': {'PGPU': 1}}}, {}, True)
+        now = client.records[NAME]
+        self.assertEqual('Running', now['status'])
+        self.assertEqual('256MiB', now['config']['limits.memory'])
+        self.assertEqual('0000:07:00.0', now['devices']['nova-gpu0']['pci'])
+
+        # nova destroys the resized container, then reverts on the source;
+        # this host's NICs and volumes are made again from nova's data
+        del client.records[NAME]
+        self.lifecycle._network.nic_devices.return_value = {
+            'eth0': original['devices']['eth0']}
+        self.lifecycle._volumes.boot_devices.return_value = {
+            'vol1': original['devices']['vol1']}
+        m.finish_revert_migration(None, self.instance, [], mig, {}, True)
+        back = client.records[NAME]
+        self.assertEqual('Running', back['status'])
+        self.assertEqual(original['devices'], back['devices'])
+        original['config']['volatile.uuid'] = 'v-copy'
+        self.assertEqual(original['config'], back['config'])
+        self.assertNotIn(BACKUP, client.records)
+
+    def test_new_binding_skips_units_the_backup_holds(self):
+        held = _record(name=BACKUP, status='Stopped')
+        held['config'][binding.DEVICES_KEY] = json.dumps(
+            [dict(OLD_GPU_RECORD[0], pci='0000:07:00.0',
+                  unit='pci:0000:07:00.0')])
+        client = FakeClient([_record(host='h', status='Stopped'), held])
+        mig = self.mig('h', 'h')
+        m = self.make(client)
+        self.assertRaises(
+            exception.AcceleratorUnavailable, m.finish_migration, None, mig,
+            self.instance, '{}', [], None, True,
+            {GPU_RP: {'resources': {'PGPU': 1}}}, {}, True)
+
+    def test_confirm_deletes_backup(self):
+        client = FakeClient([_record(host='h'),
+                             _record(name=BACKUP, status='Stopped')])
+        m = self.make(client)
+        m.confirm_migration(None, self.mig('h', 'h'), self.instance, [])
+        self.assertEqual([NAME], list(client.records))
+        # twice is fine
+        m.confirm_migration(None, self.mig('h', 'h'), self.instance, [])
+
+    def test_refused_flavor_rolls_back_before_stopping(self):
+        client = FakeClient([_record(host='h')])
+        self.mig('h', 'h')
+        m = self.make(client)
+        flavor = _flavor(2, 256)
+        flavor.swap = 512
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            m.migrate_disk_and_power_off, None, self.instance, 'x', flavor,
+            [], {}, 0, 0)
+        self.assertIsInstance(exc.inner_exception, exception.FlavorNotAllowed)
+        self.assertEqual([], client.calls)
+
+    def test_root_disk_cannot_shrink(self):
+        client = FakeClient([_record(host='h')])
+        self.mig('h', 'h')
+        m = self.make(client)
+        self.instance.flavor.root_gb = 10
+        flavor = _flavor()
+        flavor.root_gb = 5
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            m.migrate_disk_and_power_off, None, self.instance, 'x', flavor,
+            [], {}, 0, 0)
+        self.assertIn('cannot shrink', str(exc.inner_exception))
+
+    def test_revert_without_backup(self):
+        client = FakeClient()
+        m = self.make(client)
+        self.assertRaises(exception.ResizeBackupMissing,
+                          m.finish_revert_migration, None, self.instance,
+                          [], self.mig('h', 'h'), {}, True)
+
+
+class OtherHostTest(_Base):
+
+    def setUp(self):
+        super(OtherHostTest, self).setUp()
+        self.conf.set_override('client_cert', '/etc/c.crt',
+                               group='lxd_migration')
+        self.conf.set_override('client_key', '/etc/c.key',
+                               group='lxd_migration')
+        self.conf.set_override('server_certs', {'dst': '/etc/dst.crt'},
+                               group='lxd_migration')
+        self.client = FakeClient([_record(host='src')])
+        self.dest = FakeClient()
+        self.client.remotes['https://10.0.0.2:8443'] = self.dest
+
+    def test_sends_then_keeps_original(self):
+        self.mig('src', 'dst')
+        m = self.make(self.client)
+        info = json.loads(m.migrate_disk_and_power_off(
+            None, self.instance, '10.0.0.2', _flavor(), [], {}, 0, 0))
+        self.assertFalse(info['same_host'])
+        self.assertIn(('remote', 'https://10.0.0.2:8443', '/etc/c.crt',
+                       '/etc/c.key', '/etc/dst.crt'), self.client.calls)
+        self.assertIn(('pull', NAME,
+                       'https://127.0.0.1:8443/1.0/operations/op-1',
+                       'SOURCE-CERT'), self.dest.calls)
+        sent = self.dest.records[NAME]
+        self.assertEqual(['data', 'root'], sorted(sent['devices']))
+        self.assertEqual([BACKUP], list(self.client.records))
+        self.assertIn(('wait', 'op-1'), self.client.calls)
+
+    def test_endpoint_mapping_wins(self):
+        self.conf.set_override('endpoints', {'dst': 'https://lxd-b:9443'},
+                               group='lxd_migration')
+        self.client.remotes['https://lxd-b:9443'] = self.dest
+        self.mig('src', 'dst')
+        self.make(self.client).migrate_disk_and_power_off(
+            None, self.instance, '10.0.0.2', _flavor(), [], {}, 0, 0)
+        self.assertIn(NAME, self.dest.records)
+
+    def test_failed_transfer_restarts_the_original(self):
+        self.dest.fail_create = exception.LXDOperationFailed(
+            action='migrate', target=NAME, reason='boom')
+        self.mig('src', 'dst')
+        m = self.make(self.client)
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            m.migrate_disk_and_power_off, None, self.instance, '10.0.0.2',
+            _flavor(), [], {}, 0, 0)
+        self.assertIn('boom', str(exc.inner_exception))
+        self.assertEqual([NAME], list(self.client.records))
+        self.assertEqual('Running', self.client.records[NAME]['status'])
+        self.assertIn(('cancel', 'op-1'), self.client.calls)
+        # nothing host-side was released
+        self.lifecycle._network.unplug_vifs.assert_not_called()
+
+    def test_no_client_certificate(self):
+        self.conf.clear_override('client_cert', group='lxd_migration')
+        self.mig('src', 'dst')
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            self.make(self.client).migrate_disk_and_power_off, None,
+            self.instance, '10.0.0.2', _flavor(), [], {}, 0, 0)
+        self.assertIn('client_cert', str(exc.inner_exception))
+        self.assertEqual('Running', self.client.records[NAME]['status'])
+
+    def test_source_without_https_listener(self):
+        self.client.address = None
+        self.mig('src', 'dst')
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            self.make(self.client).migrate_disk_and_power_off, None,
+            self.instance, '10.0.0.2', _flavor(), [], {}, 0, 0)
+        self.assertIn('core.https_address', str(exc.inner_exception))
+        self.assertEqual([NAME], list(self.client.records))
+
+    def test_untrusted_by_destination(self):
+        self.dest.server_info = lambda: {'auth': 'untrusted'}
+        self.mig('src', 'dst')
+        exc = self.assertRaises(
+            nova_exception.InstanceFaultRollback,
+            self.make(self.client).migrate_disk_and_power_off, None,
+            self.instance, '10.0.0.2', _flavor(), [], {}, 0, 0)
+        self.assertIn('lxc config trust add', str(exc.inner_exception))
+
+    def test_destination_rebinds_from_its_allocation(self):
+        self.mig('src', 'dst')
+        m = self.make(self.client)
+        m.migrate_disk_and_power_off(None, self.instance, '10.0.0.2',
+                                     _flavor(), [], {}, 0, 0)
+        dest_m = self.make(self.dest)
+        nic = {'eth0': {'type': 'nic', 'nictype': 'bridged',
+                        'parent': 'br-dst'}}
+        self.lifecycle._network.nic_devices.return_value = nic
+        dest_m.finish_migration(None, self.mig('src', 'dst'), self.instance,
+                                '{}', [], None, False,
+                                {GPU_RP: {'resources': {'PGPU': 1}}}, {},
+                                True)
+        record = self.dest.records[NAME]
+        self.assertEqual('dst', record['config'][lxd_config.KEY_HOST])
+        self.assertEqual({'type': 'gpu', 'gputype': 'physical',
+                          'pci': '0000:07:00.0'},
+                         record['devices']['nova-gpu0'])
+        self.assertEqual('br-dst', record['devices']['eth0']['parent'])
+        self.lifecycle._network.plug_vifs.assert_called_once_with(
+            self.instance, [])
+        self.assertEqual('Running', record['status'])

@@ -296,6 +296,17 @@ class LXDClient(object):
         except exception.LXDObjectNotFound:
             return None
 
+    def list_aliases(self):
+        """Every image alias of the project: name, target, description."""
+        return self._call('list', 'image aliases',
+                          self.api.images.aliases.get,
+                          params={'recursion': 1}).json()['metadata']
+
+    def image_info(self, fingerprint):
+        """An image's record (``uploaded_at``, ``last_used_at``, ...)."""
+        return self._call('read', 'image %s' % fingerprint,
+                          self.api.images[fingerprint].get).json()['metadata']
+
     def image_exists(self, fingerprint):
         try:
             self._call('read', 'image %s' % fingerprint,
@@ -325,10 +336,13 @@ class LXDClient(object):
             return self.import_image(
                 target, body, {'Content-Type': body.content_type})
 
+    def delete_alias(self, alias):
+        self._call('delete', 'image alias %s' % alias,
+                   self.api.images.aliases[alias].delete)
+
     def set_alias(self, alias, fingerprint, description=''):
         if self.get_alias(alias) is not None:
-            self._call('delete', 'image alias %s' % alias,
-                       self.api.images.aliases[alias].delete)
+            self.delete_alias(alias)
         self._call('create', 'image alias %s' % alias,
                    self.api.images.aliases.post,
                    json={'name': alias, 'target': fingerprint,

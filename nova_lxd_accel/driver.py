@@ -20,6 +20,7 @@ to LXD.
 """
 
 import nova.conf
+from nova import objects
 from nova.virt import driver
 from nova.virt import hardware
 from oslo_log import log as logging
@@ -50,6 +51,8 @@ class LXDDriver(driver.ComputeDriver):
         driver.ComputeDriver.capabilities,
         # Glance images for this driver are LXD tarballs stored as raw.
         supports_image_type_raw=True,
+        # Imported images are kept in LXD and pruned by manage_image_cache.
+        has_imagecache=True,
         **network.CAPABILITIES, **volumes.CAPABILITIES,
         **migration.CAPABILITIES)
 
@@ -328,6 +331,18 @@ class LXDDriver(driver.ComputeDriver):
     def get_console_output(self, context, instance):
         return self._lifecycle.guest(instance).console_tail(
             CONF.lxd.console_log_max_bytes)
+
+    def manage_image_cache(self, context, all_instances):
+        if not CONF.image_cache.remove_unused_base_images:
+            return
+        self._images.prune(
+            {instance.image_ref for instance in all_instances},
+            CONF.image_cache.remove_unused_original_minimum_age_seconds)
+
+    def cache_image(self, context, image_id):
+        image_meta = objects.ImageMeta.from_image_ref(
+            context, self._images.image_api, image_id)
+        return self._images.cache(context, image_meta)
 
     def snapshot(self, context, instance, image_id, update_task_state):
         self._lifecycle.snapshot(context, instance, image_id,

@@ -36,6 +36,7 @@ from nova import exception as nova_exception
 from nova.image import glance
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
+from oslo_utils import timeutils
 
 from nova_lxd_accel import exception
 
@@ -151,6 +152,62 @@ class ImageCache(object):
                      {'image': image_id, 'fp': fingerprint})
             return alias
 
+    @property
+    def image_api(self):
+        return self._image_api
+
+    def cache(self, context, image_meta):
+        """Pre-cache an image; True if it was fetched, False if cached."""
+        alias = image_alias(image_meta.id)
+        existing = self._client.get_alias(alias)
+        fresh = (existing is not None and
+                 existing.get('description') == image_checksum(image_meta))
+        self.ensure(context, image_meta)
+        return not fresh
+
+    def prune(self, image_ids_in_use, min_age_seconds, now=None):
+        """Remove cached images no instance of this host boots from.
+
+        An image is kept while it is younger than ``min_age_seconds``
+        (counted from its last use, else its import), so an image about to
+        be used again is not fetched twice. Containers do not depend on
+        their image once created: removing it never harms an instance.
+
+        :returns: the ids of the Glance images removed from the cache.
+        """
+        now = now or timeutils.utcnow()
+        removed = []
+        aliases = self._client.list_aliases()
+        for alias in aliases:
+            name = alias.get('name', '')
+            if not name.startswith(ALIAS_PREFIX):
+                continue
+            image_id = name[len(ALIAS_PREFIX):]
+            if image_id in image_ids_in_use:
+                continue
+            fingerprint = alias['target']
+            try:
+                info = self._client.image_info(fingerprint)
+            except exception.LXDObjectNotFound:
+                continue
+            if _age_seconds(info, now) < min_age_seconds:
+                continue
+            with lockutils.lock('lxd-image-%s' % image_id):
+                self._client.delete_alias(name)
+                # Glance images with the same bytes share one LXD image:
+                # keep it while another alias still names it.
+                shared = [other for other in aliases
+                          if other.get('target') == fingerprint and
+                          other.get('name') != name and
+                          other.get('name', '').startswith(ALIAS_PREFIX) and
+                          other['name'][len(ALIAS_PREFIX):] not in removed]
+                if not shared:
+                    self._client.delete_image(fingerprint)
+            LOG.info('Removed unused Glance image %s from the LXD image '
+                     'cache', image_id)
+            removed.append(image_id)
+        return removed
+
     def _import_unified(self, target, payload):
         # LXD names a unified image by the SHA-256 of its tarball: when
         # that image is already there (another Glance image with the same
@@ -186,6 +243,19 @@ class ImageCache(object):
                                    'Glance image %s' % image_id)
             return self._client.import_split_image(
                 target, metadata, payload, kind == KIND_SQUASHFS)
+
+
+def _age_seconds(info, now):
+    """Seconds since an LXD image was last used (or imported)."""
+    stamps = []
+    for field in ('last_used_at', 'uploaded_at', 'created_at'):
+        value = info.get(field)
+        if value and not value.startswith('0001-01-01'):
+            stamps.append(timeutils.normalize_time(
+                timeutils.parse_isotime(value)))
+    if not stamps:
+        return 0
+    return (timeutils.normalize_time(now) - max(stamps)).total_seconds()
 
 
 def _sha256(path):

@@ -857,7 +857,15 @@ cmd_status() {
 
 cmd_clean() {
     cmd_down
-    local item
+    local item alias
+    # The driver's cache of the sandbox's Glance images (nova-image-<id>
+    # aliases in LXD): their Glance images go away with the state below.
+    if command -v lxc >/dev/null 2>&1; then
+        for alias in $(lxc image alias list --format csv 2>/dev/null |
+                cut -d, -f1 | grep '^nova-image-' || true); do
+            lxc image delete "$alias" >/dev/null 2>&1 || true
+        done
+    fi
     for item in "$ETC" "$DATA" "$LOGS" "$RUN" "$SANDBOX_DIR/secrets.env" \
         "$SANDBOX_DIR/openrc" "$SANDBOX_DIR/clouds.yaml"; do
         rm -rf "$item"

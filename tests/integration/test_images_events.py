@@ -79,6 +79,69 @@ class ImageCacheTest(base.DriverTestCase):
         self.assertIsNotNone(self._images_with_alias(image))
 
 
+class ImageCachePruneTest(base.DriverTestCase):
+
+    def _aliases(self):
+        return sorted(alias['name'] for alias in
+                      self.project.client.api.images.aliases.get(
+                          params={'recursion': 1}).json()['metadata'])
+
+    def _images(self):
+        return len(self.project.client.api.images.get().json()['metadata'])
+
+    def test_unused_images_pruned_after_min_age(self):
+        image = self.tiny_image()
+        instance = self.make_instance(image_ref=image.id)
+        self.driver.spawn(self.context, instance, image, [], None, {},
+                          power_on=False)
+        alias = 'nova-image-%s' % image.id
+        self.flags(remove_unused_original_minimum_age_seconds=3600,
+                   group='image_cache')
+        # In use: kept, whatever its age.
+        self.driver.manage_image_cache(self.context, [instance])
+        self.assertEqual([alias], self._aliases())
+        # Unused but younger than the minimum age: kept.
+        self.driver.manage_image_cache(self.context, [])
+        self.assertEqual([alias], self._aliases())
+        # Unused and old enough: gone, and the container still starts.
+        self.flags(remove_unused_original_minimum_age_seconds=0,
+                   group='image_cache')
+        self.driver.manage_image_cache(self.context, [])
+        self.assertEqual([], self._aliases())
+        self.assertEqual(0, self._images())
+        self.driver.power_on(self.context, instance, [])
+        self.assertEqual('Running', self.container(instance)['status'])
+
+    def test_pruning_is_off_when_nova_says_so(self):
+        image = self.tiny_image()
+        self.driver.spawn(self.context, self.make_instance(), image, [], None,
+                          {}, power_on=False)
+        self.flags(remove_unused_base_images=False,
+                   remove_unused_original_minimum_age_seconds=0,
+                   group='image_cache')
+        self.driver.manage_image_cache(self.context, [])
+        self.assertEqual(['nova-image-%s' % image.id], self._aliases())
+
+    def test_shared_bytes_keep_the_image(self):
+        first, second = self.tiny_image(), self.tiny_image()
+        for image in (first, second):
+            self.driver.spawn(self.context, self.make_instance(), image, [],
+                              None, {}, power_on=False)
+        self.assertEqual(1, self._images())
+        self.flags(remove_unused_original_minimum_age_seconds=0,
+                   group='image_cache')
+        keep = self.make_instance(image_ref=second.id)
+        self.driver.manage_image_cache(self.context, [keep])
+        self.assertEqual(['nova-image-%s' % second.id], self._aliases())
+        self.assertEqual(1, self._images())
+
+    def test_cache_image(self):
+        image = self.tiny_image()
+        self.assertTrue(self.driver.cache_image(self.context, image.id))
+        self.assertFalse(self.driver.cache_image(self.context, image.id))
+        self.assertEqual(['nova-image-%s' % image.id], self._aliases())
+
+
 class LifecycleEventsTest(base.DriverTestCase):
 
     def test_change_made_outside_nova_emits_event(self):

@@ -40,8 +40,9 @@ class DriverLoadingTest(testtools.TestCase):
         capabilities = lxd_driver.LXDDriver.capabilities
         self.assertTrue(capabilities['supports_image_type_raw'])
         self.assertTrue(capabilities['supports_attach_interface'])
+        self.assertTrue(capabilities['has_imagecache'])
         for name in ('supports_image_type_qcow2', 'supports_multiattach',
-                     'supports_device_tagging', 'has_imagecache'):
+                     'supports_device_tagging'):
             self.assertFalse(capabilities[name], name)
 
 

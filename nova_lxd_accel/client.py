@@ -22,6 +22,7 @@ exceptions, which name the action, the object and what LXD said.
 import hashlib
 import os
 import ssl
+import time
 
 from oslo_log import log as logging
 import pylxd
@@ -165,10 +166,25 @@ class LXDClient(object):
         return self._call('read', 'server information',
                           self.api.get).json()['metadata']
 
-    def resources(self):
-        """A fresh copy of ``/1.0/resources`` (never cached)."""
-        return self._call('read', 'host resources',
-                          self.api.resources.get).json()['metadata']
+    def resources(self, attempts=3):
+        """A fresh copy of ``/1.0/resources`` (never cached).
+
+        LXD reads sysfs afresh for each request and now and then fails one
+        read ("bad file descriptor" on a PCI device's numa_node); a second
+        request succeeds, so a failure is retried before it is reported.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._call('read', 'host resources',
+                                  self.api.resources.get).json()['metadata']
+            except exception.LXDObjectNotFound:
+                raise
+            except exception.LXDOperationFailed as exc:
+                if attempt == attempts:
+                    raise
+                LOG.debug('Reading host resources failed (%s); retrying',
+                          exc)
+                time.sleep(0.2 * attempt)
 
     def storage_pool(self, name):
         return self._call('read', 'storage pool %s' % name,

@@ -15,7 +15,8 @@
 One model serves both: until the user confirms or reverts, the source host
 keeps the instance's original container, stopped, under another name
 (:func:`backup_name`, ``nova-resize-<uuid>``), exactly as it was (config,
-devices, root file system); the destination has the working container
+devices, root file system; on the same host without its NICs, whose MACs
+the working container uses); the destination has the working container
 under the usual name.
 
 * ``migrate_disk_and_power_off`` (source): check the new flavor fits,
@@ -338,10 +339,18 @@ class Migration(object):
             else:
                 self._send(context, instance, migration, dest, record)
                 self._client.rename_container(name, backup)
-            # PUT the whole record: LXD keeps it exactly as it was.
+            # PUT the whole record: LXD keeps it exactly as it was, but on
+            # the same host without its NICs: LXD refuses to start a
+            # bridged NIC whose MAC another instance of the project has on
+            # the same parent, even a stopped one. finish_revert_migration
+            # adds them again from network_info.
+            devices = dict(record.get('devices') or {})
+            if same_host:
+                devices = {key: device for key, device in devices.items()
+                           if device.get('type') != 'nic'}
             current = self._client.get_container(backup)
             self._client.put_container(backup, dict(
-                record, name=backup, config=with_volatile(
+                record, name=backup, devices=devices, config=with_volatile(
                     backup_config(record['config'], source_host),
                     current['config'])))
         except Exception as exc:

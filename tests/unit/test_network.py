@@ -17,9 +17,11 @@ tests/integration/test_network.py and tests/functional/test_network.py.
 """
 
 import contextlib
+import logging
 import types
 from unittest import mock
 
+import fixtures
 from nova.compute import task_states
 from nova import exception as nova_exception
 from nova.network import model as network_model
@@ -195,6 +197,7 @@ class PlugTest(testtools.TestCase):
         self.assertIn(PORT1, str(exc))
 
     def test_unplug_tries_every_port_then_raises(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
         self.unplug.side_effect = [
             osv_exception.UnplugException(vif='v', err='x'), None]
         net = network.Networking(None, _conf(), FakeVirtAPI())
@@ -205,6 +208,8 @@ class PlugTest(testtools.TestCase):
             osv_exception.UnplugException(vif='v', err='x'), None]
         net.unplug_vifs(_instance(), [_vif(PORT1), _vif(PORT2)],
                         ignore_errors=True)
+        self.assertEqual(4, self.unplug.call_count)
+        self.assertIn('Could not unplug port %s' % PORT1, log.output)
 
 
 @mock.patch.object(network, '_initialize_os_vif', mock.Mock())

@@ -204,6 +204,7 @@ scenario_debian_host_without_accelerators() {
 
     assert_ini "$NOVA_CONF" DEFAULT debug True
     assert_ini "$NOVA_CONF" DEFAULT compute_driver lxd_accel.LXDDriver
+    assert_ini "$NOVA_CONF" DEFAULT allow_resize_to_same_host True
     assert_ini "$NOVA_CONF" lxd storage_pool default
     assert_ini "$NOVA_CONF" lxd project default
     assert_ini "$NOVA_CONF" lxd_accelerators gpu_vendor_ids ""
@@ -229,8 +230,12 @@ scenario_debian_host_without_accelerators() {
 
     assert_ini "$TEMPEST_CONFIG" compute image_ref id-tiny-lxd
     assert_ini "$TEMPEST_CONFIG" compute flavor_ref id-lxd.small
-    assert_ini "$TEMPEST_CONFIG" compute-feature-enabled resize False
+    assert_ini "$TEMPEST_CONFIG" compute-feature-enabled resize True
+    assert_ini "$TEMPEST_CONFIG" compute-feature-enabled interface_attach True
+    assert_ini "$TEMPEST_CONFIG" compute-feature-enabled cold_migration False
     assert_ini "$TEMPEST_CONFIG" compute-feature-enabled live_migration False
+    assert_ini "$TEMPEST_CONFIG" compute-feature-enabled \
+        attach_encrypted_volume False
     assert_ini "$TEMPEST_CONFIG" compute-feature-enabled snapshot True
     assert_ini "$TEMPEST_CONFIG" validation run_validation False
 
@@ -361,6 +366,7 @@ scenario_api_only_node_leaves_nova_conf_alone() {
     stack
 
     assert_ini "$NOVA_CONF" DEFAULT compute_driver "<unset>"
+    assert_ini "$NOVA_CONF" DEFAULT allow_resize_to_same_host "<unset>"
     assert_not_ran "nova-lxd-accel inventory"
     assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 lxd.small"
 }

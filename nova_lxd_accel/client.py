@@ -93,6 +93,9 @@ class LXDClient(object):
         if lxd_conf.client_cert or lxd_conf.client_key:
             cert = (lxd_conf.client_cert, lxd_conf.client_key)
         endpoint = self.endpoint
+        if endpoint.startswith('https://'):
+            return _https_client(endpoint, self._verify(), cert,
+                                 lxd_conf.timeout, lxd_conf.project)
         if endpoint.startswith('/') and not os.path.exists(endpoint):
             raise exception.LXDUnreachable(
                 endpoint=endpoint, reason='the socket does not exist')
@@ -478,22 +481,30 @@ class RemoteLXDClient(LXDClient):
         return verify
 
     def _connect(self):
-        session = requests.Session()
-        # Otherwise requests replaces the verification asked for with
-        # $REQUESTS_CA_BUNDLE and sends loopback traffic to $https_proxy.
-        session.trust_env = False
-        verify = self._verify()
-        session.verify = verify if isinstance(verify, bool) else False
-        session.cert = self._cert
-        session.mount('https://', _TLSAdapter(
-            pinned=verify if isinstance(verify, str) else None))
-        try:
-            return pylxd.Client(endpoint=self.endpoint, session=session,
-                                timeout=self._conf.lxd.timeout,
-                                project=self._conf.lxd.project)
-        except lxd_exceptions.ClientConnectionFailed as exc:
-            raise exception.LXDUnreachable(endpoint=self.endpoint,
-                                           reason=str(exc) or 'refused')
+        return _https_client(self.endpoint, self._verify(), self._cert,
+                             self._conf.lxd.timeout, self._conf.lxd.project)
+
+
+def _https_client(endpoint, verify, cert, timeout, project):
+    """A pylxd client for an HTTPS endpoint, immune to the environment.
+
+    :param verify: True (system CAs), False, or the path of the server's
+        own certificate (pinned by fingerprint: LXD's are self-signed).
+    """
+    session = requests.Session()
+    # Otherwise requests replaces the verification asked for with
+    # $REQUESTS_CA_BUNDLE and sends loopback traffic to $https_proxy.
+    session.trust_env = False
+    session.verify = verify if isinstance(verify, bool) else False
+    session.cert = cert
+    session.mount('https://', _TLSAdapter(
+        pinned=verify if isinstance(verify, str) else None))
+    try:
+        return pylxd.Client(endpoint=endpoint, session=session,
+                            timeout=timeout, project=project)
+    except lxd_exceptions.ClientConnectionFailed as exc:
+        raise exception.LXDUnreachable(endpoint=endpoint,
+                                       reason=str(exc) or 'refused')
 
 
 class _HTTPSPool(urllib3.HTTPSConnectionPool):

@@ -70,7 +70,9 @@ Possible values:
 
 * ``true``: verify against the system CA bundle
 * ``false``: do not verify (only for tests on loopback)
-* a path to a CA bundle or to the server's own certificate
+* the path of the LXD server's own certificate (a copy of its
+  ``server.crt``), pinned by its fingerprint: LXD's certificates are
+  self-signed. ``$REQUESTS_CA_BUNDLE`` and proxy variables are ignored.
 """),
     cfg.StrOpt('project',
                default='default',

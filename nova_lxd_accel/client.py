@@ -54,6 +54,16 @@ def _default_socket():
     return '/var/lib/lxd/unix.socket'
 
 
+def verify_setting(value):
+    """A ``verify`` option's value: True, False or a certificate path."""
+    text = str(value)
+    if text.lower() in ('true', 'yes', '1'):
+        return True
+    if text.lower() in ('false', 'no', '0'):
+        return False
+    return text
+
+
 def _lxd_error(exc):
     """The message LXD put in an error response, else the exception text."""
     response = getattr(exc, 'response', None)
@@ -80,12 +90,7 @@ class LXDClient(object):
         return self._conf.lxd.endpoint or _default_socket()
 
     def _verify(self):
-        verify = self._conf.lxd.verify
-        if verify.lower() in ('true', 'yes', '1'):
-            return True
-        if verify.lower() in ('false', 'no', '0'):
-            return False
-        return verify
+        return verify_setting(self._conf.lxd.verify)
 
     def _connect(self):
         lxd_conf = self._conf.lxd
@@ -473,12 +478,7 @@ class RemoteLXDClient(LXDClient):
         return self._remote_endpoint
 
     def _verify(self):
-        verify = str(self._remote_verify)
-        if verify.lower() in ('true', 'yes', '1'):
-            return True
-        if verify.lower() in ('false', 'no', '0'):
-            return False
-        return verify
+        return verify_setting(self._remote_verify)
 
     def _connect(self):
         return _https_client(self.endpoint, self._verify(), self._cert,

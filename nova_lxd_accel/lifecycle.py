@@ -148,13 +148,7 @@ class Lifecycle(object):
                                      (lambda rp_uuid: None), held)
                 container = lxd_config.with_accelerators(container, bound)
                 guest.create(container, alias, profiles)
-            for unit in bound.units:
-                LOG.info('Bound %(rc)s %(unit)s of provider %(rp)s as LXD '
-                         'device %(name)s', {'rc': unit.resource_class,
-                                             'unit': unit.key,
-                                             'rp': unit.provider,
-                                             'name': unit.name},
-                         instance=instance)
+            binding.log_bound(LOG, bound, instance)
 
     def _delete_quietly(self, guest):
         try:

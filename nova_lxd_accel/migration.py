@@ -453,13 +453,7 @@ class Migration(object):
                                       bound)
             self._client.put_container(guest.name, dict(
                 record, config=config, devices=devices))
-        for unit in bound.units:
-            LOG.info('Bound %(rc)s %(unit)s of provider %(rp)s as LXD '
-                     'device %(name)s', {'rc': unit.resource_class,
-                                         'unit': unit.key,
-                                         'rp': unit.provider,
-                                         'name': unit.name},
-                     instance=instance)
+        binding.log_bound(LOG, bound, instance)
         if power_on:
             guest.start()
         LOG.info('Container %(name)s now has flavor %(flavor)s on %(host)s',

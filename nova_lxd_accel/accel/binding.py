@@ -343,3 +343,12 @@ def expected_usage(records):
         rc = record.get('resource_class')
         per_rp[rc] = per_rp.get(rc, 0) + 1
     return usage
+
+
+def log_bound(log, bound, instance):
+    """Log, per unit, which host device an instance was given."""
+    for unit in bound.units:
+        log.info('Bound %(rc)s %(unit)s of provider %(rp)s as LXD device '
+                 '%(name)s', {'rc': unit.resource_class, 'unit': unit.key,
+                              'rp': unit.provider, 'name': unit.name},
+                 instance=instance)

@@ -73,6 +73,16 @@ def _gpu_vf(vf):
                          product_id=_hex_id(vf.get('product_id')))
 
 
+def _card_identity(card):
+    """The PCI identity fields GPU and network cards share in LXD."""
+    return {'vendor_id': _hex_id(card.get('vendor_id')),
+            'product_id': _hex_id(card.get('product_id')),
+            'numa_node': _int(card.get('numa_node')),
+            'driver': _str(card.get('driver')),
+            'vendor': _str(card.get('vendor')),
+            'product': _str(card.get('product'))}
+
+
 def _gpu(card):
     address = devices.normalise_pci_address(card.get('pci_address'))
     if address is None:
@@ -81,12 +91,7 @@ def _gpu(card):
     vfs = [vf for vf in map(_gpu_vf, _sriov_vfs(card)) if vf is not None]
     return devices.Gpu(
         pci_address=address,
-        vendor_id=_hex_id(card.get('vendor_id')),
-        product_id=_hex_id(card.get('product_id')),
-        numa_node=_int(card.get('numa_node')),
-        driver=_str(card.get('driver')),
-        vendor=_str(card.get('vendor')),
-        product=_str(card.get('product')),
+        **_card_identity(card),
         model=_str(nvidia.get('model')),
         nvidia_uuid=_str(nvidia.get('uuid')),
         architecture=_str(nvidia.get('architecture')),
@@ -167,12 +172,7 @@ def _ib_card(card):
            if vf is not None]
     return devices.IbCard(
         pci_address=address,
-        vendor_id=_hex_id(card.get('vendor_id')),
-        product_id=_hex_id(card.get('product_id')),
-        numa_node=_int(card.get('numa_node')),
-        driver=_str(card.get('driver')),
-        vendor=_str(card.get('vendor')),
-        product=_str(card.get('product')),
+        **_card_identity(card),
         ports=tuple(_ib_port(p) for p in ib_ports),
         vfs=tuple(sorted(vfs, key=lambda v: v.pci_address)))
 

@@ -64,34 +64,10 @@ for addr in "$MAIN_ADDRESS" "$PEER_ADDRESS"; do
     esac
 done
 
-mkdir -p "$PEER_DIR"
-# uid 100000 (the container root) must be able to traverse every parent.
-chmod 711 "$PEER_DIR"
-
-if ! peer lxc info >/dev/null 2>&1; then
-    # As in tools/lxd-up.sh: a closed proxy keeps LXD off outside hosts.
-    http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
-        LXD_DIR=$PEER_DIR setsid /usr/bin/lxd --group lxd \
-        --logfile="$PEER_DIR/lxd.log" \
-        </dev/null >>"$PEER_DIR/lxd.stdout" 2>&1 &
-    peer lxd waitready --timeout=60
-fi
-
-peer lxd init --preseed <<PRESEED
-config:
-  core.https_address: "$PEER_ADDRESS"
-networks: []
-storage_pools:
-- name: default
-  driver: dir
-profiles:
-- name: default
-  devices:
-    root:
-      path: /
-      pool: default
-      type: disk
-PRESEED
+# Started and initialised exactly like the main daemon, then listening on
+# its loopback HTTPS address.
+LXD_DIR=$PEER_DIR "$(dirname "$0")/lxd-up.sh"
+peer lxc config set core.https_address "$PEER_ADDRESS"
 
 current=$(main lxc config get core.https_address)
 if [ "$current" != "$MAIN_ADDRESS" ]; then

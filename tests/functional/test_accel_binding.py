@@ -21,7 +21,6 @@ path runs with the proxy forwarding devices unchanged, so the real LXD
 refuses to start the container.
 """
 
-import copy
 import json
 import os
 import stat
@@ -67,14 +66,7 @@ def mixed_host():
 
 def eight_gpu_host():
     """8 whole GPUs shaped like the recorded H100 card."""
-    card = utils.load_json('handmade-lxd-h100-mig-host.json')['gpu'][
-        'cards'][1]
-    cards = []
-    for i in range(8):
-        c = copy.deepcopy(card)
-        c['pci_address'] = '0000:1%d:00.0' % i
-        c['nvidia']['uuid'] = 'GPU-%08d-0000-0000-0000-000000000000' % i
-        cards.append(c)
+    cards = utils.eight_gpu_cards()
     return {'gpu': {'cards': cards, 'total': 8},
             'network': {'cards': [], 'total': 0}}
 

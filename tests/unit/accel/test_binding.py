@@ -18,7 +18,6 @@ gave them, as nova's spawn() does. Expected device dicts are written by
 hand from LXD's device documentation.
 """
 
-import copy
 import json
 
 from oslotest import base
@@ -35,16 +34,7 @@ IB_PORT = 'cmp1_ib_0000_0c_00_0'
 
 
 def _eight_gpus():
-    """8 whole GPUs shaped like the H100 sample card, at 0000:1N:00.0."""
-    card = utils.load_json('handmade-lxd-h100-mig-host.json')['gpu'][
-        'cards'][1]
-    cards = []
-    for i in range(8):
-        c = copy.deepcopy(card)
-        c['pci_address'] = '0000:1%d:00.0' % i
-        c['nvidia']['uuid'] = 'GPU-%08d-0000-0000-0000-000000000000' % i
-        cards.append(c)
-    return {'gpu': {'cards': cards}}
+    return {'gpu': {'cards': utils.eight_gpu_cards()}}
 
 
 def _host():

@@ -12,6 +12,7 @@
 
 """Helpers shared by the accelerator unit tests."""
 
+import copy
 import json
 import os
 
@@ -54,6 +55,18 @@ def make_conf(**overrides):
     for key, value in overrides.items():
         conf.set_override(key, value, group='lxd_accelerators')
     return conf
+
+
+def eight_gpu_cards():
+    """8 whole GPUs shaped like the H100 sample card, at 0000:1N:00.0."""
+    card = load_json('handmade-lxd-h100-mig-host.json')['gpu']['cards'][1]
+    cards = []
+    for i in range(8):
+        c = copy.deepcopy(card)
+        c['pci_address'] = '0000:1%d:00.0' % i
+        c['nvidia']['uuid'] = 'GPU-%08d-0000-0000-0000-000000000000' % i
+        cards.append(c)
+    return cards
 
 
 def new_tree(nodename=NODE):

@@ -127,12 +127,18 @@ class LXDDriver(driver.ComputeDriver):
         return nodename == self._nodename
 
     def get_available_resource(self, nodename):
+        return self._available_resource(nodename, self._client.resources())
+
+    def _available_resource(self, nodename, resources):
         return lxd_host.available_resource(
             self._client, CONF, nodename, self._server_info or
-            self._client.server_info(), self._client.resources())
+            self._client.server_info(), resources)
 
     def update_provider_tree(self, provider_tree, nodename, allocations=None):
-        resource = self.get_available_resource(nodename)
+        # One read of /1.0/resources (a full sysfs scan in LXD) serves both
+        # the root provider and the accelerator children.
+        resources = self._client.resources()
+        resource = self._available_resource(nodename, resources)
         inventory = lxd_host.root_inventory(
             resource, self._get_reserved_host_disk_gb_from_config(),
             self._get_allocation_ratios(provider_tree.data(
@@ -140,8 +146,8 @@ class LXDDriver(driver.ComputeDriver):
         merged = dict(provider_tree.data(nodename).inventory)
         merged.update(inventory)
         provider_tree.update_inventory(nodename, merged)
-        self._accelerators.update_provider_tree(provider_tree, nodename,
-                                                allocations)
+        self._accelerators.update_provider_tree(
+            provider_tree, nodename, allocations, resources=resources)
 
     def get_host_ip_addr(self):
         return CONF.my_ip

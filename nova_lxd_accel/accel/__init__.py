@@ -91,13 +91,17 @@ class AcceleratorInventory(object):
         self._last_mig_text = text
         return text
 
-    def desired_providers(self, nodename):
+    def desired_providers(self, nodename, resources=None):
         """Read the host and return the child providers it should have.
 
+        :param resources: a ``/1.0/resources`` answer the caller has just
+            read; None reads a fresh one.
         :returns: dict provider name -> DesiredProvider.
         """
         options = discovery.Options.from_conf(self._conf)
-        resources = self._read_resources() or {}
+        if resources is None:
+            resources = self._read_resources()
+        resources = resources or {}
         mig_text = self._mig_text(options)
         inputs = (nodename, options, resources.get('gpu'),
                   resources.get('network'), mig_text)
@@ -109,7 +113,7 @@ class AcceleratorInventory(object):
         return desired
 
     def update_provider_tree(self, provider_tree, nodename,
-                             allocations=None):
+                             allocations=None, resources=None):
         """Add, update or remove the accelerator children of ``nodename``.
 
         Only children named ``<nodename>_gpu_*`` / ``<nodename>_ib_*`` are
@@ -121,8 +125,10 @@ class AcceleratorInventory(object):
             Placement is asked, only about providers that would lose
             inventory, and a provider is never deleted while that answer is
             missing).
+        :param resources: a fresh ``/1.0/resources`` answer the caller has
+            already read (the driver reads it once per period), else None.
         """
-        desired = self.desired_providers(nodename)
+        desired = self.desired_providers(nodename, resources)
         state = self._states.setdefault(nodename, accel_tree.TreeState())
         state.apply(provider_tree, nodename, desired,
                     self._usage_lookup(allocations))

@@ -92,17 +92,24 @@ class Guest(object):
             self._client.make_directory(self.name, current)
 
     def delete(self):
-        """Stop (forcefully) and delete; absent containers are fine."""
+        """Stop (forcefully) and delete; absent containers are fine.
+
+        :returns: whether there was anything (container or rescue
+            container) to delete.
+        """
+        deleted = False
         for name in (self.rescue_name, self.name):
             record = self._client.get_container(name)
             if record is None:
                 continue
+            deleted = True
             if record['status'] == 'Frozen':
                 self._client.change_state(name, 'unfreeze')
             if record['status'] != 'Stopped':
                 self._client.change_state(name, 'stop', force=True)
             self._client.delete_container(name)
             LOG.info('Deleted LXD container %s', name, instance=self.instance)
+        return deleted
 
     # -- power ------------------------------------------------------------
 

@@ -161,12 +161,9 @@ class Lifecycle(object):
 
     def destroy(self, instance):
         guest = self.guest(instance)
-        if guest.record() is None and \
-                self._client.get_container(guest.rescue_name) is None:
+        if not guest.delete():
             LOG.warning('Container %s is already gone', guest.name,
                         instance=instance)
-            return
-        guest.delete()
 
     # -- rescue -----------------------------------------------------------
 

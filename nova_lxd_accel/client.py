@@ -271,6 +271,29 @@ class LXDClient(object):
         self._request('put', self.api.instances[name].state, action,
                       'instance %s' % name, timeout=lxd_timeout, json=body)
 
+    def stop_now(self, name, record=None):
+        """Stop a container at once, thawing it first if it is frozen.
+
+        :param record: its record when the caller has just read it.
+        :returns: the record as it was, or None when there is no such
+            container (a stopped or absent container is left alone).
+        """
+        if record is None:
+            record = self.get_container(name)
+        if record is None or record['status'] == 'Stopped':
+            return record
+        if record['status'] == 'Frozen':
+            self.change_state(name, 'unfreeze')
+        self.change_state(name, 'stop', force=True)
+        return record
+
+    def remove_container(self, name):
+        """Stop at once and delete; returns whether the container existed."""
+        if self.stop_now(name) is None:
+            return False
+        self.delete_container(name)
+        return True
+
     def delete_container(self, name):
         self._request('delete', self.api.instances[name], 'delete',
                       'instance %s' % name)

@@ -99,16 +99,10 @@ class Guest(object):
         """
         deleted = False
         for name in (self.rescue_name, self.name):
-            record = self._client.get_container(name)
-            if record is None:
-                continue
-            deleted = True
-            if record['status'] == 'Frozen':
-                self._client.change_state(name, 'unfreeze')
-            if record['status'] != 'Stopped':
-                self._client.change_state(name, 'stop', force=True)
-            self._client.delete_container(name)
-            LOG.info('Deleted LXD container %s', name, instance=self.instance)
+            if self._client.remove_container(name):
+                deleted = True
+                LOG.info('Deleted LXD container %s', name,
+                         instance=self.instance)
         return deleted
 
     # -- power ------------------------------------------------------------

@@ -211,12 +211,7 @@ class Lifecycle(object):
 
     def unrescue(self, instance):
         guest = self.guest(instance)
-        record = self._client.get_container(guest.rescue_name)
-        if record is not None:
-            if record['status'] != 'Stopped':
-                self._client.change_state(guest.rescue_name, 'stop',
-                                          force=True)
-            self._client.delete_container(guest.rescue_name)
+        self._client.remove_container(guest.rescue_name)
         guest.ensure_running()
 
     def rescue_record(self, instance):

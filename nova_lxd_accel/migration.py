@@ -253,14 +253,6 @@ class Migration(object):
         if self._network is not None:
             self._network.plug_vifs(instance, network_info)
 
-    def _stop(self, name):
-        record = self._client.get_container(name)
-        if record is None or record['status'] == 'Stopped':
-            return
-        if record['status'] == 'Frozen':
-            self._client.change_state(name, 'unfreeze')
-        self._client.change_state(name, 'stop', force=True)
-
     def _destination(self, migration, dest_ip):
         conf = self._conf.lxd_migration
         host = migration.dest_compute
@@ -329,8 +321,7 @@ class Migration(object):
             # A failed earlier attempt; this container is the original.
             LOG.warning('Removing container %s left by an earlier resize',
                         backup, instance=instance)
-            self._stop(backup)
-            self._client.delete_container(backup)
+            self._client.remove_container(backup)
         record = guest.require_record()
         try:
             if same_host:
@@ -400,8 +391,7 @@ class Migration(object):
             LOG.warning('Removing a stale copy of %(name)s from %(dest)s',
                         {'name': name, 'dest': migration.dest_compute},
                         instance=instance)
-            if stale['status'] != 'Stopped':
-                remote.change_state(name, 'stop', force=True)
+            remote.stop_now(name, stale)
             remote.delete_container(name)
         address = self._source_address(migration)
         certificate = self._client.server_info()['environment'][
@@ -464,12 +454,10 @@ class Migration(object):
 
     def confirm_migration(self, context, migration, instance, network_info):
         _name, backup = self._names(instance)
-        if self._client.get_container(backup) is None:
+        if not self._client.remove_container(backup):
             LOG.info('Container %s is already gone', backup,
                      instance=instance)
             return
-        self._stop(backup)
-        self._client.delete_container(backup)
         LOG.info('Deleted container %s kept for a revert', backup,
                  instance=instance)
 
@@ -488,12 +476,9 @@ class Migration(object):
             LOG.info('Container %s was not moved; keeping it', name,
                      instance=instance)
         else:
-            current = self._client.get_container(name)
-            if current is not None:
-                # Same host, nova has not destroyed the resized copy (it
-                # does in revert_resize): it is not the instance any more.
-                self._stop(name)
-                self._client.delete_container(name)
+            # Same host, nova has not destroyed the resized copy (it does
+            # in revert_resize): it is not the instance any more.
+            self._client.remove_container(name)
             devices = {k: v for k, v in record['devices'].items()
                        if not is_host_side_device(k, v)}
             self._client.rename_container(backup, name)

@@ -25,6 +25,7 @@ import testtools
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
@@ -73,6 +74,10 @@ class FakeClient(object):
 
     def delete_container(self, name):
         del self.containers[name]
+
+    # The seam's compound operations, run on this fake's primitives.
+    stop_now = lxd_client.LXDClient.stop_now
+    remove_container = lxd_client.LXDClient.remove_container
 
 
 class FakeImages(object):

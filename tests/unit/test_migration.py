@@ -29,6 +29,7 @@ import testtools
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
@@ -209,6 +210,10 @@ class FakeClient(object):
     def delete_container(self, name):
         self.calls.append(('delete', name))
         del self.records[name]
+
+    # The seam's compound operations, run on this fake's primitives.
+    stop_now = lxd_client.LXDClient.stop_now
+    remove_container = lxd_client.LXDClient.remove_container
 
     def rename_container(self, name, new_name):
         self.calls.append(('rename', name, new_name))

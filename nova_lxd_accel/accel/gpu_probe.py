@@ -1,0 +1,463 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host probe: health and usage facts of the GPUs, from ``nvidia-smi``.
+
+This is the one module that asks the GPUs about their state (MIG devices
+are listed by :mod:`.nvidia_smi`). It runs
+
+* ``nvidia-smi --query-gpu=<FIELDS> --format=csv`` (health, memory,
+  utilisation) and
+* ``nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv`` (the
+  compute processes on each GPU),
+
+and turns their output into :class:`GpuFacts` and :class:`ComputeApp`.
+The CSV parser is driven by the header line, so the output of any field
+list (recorded captures with two hundred columns, or ours) parses the same
+way; units (``81559 MiB``, ``100 %``) and ``[N/A]`` are understood.
+:func:`parse_query` reads the same signals from ``nvidia-smi -q``.
+
+Unhealthy (:meth:`GpuFacts.problems`): uncorrectable volatile ECC errors,
+retired pages pending, row remapping pending or failed, or a GPU that has
+fallen off the bus (nvidia-smi says "GPU is lost", "Unknown Error", or
+"requires reset", or no longer lists a GPU that LXD lists).
+
+Nothing here holds nova's resource tracker lock: the driver runs
+:meth:`HostProbe.snapshot` from its own thread (see
+:mod:`nova_lxd_accel.accel.gpu_gate`).
+"""
+
+import csv
+import dataclasses
+import io
+import re
+import subprocess
+import time
+import typing
+
+from oslo_log import log as logging
+
+from nova_lxd_accel.accel import devices
+
+LOG = logging.getLogger(__name__)
+
+#: ``--query-gpu`` fields the probe asks for. The last three are missing
+#: on drivers before R450 (no row remapper): see :data:`OPTIONAL_FIELDS`.
+FIELDS = ('index', 'pci.bus_id', 'uuid', 'name', 'memory.total',
+          'memory.used', 'utilization.gpu',
+          'ecc.errors.uncorrected.volatile.total', 'retired_pages.pending',
+          'mig.mode.current', 'remapped_rows.pending',
+          'remapped_rows.failure')
+OPTIONAL_FIELDS = ('remapped_rows.pending', 'remapped_rows.failure')
+APP_FIELDS = ('gpu_bus_id', 'gpu_uuid', 'pid', 'process_name',
+              'used_gpu_memory')
+
+_LOST_TEXT = ('gpu is lost', 'unknown error', 'requires reset',
+              'fallen off the bus')
+_HANDLE_ERROR = re.compile(
+    r'(?:device handle for GPU|^GPU)\s*'
+    r'(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])'
+    r'\s*:\s*(?P<error>.+)$')
+_NUMBER = re.compile(r'^\s*(-?\d+(?:\.\d+)?)')
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuFacts:
+    """What nvidia-smi says about one GPU.
+
+    Numbers are None when nvidia-smi has no value (``[N/A]``, ``N/A``).
+    """
+
+    pci_address: str
+    index: typing.Optional[int] = None
+    uuid: typing.Optional[str] = None
+    name: typing.Optional[str] = None
+    memory_total_mib: typing.Optional[int] = None
+    memory_used_mib: typing.Optional[int] = None
+    utilization_pct: typing.Optional[int] = None
+    ecc_uncorrected: typing.Optional[int] = None
+    retired_pages_pending: bool = False
+    remap_pending: bool = False
+    remap_failure: bool = False
+    mig_mode: typing.Optional[str] = None
+    #: why the GPU is lost (fallen off the bus), or None
+    lost: typing.Optional[str] = None
+
+    def problems(self):
+        """Why this GPU must not be used (empty: healthy)."""
+        out = []
+        if self.lost:
+            out.append('fallen off the bus (%s)' % self.lost)
+        if self.ecc_uncorrected:
+            out.append('%d uncorrectable ECC error%s' % (
+                self.ecc_uncorrected,
+                '' if self.ecc_uncorrected == 1 else 's'))
+        if self.retired_pages_pending:
+            out.append('retired pages pending')
+        if self.remap_pending:
+            out.append('row remapping pending')
+        if self.remap_failure:
+            out.append('row remapping failed')
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeApp:
+    """One compute process on a GPU."""
+
+    pci_address: str
+    pid: int
+    name: str
+    used_memory_mib: typing.Optional[int]
+    gpu_uuid: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """One probe of the host.
+
+    :ivar available: False when nvidia-smi is absent or failed (then
+        ``gpus`` and ``apps`` say nothing).
+    """
+
+    taken_at: float
+    available: bool
+    gpus: typing.Dict[str, GpuFacts]
+    apps: typing.Dict[str, typing.Tuple[ComputeApp, ...]]
+    error: typing.Optional[str] = None
+
+    def apps_on(self, pci_address):
+        return self.apps.get(pci_address, ())
+
+    def problems(self, pci_address, expected_nvidia=True):
+        """Health problems of one GPU.
+
+        A GPU LXD lists but nvidia-smi does not is lost when
+        ``expected_nvidia``.
+        """
+        if not self.available:
+            return []
+        facts = self.gpus.get(pci_address)
+        if facts is None:
+            return (['fallen off the bus (nvidia-smi no longer lists it)']
+                    if expected_nvidia else [])
+        return facts.problems()
+
+
+def pci_address(bus_id):
+    """nvidia-smi's ``00000000:3B:00.0`` -> LXD's ``0000:3b:00.0``."""
+    address = devices.normalise_pci_address(bus_id)
+    if address and address.count(':') == 2:
+        domain, rest = address.split(':', 1)
+        if len(domain) > 4 and not domain[:-4].strip('0'):
+            address = '%s:%s' % (domain[-4:], rest)
+    return address
+
+
+def _plain(value):
+    value = (value or '').strip()
+    if value.startswith('[') and value.endswith(']'):
+        value = value[1:-1].strip()
+    return value
+
+
+def _int(value):
+    text = _plain(value)
+    match = _NUMBER.match(text)
+    if not match:
+        return None
+    return int(float(match.group(1)))
+
+
+def _yes(value):
+    return _plain(value).lower() in ('yes', 'true', '1', 'enabled')
+
+
+def _lost_text(values):
+    for value in values:
+        text = _plain(value).lower()
+        for marker in _LOST_TEXT:
+            if marker in text:
+                return _plain(value)
+    return None
+
+
+def _header(name):
+    # "memory.used [MiB]" -> "memory.used"
+    return name.split('[', 1)[0].strip()
+
+
+def _csv_rows(text):
+    """Rows of a ``--format=csv`` output as dicts keyed by field name.
+
+    With ``noheader`` the caller's field order is not known here; the
+    probe always asks with a header. Lines that are not CSV rows of the
+    header's width (error lines) are returned apart.
+    """
+    lines = [line for line in (text or '').splitlines() if line.strip()]
+    rows, others = [], []
+    header = None
+    for line in lines:
+        fields = next(csv.reader(io.StringIO(line), skipinitialspace=True))
+        if header is None:
+            if _HANDLE_ERROR.search(line) or len(fields) < 2:
+                others.append(line)
+                continue
+            header = [_header(f) for f in fields]
+            continue
+        if len(fields) != len(header):
+            others.append(line)
+            continue
+        rows.append(dict(zip(header, fields)))
+    return rows, others
+
+
+def _lost_from_lines(lines):
+    lost = {}
+    for line in lines:
+        match = _HANDLE_ERROR.search(line.strip())
+        if match:
+            pci = pci_address(match.group('pci'))
+            if pci:
+                lost[pci] = match.group('error').strip().rstrip('.')
+    return lost
+
+
+def parse_query_gpu(text):
+    """Parse ``nvidia-smi --query-gpu=... --format=csv`` (with header).
+
+    :returns: dict PCI address (``0000:3b:00.0``) -> :class:`GpuFacts`.
+        A GPU nvidia-smi could not open ("Unable to determine the device
+        handle for GPU ...: GPU is lost") is returned with ``lost`` set.
+    """
+    rows, others = _csv_rows(text)
+    gpus = {}
+    for row in rows:
+        pci = pci_address(row.get('pci.bus_id', ''))
+        if not pci:
+            continue
+        gpus[pci] = GpuFacts(
+            pci_address=pci,
+            index=_int(row.get('index')),
+            uuid=_plain(row.get('uuid')) or None,
+            name=_plain(row.get('name')) or None,
+            memory_total_mib=_int(row.get('memory.total')),
+            memory_used_mib=_int(row.get('memory.used')),
+            utilization_pct=_int(row.get('utilization.gpu')),
+            ecc_uncorrected=_int(row.get(
+                'ecc.errors.uncorrected.volatile.total')),
+            retired_pages_pending=_yes(row.get('retired_pages.pending')),
+            remap_pending=_yes(row.get('remapped_rows.pending')),
+            remap_failure=_yes(row.get('remapped_rows.failure')),
+            mig_mode=_plain(row.get('mig.mode.current')) or None,
+            lost=_lost_text(row.values()))
+    for pci, error in _lost_from_lines(others).items():
+        gpus[pci] = GpuFacts(pci_address=pci, lost=error)
+    return gpus
+
+
+def parse_compute_apps(text):
+    """Parse ``nvidia-smi --query-compute-apps=... --format=csv``.
+
+    :returns: dict GPU PCI address -> tuple of :class:`ComputeApp`.
+    """
+    rows, _ = _csv_rows(text)
+    apps = {}
+    for row in rows:
+        pci = pci_address(row.get('gpu_bus_id', ''))
+        pid = _int(row.get('pid'))
+        if not pci or pid is None:
+            continue
+        memory = row.get('used_gpu_memory', row.get('used_memory'))
+        apps.setdefault(pci, []).append(ComputeApp(
+            pci_address=pci, pid=pid,
+            name=_plain(row.get('process_name')),
+            used_memory_mib=_int(memory),
+            gpu_uuid=_plain(row.get('gpu_uuid')) or None))
+    return {pci: tuple(a) for pci, a in apps.items()}
+
+
+def _q_tree(lines):
+    """Indented ``Key : Value`` lines -> nested (key, value, kids)."""
+    root = []
+    stack = [(-1, root)]
+    for line in lines:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(' '))
+        key, sep, value = line.strip().partition(':')
+        node = (key.strip(), value.strip() if sep else None, [])
+        while stack[-1][0] >= indent:
+            stack.pop()
+        stack[-1][1].append(node)
+        stack.append((indent, node[2]))
+    return root
+
+
+def _find(nodes, *path):
+    for key, value, kids in nodes:
+        if key == path[0]:
+            if len(path) == 1:
+                return value, kids
+            found = _find(kids, *path[1:])
+            if found is not None:
+                return found
+    return None
+
+
+def _value(nodes, *path):
+    found = _find(nodes, *path)
+    return found[0] if found else None
+
+
+def parse_query(text):
+    """Parse ``nvidia-smi -q`` into :class:`GpuFacts` and processes.
+
+    Reads per ``GPU <bus id>`` block: the FB memory, utilisation, volatile
+    uncorrectable ECC counts (``DRAM Uncorrectable``, ``SRAM
+    Uncorrectable*``, older ``Double Bit`` totals), ``Retired Pages /
+    Pending Page Blacklist`` (or ``Pending Page Retirement``), ``Remapped
+    Rows / Pending`` and ``Remapping Failure Occurred``, the MIG mode and
+    the ``Processes`` list.
+
+    :returns: ``(gpus, apps)`` as :func:`parse_query_gpu` and
+        :func:`parse_compute_apps` return them.
+    """
+    blocks = {}
+    current = None
+    lines = (text or '').splitlines()
+    others = []
+    for line in lines:
+        match = re.match(r'^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:'
+                         r'[0-9A-Fa-f]{2}\.[0-7])\s*$', line)
+        if match:
+            current = pci_address(match.group(1))
+            blocks[current] = []
+            continue
+        if current is not None and line.startswith(' '):
+            blocks[current].append(line)
+        elif line.strip():
+            others.append(line)
+            current = None
+    gpus, apps = {}, {}
+    for pci, block in blocks.items():
+        tree = _q_tree(block)
+        ecc = 0
+        found = _find(tree, 'ECC Errors', 'Volatile')
+        for key, value, _ in (found[1] if found else ()):
+            lowered = key.lower()
+            if ('uncorrectable' in lowered or 'double bit' in lowered) \
+                    and 'threshold' not in lowered:
+                ecc += _int(value) or 0
+        retired = (_value(tree, 'Retired Pages', 'Pending Page Blacklist')
+                   or _value(tree, 'Retired Pages',
+                             'Pending Page Retirement'))
+        values = [v for _, v, _ in tree if v]
+        gpus[pci] = GpuFacts(
+            pci_address=pci,
+            index=_int(_value(tree, 'Minor Number')),
+            uuid=_plain(_value(tree, 'GPU UUID')) or None,
+            name=_plain(_value(tree, 'Product Name')) or None,
+            memory_total_mib=_int(_value(tree, 'FB Memory Usage', 'Total')),
+            memory_used_mib=_int(_value(tree, 'FB Memory Usage', 'Used')),
+            utilization_pct=_int(_value(tree, 'Utilization', 'GPU')),
+            ecc_uncorrected=ecc,
+            retired_pages_pending=_yes(retired),
+            remap_pending=_yes(_value(tree, 'Remapped Rows', 'Pending')),
+            remap_failure=_yes(_value(tree, 'Remapped Rows',
+                                      'Remapping Failure Occurred')),
+            mig_mode=_plain(_value(tree, 'MIG Mode', 'Current')) or None,
+            lost=_lost_text(values))
+        found = _find(tree, 'Processes')
+        procs = []
+        for key, value, kids in (found[1] if found else ()):
+            if key == 'Process ID' and _int(value) is not None:
+                procs.append(ComputeApp(
+                    pci_address=pci, pid=_int(value),
+                    name=_plain(_value(kids, 'Name')),
+                    used_memory_mib=_int(_value(kids, 'Used GPU Memory')),
+                    gpu_uuid=gpus[pci].uuid))
+        if procs:
+            apps[pci] = tuple(procs)
+    for pci, error in _lost_from_lines(others).items():
+        gpus[pci] = GpuFacts(pci_address=pci, lost=error)
+    return gpus, apps
+
+
+def _run(path, args, timeout):
+    """(returncode, stdout, stderr); returncode None: binary absent."""
+    try:
+        proc = subprocess.run([path] + list(args), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return None, '', '%s not found' % path
+    except subprocess.TimeoutExpired:
+        return -1, '', '%s did not answer within %s seconds' % (path,
+                                                                timeout)
+    except OSError as exc:
+        return -1, '', 'cannot run %s: %s' % (path, exc)
+    return proc.returncode, proc.stdout or '', proc.stderr or ''
+
+
+class HostProbe(object):
+    """Runs nvidia-smi and returns a :class:`Snapshot`.
+
+    :param path: the nvidia-smi binary (``[lxd_accelerators]
+        nvidia_smi_path``).
+    :param clock: zero-argument callable returning seconds (tests).
+    """
+
+    def __init__(self, path='nvidia-smi', timeout=10, clock=time.time):
+        self._path = path
+        self._timeout = timeout
+        self._clock = clock
+        self._fields = FIELDS
+
+    @classmethod
+    def from_conf(cls, conf):
+        group = conf.lxd_accelerators
+        return cls(group.nvidia_smi_path, group.nvidia_smi_timeout)
+
+    def _query_gpu(self):
+        rc, out, err = _run(self._path, [
+            '--query-gpu=%s' % ','.join(self._fields), '--format=csv'],
+            self._timeout)
+        if rc and rc > 0 and 'not a valid field' in (out + err) and \
+                self._fields != FIELDS[:-len(OPTIONAL_FIELDS)]:
+            # a driver without the row remapper
+            self._fields = FIELDS[:-len(OPTIONAL_FIELDS)]
+            return self._query_gpu()
+        return rc, out, err
+
+    def snapshot(self):
+        """Probe the GPUs now (runs nvidia-smi twice)."""
+        now = self._clock()
+        rc, out, err = self._query_gpu()
+        if rc is None:
+            return Snapshot(now, False, {}, {}, 'no nvidia-smi: no GPU')
+        if 'No devices were found' in out + err:
+            return Snapshot(now, True, {}, {})
+        gpus = parse_query_gpu(out + '\n' + err)
+        if rc != 0 and not gpus:
+            message = (err or out).strip() or 'status %s' % rc
+            LOG.warning('%(path)s --query-gpu failed: %(error)s',
+                        {'path': self._path, 'error': message})
+            return Snapshot(now, False, {}, {}, message)
+        rc, out, err = _run(self._path, [
+            '--query-compute-apps=%s' % ','.join(APP_FIELDS),
+            '--format=csv'], self._timeout)
+        if rc != 0:
+            message = (err or out).strip() or 'status %s' % rc
+            LOG.warning('%(path)s --query-compute-apps failed: %(error)s',
+                        {'path': self._path, 'error': message})
+            return Snapshot(now, False, gpus, {}, message)
+        return Snapshot(now, True, gpus, parse_compute_apps(out))

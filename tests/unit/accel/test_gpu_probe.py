@@ -1,0 +1,163 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host probe on recorded nvidia-smi outputs (samples/README.md)."""
+
+import os
+import stat
+
+import fixtures
+import testtools
+
+from nova_lxd_accel.accel import gpu_probe
+from tests.unit.accel import utils
+
+H100 = '0000:00:09.0'
+
+
+def fake_smi(directory, outputs, status=0):
+    """A real executable printing recorded output per sub-command.
+
+    :param outputs: dict first-argument prefix (``--query-gpu``,
+        ``--query-compute-apps``, ``-L``) -> sample file path.
+    """
+    path = os.path.join(directory, 'nvidia-smi')
+    cases = ''.join('  %s*) cat %s ;;\n' % (arg, file)
+                    for arg, file in outputs.items())
+    with open(path, 'w') as f:
+        f.write('#!/bin/sh\ncase "$1" in\n%s  *) exit 9 ;;\nesac\n'
+                'exit %d\n' % (cases, status))
+    os.chmod(path, stat.S_IRWXU)
+    return path
+
+
+class TestParseQueryGpu(testtools.TestCase):
+
+    def test_recorded_h100_idle_and_load(self):
+        idle = gpu_probe.parse_query_gpu(utils.load_text(
+            'nvsmi-h100-80gb-idle-query-gpu.csv'))
+        load = gpu_probe.parse_query_gpu(utils.load_text(
+            'nvsmi-h100-80gb-load-query-gpu.csv'))
+        self.assertEqual([H100], list(idle))
+        self.assertEqual((81559, 0, 0), (idle[H100].memory_total_mib,
+                                         idle[H100].memory_used_mib,
+                                         idle[H100].utilization_pct))
+        self.assertEqual((19818, 100), (load[H100].memory_used_mib,
+                                        load[H100].utilization_pct))
+        self.assertEqual('NVIDIA H100 80GB HBM3', idle[H100].name)
+        self.assertEqual('Disabled', idle[H100].mig_mode)
+        # [N/A] retired pages on an H100 (it remaps rows instead)
+        self.assertEqual([], idle[H100].problems())
+        self.assertEqual([], load[H100].problems())
+
+    def test_ecc_retired_remap(self):
+        gpus = gpu_probe.parse_query_gpu(utils.load_text(
+            'handmade-nvsmi-query-gpu-ecc-retired-remap.csv'))
+        self.assertEqual({
+            '0000:17:00.0': [],
+            '0000:31:00.0': ['2 uncorrectable ECC errors'],
+            '0000:b1:00.0': ['retired pages pending'],
+            '0000:ca:00.0': ['row remapping pending',
+                             'row remapping failed'],
+        }, {pci: facts.problems() for pci, facts in gpus.items()})
+
+    def test_fallen_off_the_bus(self):
+        gpus = gpu_probe.parse_query_gpu(utils.load_text(
+            'handmade-nvsmi-query-gpu-gpu-lost.txt'))
+        self.assertEqual([], gpus['0000:17:00.0'].problems())
+        self.assertEqual(['fallen off the bus (Unknown Error)'],
+                         gpus['0000:31:00.0'].problems())
+        self.assertEqual(['fallen off the bus (GPU requires reset)'],
+                         gpus['0000:b1:00.0'].problems())
+
+    def test_pci_address_of_nvidia_smi(self):
+        self.assertEqual('0000:3b:00.0',
+                         gpu_probe.pci_address('00000000:3B:00.0'))
+        self.assertEqual('0001:3b:00.0',
+                         gpu_probe.pci_address('00000001:3B:00.0'))
+        self.assertEqual('0000:3b:00.0', gpu_probe.pci_address('3B:00.0'))
+
+
+class TestParseComputeApps(testtools.TestCase):
+
+    def test_recorded_load(self):
+        apps = gpu_probe.parse_compute_apps(utils.load_text(
+            'nvsmi-h100-80gb-load-compute-apps.csv'))
+        self.assertEqual([(11327, '/root/tools/memhog', 2566),
+                          (11328, '/root/tools/memhog', 1542),
+                          (11345, './gpu_burn', 15690)],
+                         [(a.pid, a.name, a.used_memory_mib)
+                          for a in apps[H100]])
+
+    def test_recorded_idle_has_header_only(self):
+        self.assertEqual({}, gpu_probe.parse_compute_apps(utils.load_text(
+            'nvsmi-h100-80gb-idle-compute-apps.csv')))
+
+
+class TestParseQuery(testtools.TestCase):
+
+    def test_recorded_idle_and_load(self):
+        gpus, apps = gpu_probe.parse_query(utils.load_text(
+            'nvsmi-h100-80gb-idle-q.txt'))
+        self.assertEqual([], gpus[H100].problems())
+        self.assertEqual((81559, 0), (gpus[H100].memory_total_mib,
+                                      gpus[H100].memory_used_mib))
+        self.assertEqual({}, apps)
+        gpus, apps = gpu_probe.parse_query(utils.load_text(
+            'nvsmi-h100-80gb-load-q.txt'))
+        self.assertEqual(19818, gpus[H100].memory_used_mib)
+        self.assertEqual([11327, 11328, 11345],
+                         [a.pid for a in apps[H100]])
+        self.assertEqual(15690, apps[H100][2].used_memory_mib)
+
+    def test_errors(self):
+        gpus, _ = gpu_probe.parse_query(utils.load_text(
+            'handmade-nvsmi-h100-q-ecc-retired-remap-pending.txt'))
+        self.assertEqual(['3 uncorrectable ECC errors',
+                          'retired pages pending', 'row remapping pending'],
+                         gpus[H100].problems())
+
+
+class TestHostProbe(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+
+    def test_snapshot_runs_nvidia_smi(self):
+        path = fake_smi(self.dir, {
+            '--query-gpu': utils.sample_path(
+                'nvsmi-h100-80gb-load-query-gpu.csv'),
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-load-compute-apps.csv')})
+        snap = gpu_probe.HostProbe(path, clock=lambda: 42.0).snapshot()
+        self.assertTrue(snap.available)
+        self.assertEqual(42.0, snap.taken_at)
+        self.assertEqual(19818, snap.gpus[H100].memory_used_mib)
+        self.assertEqual(3, len(snap.apps_on(H100)))
+        self.assertEqual([], snap.problems(H100))
+        self.assertEqual(
+            ['fallen off the bus (nvidia-smi no longer lists it)'],
+            snap.problems('0000:07:00.0'))
+
+    def test_no_nvidia_smi_means_no_gpu(self):
+        snap = gpu_probe.HostProbe(
+            os.path.join(self.dir, 'absent')).snapshot()
+        self.assertFalse(snap.available)
+        self.assertEqual('no nvidia-smi: no GPU', snap.error)
+        self.assertEqual([], snap.problems(H100))
+
+    def test_failing_nvidia_smi_is_unknown(self):
+        path = fake_smi(self.dir, {}, status=0)
+        snap = gpu_probe.HostProbe(path).snapshot()
+        self.assertFalse(snap.available)
+        self.assertEqual([], snap.problems(H100))

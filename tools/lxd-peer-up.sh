@@ -1,59 +1,83 @@
 #!/bin/bash
-# Start a second LXD daemon on this machine, for the migration tests.
+# Start a second LXD (or Incus) daemon on this machine, for the migration
+# tests.
 #
-# Cold migration moves a container from one LXD daemon to another over
-# HTTPS with LXD's instance migration API. This script gives a single
-# machine two daemons that trust each other, on loopback addresses only:
+# Cold migration moves a container from one daemon to another over HTTPS
+# with the instance migration API. This script gives a single machine two
+# daemons that trust each other, on loopback addresses only:
 #
-#   main daemon   LXD_DIR=/var/lib/lxd       https://127.0.0.1:8443
-#   peer daemon   LXD_DIR=/var/lib/lxd-peer  https://127.0.0.1:8444
+#   LXD (default)  main  LXD_DIR=/var/lib/lxd          https://127.0.0.1:8443
+#                  peer  LXD_PEER_DIR=/var/lib/lxd-peer https://127.0.0.1:8444
+#   Incus          main  INCUS_DIR=/var/lib/incus        https://127.0.0.1:8445
+#   (--incus)      peer  INCUS_PEER_DIR=/var/lib/incus-peer
+#                                                        https://127.0.0.1:8446
 #
 # Both get ``core.https_address`` on 127.0.0.1 and trust each other's
-# server certificate (``lxc config trust add``), plus one client
-# certificate made here for nova-lxd-accel ($PEER_DIR/nova-migration.crt
-# and .key) that both trust: it is what ``[lxd_migration] client_cert``
-# and ``client_key`` name in the tests, and each daemon's own server.crt is
-# what ``[lxd_migration] server_certs`` pins. The peer has a dir storage
-# pool and no network, like tools/lxd-up.sh makes the main one.
+# server certificate, plus one client certificate made here for
+# nova-lxd-accel ($PEER_DIR/nova-migration.crt and .key) that both trust:
+# it is what ``[lxd_migration] client_cert`` and ``client_key`` name in the
+# tests, and each daemon's own server.crt is what ``[lxd_migration]
+# server_certs`` pins. The peer has a dir storage pool and no network, like
+# tools/lxd-up.sh (tools/incus-up.sh) makes the main one.
 #
 # Idempotent: re-running only re-applies what is missing.
 #
-#   tools/lxd-peer-up.sh          # start (and set up) the peer
-#   tools/lxd-peer-up.sh --stop   # stop the peer daemon
+#   tools/lxd-peer-up.sh [--incus]          # start (and set up) the peer
+#   tools/lxd-peer-up.sh [--incus] --stop   # stop the peer daemon
+#   tools/incus-peer-up.sh [--stop]         # the same as --incus
 #
-# Environment:
-#   LXD_DIR            the main daemon (default /var/lib/lxd); it must run
-#                      (tools/lxd-up.sh)
-#   LXD_PEER_DIR       the peer's state directory (default /var/lib/lxd-peer)
-#   LXD_MAIN_ADDRESS   default 127.0.0.1:8443
-#   LXD_PEER_ADDRESS   default 127.0.0.1:8444
+# Environment (the tests read the same variables):
+#   LXD_DIR, INCUS_DIR       the main daemon; it must run (tools/lxd-up.sh,
+#                            tools/incus-up.sh)
+#   LXD_PEER_DIR, INCUS_PEER_DIR        the peer's state directory
+#   LXD_MAIN_ADDRESS, LXD_PEER_ADDRESS  default 127.0.0.1:8443 and :8444
+#   INCUS_MAIN_ADDRESS, INCUS_PEER_ADDRESS  default 127.0.0.1:8445, :8446
 set -euo pipefail
 
-MAIN_DIR=${LXD_DIR:-/var/lib/lxd}
-PEER_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer}
-MAIN_ADDRESS=${LXD_MAIN_ADDRESS:-127.0.0.1:8443}
-PEER_ADDRESS=${LXD_PEER_ADDRESS:-127.0.0.1:8444}
+backend=lxd
+if [ "${1:-}" = "--incus" ]; then
+    backend=incus
+    shift
+fi
+if [ "$backend" = incus ]; then
+    MAIN_DIR=${INCUS_DIR:-/var/lib/incus}
+    PEER_DIR=${INCUS_PEER_DIR:-/var/lib/incus-peer}
+    MAIN_ADDRESS=${INCUS_MAIN_ADDRESS:-127.0.0.1:8445}
+    PEER_ADDRESS=${INCUS_PEER_ADDRESS:-127.0.0.1:8446}
+    dir_var=INCUS_DIR
+    cli=incus
+    up=incus-up.sh
+else
+    MAIN_DIR=${LXD_DIR:-/var/lib/lxd}
+    PEER_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer}
+    MAIN_ADDRESS=${LXD_MAIN_ADDRESS:-127.0.0.1:8443}
+    PEER_ADDRESS=${LXD_PEER_ADDRESS:-127.0.0.1:8444}
+    dir_var=LXD_DIR
+    cli=lxc
+    up=lxd-up.sh
+fi
 
-main() { LXD_DIR=$MAIN_DIR "$@"; }
-peer() { LXD_DIR=$PEER_DIR "$@"; }
+# main|peer COMMAND...: the daemon's client ($cli) on that daemon.
+main() { env "$dir_var=$MAIN_DIR" "$cli" "$@"; }
+peer() { env "$dir_var=$PEER_DIR" "$cli" "$@"; }
 
 if [ "${1:-}" = "--stop" ]; then
-    if peer lxc info >/dev/null 2>&1; then
-        peer lxd shutdown --timeout=60
-        echo "lxd-peer-up: peer daemon stopped (LXD_DIR=$PEER_DIR)"
+    if peer info >/dev/null 2>&1; then
+        env "$dir_var=$PEER_DIR" "$(dirname "$0")/$up" --stop
+        echo "lxd-peer-up: peer daemon stopped ($dir_var=$PEER_DIR)"
     fi
     exit 0
 fi
 
-for cmd in lxd lxc openssl; do
+for cmd in "$cli" openssl; do
     if ! command -v "$cmd" >/dev/null 2>&1; then
         echo "lxd-peer-up: '$cmd' not found" >&2
         exit 1
     fi
 done
-if ! main lxc info >/dev/null 2>&1; then
-    echo "lxd-peer-up: the main LXD daemon (LXD_DIR=$MAIN_DIR) does not" \
-         "answer; start it with tools/lxd-up.sh first" >&2
+if ! main info >/dev/null 2>&1; then
+    echo "lxd-peer-up: the main $backend daemon ($dir_var=$MAIN_DIR) does" \
+         "not answer; start it with tools/$up first" >&2
     exit 1
 fi
 
@@ -66,17 +90,17 @@ done
 
 # Started and initialised exactly like the main daemon, then listening on
 # its loopback HTTPS address.
-LXD_DIR=$PEER_DIR "$(dirname "$0")/lxd-up.sh"
-peer lxc config set core.https_address "$PEER_ADDRESS"
+env "$dir_var=$PEER_DIR" "$(dirname "$0")/$up"
+peer config set core.https_address "$PEER_ADDRESS"
 
-current=$(main lxc config get core.https_address)
+current=$(main config get core.https_address)
 if [ "$current" != "$MAIN_ADDRESS" ]; then
     if [ -n "$current" ]; then
         echo "lxd-peer-up: the main daemon listens on $current, not" \
              "$MAIN_ADDRESS; leaving it as it is" >&2
         exit 1
     fi
-    main lxc config set core.https_address "$MAIN_ADDRESS"
+    main config set core.https_address "$MAIN_ADDRESS"
 fi
 
 # The client certificate nova-lxd-accel presents to a destination daemon.
@@ -94,20 +118,24 @@ fingerprint() {
         sed 's/.*=//; s/://g' | tr 'A-F' 'a-f'
 }
 
-trust() {  # trust DAEMON-DIR CERT NAME
+trust() {  # trust main|peer CERT NAME
     local fp
     fp=$(fingerprint "$2")
-    if ! LXD_DIR=$1 lxc config trust list --format csv | grep -q \
-            ",${fp:0:12},"; then
-        LXD_DIR=$1 lxc config trust add "$2" --name "$3"
+    if ! "$1" config trust list --format csv | grep -q ",${fp:0:12},"; then
+        if [ "$backend" = incus ]; then
+            # "incus config trust add NAME" issues a join token instead.
+            "$1" config trust add-certificate "$2" --name "$3"
+        else
+            "$1" config trust add "$2" --name "$3"
+        fi
     fi
 }
 
-trust "$PEER_DIR" "$MAIN_DIR/server.crt" lxd-main
-trust "$MAIN_DIR" "$PEER_DIR/server.crt" lxd-peer
-trust "$PEER_DIR" "$client_crt" nova-migration
-trust "$MAIN_DIR" "$client_crt" nova-migration
+trust peer "$MAIN_DIR/server.crt" "$backend-main"
+trust main "$PEER_DIR/server.crt" "$backend-peer"
+trust peer "$client_crt" nova-migration
+trust main "$client_crt" nova-migration
 
-echo "lxd-peer-up: peer LXD $(peer lxc query /1.0 | python3 -c \
+echo "lxd-peer-up: peer $backend $(peer query /1.0 | python3 -c \
     'import json,sys; print(json.load(sys.stdin)["environment"]["server_version"])') ready" \
-    "(LXD_DIR=$PEER_DIR, https://$PEER_ADDRESS; main https://$MAIN_ADDRESS)"
+    "($dir_var=$PEER_DIR, https://$PEER_ADDRESS; main https://$MAIN_ADDRESS)"

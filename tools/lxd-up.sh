@@ -5,6 +5,14 @@
 # preseed is re-applied. Works as root on a machine where PID 1 is not
 # systemd and there is no iptables (no managed LXD network is created).
 #
+# Before it starts the daemon it leaves one root: range in /etc/subuid and
+# /etc/subgid (tools/subid-ranges.py --host-only): Debian's lxd package
+# appends a second one when Incus was installed first, and a daemon that
+# sees two maps both at container id 0 (every container start fails).
+#
+#   tools/lxd-up.sh          # start (and set up) the daemon
+#   tools/lxd-up.sh --stop   # stop it (its containers stop too)
+#
 # Environment:
 #   LXD_DIR          daemon state directory (default /var/lib/lxd)
 #   LXD_INSTALL=1    apt-get install Debian's lxd packages first
@@ -12,6 +20,14 @@ set -euo pipefail
 
 LXD_DIR=${LXD_DIR:-/var/lib/lxd}
 export LXD_DIR
+
+if [ "${1:-}" = "--stop" ]; then
+    if command -v lxc >/dev/null 2>&1 && lxc info >/dev/null 2>&1; then
+        lxd shutdown --timeout=60
+        echo "lxd-up: daemon stopped (LXD_DIR=$LXD_DIR)"
+    fi
+    exit 0
+fi
 
 if [ "${LXD_INSTALL:-0}" = "1" ] && ! command -v lxd >/dev/null 2>&1; then
     apt-get update -q
@@ -33,6 +49,7 @@ mkdir -p "$LXD_DIR"
 chmod 711 "$LXD_DIR"
 
 if ! lxc info >/dev/null 2>&1; then
+    python3 "$(dirname "$0")/subid-ranges.py" --host-only
     # The proxy variables point at a closed local port so that LXD's
     # periodic image-index refresh never reaches outside hosts.
     http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \

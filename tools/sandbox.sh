@@ -80,6 +80,7 @@ PY_PACKAGES=(
     osc-placement
     PyMySQL
     pylxd
+    cheroot
 )
 
 # --- output -----------------------------------------------------------------
@@ -229,6 +230,36 @@ stop_service() {
 
 # --- install ------------------------------------------------------------------
 
+# apt_get ARGS...: apt-get that waits (up to APT_LOCK_WAIT seconds) for
+# another apt or dpkg to release its lock instead of failing at once.
+# DPkg::Lock::Timeout covers dpkg's lock; "apt-get update" does not wait on
+# the lists lock, so that one is retried here.
+APT_LOCK_WAIT=${APT_LOCK_WAIT:-300}
+apt_get() {
+    local out rc waited=0
+    out=$(mktemp)
+    while :; do
+        rc=0
+        apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT" "$@" 2>&1 |
+            tee "$out" || rc=$?
+        if [ "$rc" = 0 ] || ! grep -q 'Could not get lock' "$out" ||
+            [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
+            break
+        fi
+        echo "apt-get: another apt holds its lock; waiting" \
+            "(${waited}s of ${APT_LOCK_WAIT}s)"
+        sleep 5
+        waited=$((waited + 5))
+    done
+    rm -f "$out"
+    if [ "$rc" != 0 ] && [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
+        echo "apt-get $*: the apt lock stayed busy for ${APT_LOCK_WAIT}s;" \
+            "wait for the other apt-get/dpkg to finish (ps -C apt-get,dpkg)" \
+            "and re-run up"
+    fi
+    return "$rc"
+}
+
 apt_install() {
     local missing=()
     command -v lxd >/dev/null || missing+=(lxd lxd-client)
@@ -253,9 +284,9 @@ apt_install() {
         chmod 755 "$policy"
         added=1
     fi
-    apt-get update -q
+    apt_get update -q
     echo "installing: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    DEBIAN_FRONTEND=noninteractive apt_get install -y -q \
         --no-install-recommends "${missing[@]}"
     if [ "$added" = 1 ]; then
         rm -f "$policy"

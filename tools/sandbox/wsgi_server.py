@@ -10,12 +10,19 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Serve one OpenStack WSGI application on loopback with the standard library.
+"""Serve one OpenStack WSGI application on loopback with cheroot.
 
-A small threaded ``wsgiref`` server, enough for a single-host sandbox: each
-API service (keystone, placement, glance, neutron, nova-api) runs in its own
-process, started by ``tools/sandbox.sh``, which points the application at its
-configuration through the service's ``OS_<SERVICE>_CONFIG_*`` variables.
+Each API service (keystone, placement, glance, neutron, nova-api) runs in
+its own process, started by ``tools/sandbox.sh``, which points the
+application at its configuration through the service's
+``OS_<SERVICE>_CONFIG_*`` variables.
+
+The server is cheroot (CherryPy's HTTP/1.1 server, a thread pool), not the
+standard library's ``wsgiref``: ``wsgiref`` does not decode
+``Transfer-Encoding: chunked`` request bodies, and Nova's snapshot, shelve
+and backup uploads to Glance are chunked (they hung, and the stored image
+held the chunk framing). cheroot decodes them and marks the input
+``wsgi.input_terminated``, as uWSGI and mod_wsgi do.
 
 Usage::
 
@@ -27,32 +34,108 @@ import argparse
 import importlib
 import logging
 import signal
-import socketserver
 import sys
 import time
-from wsgiref import simple_server
+
+from cheroot import wsgi
 
 LOG = logging.getLogger('sandbox.wsgi')
 
 
-class ThreadingWSGIServer(socketserver.ThreadingMixIn,
-                          simple_server.WSGIServer):
-    """One thread per request; threads never keep the process alive."""
+class _Input(object):
+    """``wsgi.input`` that an application cannot close.
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 64
+    cheroot's request readers close the connection's socket file when
+    closed, and some applications (Glance's upload path) close their input:
+    the next request on that keep-alive connection then failed.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def read(self, *args):
+        return self._stream.read(*args)
+
+    def readline(self, *args):
+        return self._stream.readline(*args)
+
+    def readlines(self, *args):
+        return self._stream.readlines(*args)
+
+    def __iter__(self):
+        return iter(self._stream)
+
+    def close(self):
+        pass
+
+    def drain(self):
+        """Read what the application left of the body."""
+        while self._stream.read(1 << 16):
+            pass
 
 
-class QuietHandler(simple_server.WSGIRequestHandler):
-    """Log one line per request through :mod:`logging`, not raw stderr."""
+class _Response(object):
+    """The application's response iterable, with a hook when it closes."""
 
-    def log_message(self, format, *args):
-        LOG.info('%s %s', self.address_string(), format % args)
+    def __init__(self, result, on_close):
+        self._result = result
+        self._on_close = on_close
 
-    def address_string(self):
-        # Never resolve the peer's name.
-        return self.client_address[0]
+    def __iter__(self):
+        return iter(self._result)
+
+    def close(self):
+        try:
+            if hasattr(self._result, 'close'):
+                self._result.close()
+        finally:
+            self._on_close()
+
+
+class AccessLog(object):
+    """One log line per request: peer, method, path, status, seconds.
+
+    Also keeps ``wsgi.input`` open (see :class:`_Input`) and reads the rest
+    of a chunked body the application did not read, so that the next
+    request on the connection starts where it should.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        started = time.monotonic()
+        seen = {}
+        chunked = bool(environ.get('wsgi.input_terminated'))
+        stream = environ['wsgi.input'] = _Input(environ['wsgi.input'])
+
+        def _start_response(status, headers, exc_info=None):
+            seen['status'] = status.split(' ', 1)[0]
+            return start_response(status, headers, exc_info)
+
+        def _done():
+            if chunked:
+                try:
+                    stream.drain()
+                except Exception:  # the client went away: nothing to keep
+                    pass
+            LOG.info('%s "%s %s%s%s" %s %.3fs%s',
+                     environ.get('REMOTE_ADDR', '-'),
+                     environ.get('REQUEST_METHOD', '-'),
+                     environ.get('SCRIPT_NAME', ''),
+                     environ.get('PATH_INFO', ''),
+                     ('?' + environ['QUERY_STRING'])
+                     if environ.get('QUERY_STRING') else '',
+                     seen.get('status', '-'),
+                     time.monotonic() - started,
+                     ' (chunked body)' if chunked else '')
+
+        try:
+            result = self.app(environ, _start_response)
+        except BaseException:
+            _done()
+            raise
+        return _Response(result, _done)
 
 
 def load_app(spec):
@@ -66,6 +149,16 @@ def load_app(spec):
     return getattr(module, attr or 'application')
 
 
+def make_server(host, port, app, name, threads=16):
+    """A cheroot WSGI server for ``app`` on ``host:port`` (not started)."""
+    return wsgi.Server(
+        (host, port), AccessLog(app), numthreads=threads,
+        server_name='%s (sandbox)' % name, request_queue_size=64,
+        # Seconds of silence on a connection before it is dropped, and
+        # for the requests in flight when the server stops.
+        timeout=60, shutdown_timeout=5)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--name', required=True,
@@ -74,6 +167,8 @@ def parse_args(argv):
                         help='WSGI application as module:attribute')
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, required=True)
+    parser.add_argument('--threads', type=int, default=16,
+                        help='worker threads (default 16)')
     parser.add_argument('--configure-mappers', action='store_true',
                         help='call sqlalchemy.orm.configure_mappers() once '
                              'the application is loaded (neutron needs it)')
@@ -93,24 +188,23 @@ def main(argv=None):
     if args.configure_mappers:
         from sqlalchemy import orm
         orm.configure_mappers()
-    server = simple_server.make_server(
-        args.host, args.port, app,
-        server_class=ThreadingWSGIServer, handler_class=QuietHandler)
+    server = make_server(args.host, args.port, app, args.name, args.threads)
 
     def _stop(signum, frame):
         LOG.info('%s: signal %d, stopping', args.name, signum)
-        # shutdown() blocks until serve_forever() returns: never call it
-        # from the thread that runs serve_forever().
+        # Raised in the thread that runs serve(): safe_start() stops the
+        # server (workers joined, socket closed) and re-raises it.
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    LOG.info('%s: serving %s on http://%s:%d (loaded in %.1fs)', args.name,
-             args.app, args.host, args.port, time.monotonic() - started)
+    LOG.info('%s: serving %s on http://%s:%d with cheroot, %d threads '
+             '(loaded in %.1fs)', args.name, args.app, args.host, args.port,
+             args.threads, time.monotonic() - started)
     try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+        server.safe_start()
+    except SystemExit:
+        pass
     return 0
 
 

@@ -114,3 +114,12 @@ class BootFromVolumeNotSupported(nova_exception.BuildAbortException,
                'cannot boot a container from a volume; boot from an LXD '
                'image in Glance instead (volumes can be attached as extra '
                'block devices)')
+
+
+class FlavorExtraSpecInvalid(LXDAccelException, nova_exception.Invalid):
+    """A bad lxd: extra spec: every host refuses it (the build aborts)."""
+
+    msg_fmt = ('Flavor %(flavor)s has extra spec %(key)s=%(value)s, which '
+               'nova-lxd-accel refuses: %(reason)s. Fix the flavor '
+               '(`openstack flavor set` / `unset --property %(key)s`); '
+               'compute API microversion 2.86 or later checks it when set.')

@@ -19,6 +19,13 @@ from API microversion 2.86 the Nova API rejects a bad value, or an unknown
 
 from nova.api.validation.extra_specs import base
 from nova import exception
+from oslo_utils import strutils
+
+from nova_lxd_accel import exception as lxd_exception
+
+#: The kernel's PID_MAX_LIMIT on 64-bit hosts: the pids cgroup refuses a
+#: larger ``pids.max`` (LXD ``limits.processes``), so the boot would fail.
+MAX_PROCESSES = 4 * 1024 * 1024
 
 
 class LXDExtraSpecValidator(base.ExtraSpecValidator):
@@ -68,7 +75,9 @@ EXTRA_SPEC_VALIDATORS = [
         name='lxd:processes',
         description='Largest number of processes in the container '
                     '(LXD limits.processes).',
-        value={'type': int, 'min': 1, 'description': 'a positive integer'},
+        value={'type': int, 'min': 1, 'max': MAX_PROCESSES,
+               'description': 'an integer from 1 to %d (the kernel\'s '
+                              'largest process id)' % MAX_PROCESSES},
     ),
     LXDExtraSpecValidator(
         name='lxd:gpu_runtime',
@@ -84,3 +93,54 @@ EXTRA_SPEC_VALIDATORS = [
 
 def register():
     return EXTRA_SPEC_VALIDATORS
+
+
+_VALIDATORS = {validator.name: validator
+               for validator in EXTRA_SPEC_VALIDATORS}
+
+#: lxd: keys a flavor may set only where the operator allows it, with
+#: the HostPolicy attribute and option that allow them.
+_OPERATOR_GATED = {
+    'lxd:privileged': ('allow_privileged', 'a privileged container',
+                       'allow_privileged_containers'),
+    'lxd:nesting': ('allow_nesting', 'nested containers', 'allow_nesting'),
+}
+
+
+def check_flavor(flavor, policy):
+    """Refuse a flavor whose ``lxd:`` extra specs this host cannot honour.
+
+    The Nova API checks extra specs only from microversion 2.86, so a
+    flavor made with an older one (the CLI's default) can carry any value.
+    Spawn calls this first, before anything is created, whatever
+    microversion made the flavor: every ``lxd:`` key must be known and
+    valid, and the operator-gated ones allowed by ``policy`` (a
+    :class:`nova_lxd_accel.config.HostPolicy`).
+
+    :raises: FlavorExtraSpecInvalid naming the key, its value and why;
+        FlavorNotAllowed for a valid key the operator forbids.
+    """
+    specs = flavor.extra_specs or {}
+    for key in sorted(specs):
+        if not key.startswith('lxd:'):
+            continue
+        value = specs[key]
+        validator = _VALIDATORS.get(key)
+        if validator is None:
+            raise lxd_exception.FlavorExtraSpecInvalid(
+                flavor=flavor.name, key=key, value=value,
+                reason='unknown key; nova-lxd-accel knows %s'
+                       % ', '.join(sorted(_VALIDATORS)))
+        try:
+            validator.validate(key, str(value))
+        except exception.ValidationError as exc:
+            raise lxd_exception.FlavorExtraSpecInvalid(
+                flavor=flavor.name, key=key, value=value, reason=str(exc))
+        gate = _OPERATOR_GATED.get(key)
+        if gate and strutils.bool_from_string(value, strict=True) and \
+                not getattr(policy, gate[0]):
+            raise lxd_exception.FlavorNotAllowed(
+                flavor=flavor.name,
+                feature='%s (%s=%s)' % (gate[1], key, value),
+                how='an operator must set [lxd] %s = true on this host'
+                    % gate[2])

@@ -25,6 +25,7 @@ from oslo_utils import excutils
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
+from nova_lxd_accel import extra_specs as lxd_extra_specs
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import image as lxd_image
 
@@ -75,6 +76,9 @@ class Lifecycle(object):
             reported under that provider, or None.
         :param network_info: nova's network info: one NIC per port.
         """
+        # Whatever microversion made the flavor: refuse bad lxd: extra
+        # specs before anything is created.
+        lxd_extra_specs.check_flavor(instance.flavor, policy)
         if _has_root_volume(block_device_info):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)

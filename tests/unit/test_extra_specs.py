@@ -1,0 +1,97 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""lxd: extra specs: the API validators' bounds and spawn's own check."""
+
+from nova import exception as nova_exception
+from nova import objects
+import testtools
+
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import exception
+from nova_lxd_accel import extra_specs
+
+STRICT = lxd_config.HostPolicy(host='cmp1')
+LENIENT = lxd_config.HostPolicy(host='cmp1', allow_privileged=True,
+                                allow_nesting=True)
+
+
+def _flavor(**specs):
+    return objects.Flavor(name='f1', extra_specs=specs)
+
+
+class ValidatorBoundsTest(testtools.TestCase):
+
+    def _validate(self, key, value):
+        validator = {v.name: v for v in
+                     extra_specs.EXTRA_SPEC_VALIDATORS}[key]
+        validator.validate(key, value)
+
+    def test_processes_bounded_by_the_kernel(self):
+        self._validate('lxd:processes', '1')
+        self._validate('lxd:processes', str(extra_specs.MAX_PROCESSES))
+        for bad in ('0', '-1', '99999999999',
+                    str(extra_specs.MAX_PROCESSES + 1), 'lots'):
+            error = self.assertRaises(nova_exception.ValidationError,
+                                      self._validate, 'lxd:processes', bad)
+            self.assertIn('lxd:processes', str(error))
+
+    def test_every_numeric_key_has_both_bounds(self):
+        for validator in extra_specs.EXTRA_SPEC_VALIDATORS:
+            if validator.value['type'] is int:
+                self.assertIn('min', validator.value, validator.name)
+                self.assertIn('max', validator.value, validator.name)
+
+
+class CheckFlavorTest(testtools.TestCase):
+
+    def setUp(self):
+        super(CheckFlavorTest, self).setUp()
+        objects.register_all()
+
+    def test_good_flavors_pass(self):
+        extra_specs.check_flavor(_flavor(), STRICT)
+        extra_specs.check_flavor(_flavor(**{
+            'lxd:processes': '4194304', 'lxd:isolated_idmap': 'yes',
+            'lxd:gpu_runtime': 'nvidia', 'lxd:privileged': 'false',
+            'lxd:nesting': '0', 'hw:cpu_policy': 'whatever',
+            'quota:disk_read_bytes_sec': '1000'}), STRICT)
+        extra_specs.check_flavor(_flavor(**{
+            'lxd:privileged': 'true', 'lxd:nesting': 'true'}), LENIENT)
+
+    def test_bad_values_name_key_and_reason(self):
+        for key, value, why in (
+                ('lxd:processes', '99999999999', 'greater than the max'),
+                ('lxd:processes', '0', 'less than the min'),
+                ('lxd:processes', 'many', 'not a valid integer'),
+                ('lxd:privileged', 'maybe', 'boolean'),
+                ('lxd:nesting', 'yes please', 'boolean'),
+                ('lxd:isolated_idmap', '2', 'boolean'),
+                ('lxd:gpu_runtime', 'cuda', 'none or nvidia'),
+                ('lxd:raw.lxc', 'lxc.apparmor.profile=unconfined',
+                 'unknown key'),
+                ('lxd:security.privileged', 'true', 'unknown key')):
+            error = self.assertRaises(
+                exception.FlavorExtraSpecInvalid, extra_specs.check_flavor,
+                _flavor(**{key: value}), LENIENT)
+            self.assertIn('%s=%s' % (key, value), str(error))
+            self.assertIn(why, str(error))
+            self.assertIn('f1', str(error))
+
+    def test_operator_forbidden(self):
+        for key, option in (('lxd:privileged', 'allow_privileged_containers'),
+                            ('lxd:nesting', 'allow_nesting')):
+            error = self.assertRaises(
+                exception.FlavorNotAllowed, extra_specs.check_flavor,
+                _flavor(**{key: 'True'}), STRICT)
+            self.assertIn(option, str(error))
+            self.assertIn(key, str(error))

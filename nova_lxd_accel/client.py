@@ -22,6 +22,7 @@ exceptions, which name the action, the object and what LXD said.
 import hashlib
 import os
 import ssl
+import threading
 import time
 
 from oslo_log import log as logging
@@ -31,27 +32,120 @@ import requests
 from requests_toolbelt import multipart
 import urllib3
 
+from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
 
-# API extensions the driver relies on (all present since LXD 4.0).
-REQUIRED_EXTENSIONS = (
-    'instances',          # /1.0/instances
-    'resources',          # /1.0/resources
-    'projects',           # ?project=
-    'console',            # GET /1.0/instances/<name>/console
-    'container_syscall_filtering',  # sane unprivileged defaults
+# API extensions the driver relies on (see nova_lxd_accel.daemon).
+REQUIRED_EXTENSIONS = tuple(lxd_daemon.REQUIRED_EXTENSIONS)
+
+#: Where a local daemon listens when nothing names one, in this order:
+#: LXD's snap, Debian's LXD, Incus, Incus's runtime directory.
+WELL_KNOWN_SOCKETS = (
+    ('lxd', '/var/snap/lxd/common/lxd/unix.socket'),
+    ('lxd', '/var/lib/lxd/unix.socket'),
+    ('incus', '/var/lib/incus/unix.socket'),
+    ('incus', '/run/incus/unix.socket'),
 )
 
 
-def _default_socket():
-    if 'LXD_DIR' in os.environ:
-        return os.path.join(os.environ['LXD_DIR'], 'unix.socket')
-    snap = '/var/snap/lxd/common/lxd/unix.socket'
-    if os.path.exists(snap):
-        return snap
-    return '/var/lib/lxd/unix.socket'
+def candidate_sockets(environ=None, well_known=WELL_KNOWN_SOCKETS):
+    """``[(daemon, socket path)]`` to try when [lxd] endpoint is unset.
+
+    ``$LXD_DIR`` and ``$INCUS_DIR`` name a daemon the way the ``lxc`` and
+    ``incus`` clients take them: when either is set only they are tried.
+    Otherwise every well-known socket that exists is.
+    """
+    environ = os.environ if environ is None else environ
+    named = [(server, os.path.join(environ[var], 'unix.socket'))
+             for server, var in (('lxd', 'LXD_DIR'), ('incus', 'INCUS_DIR'))
+             if environ.get(var)]
+    if named:
+        return named
+    return [(server, path) for server, path in well_known
+            if os.path.exists(path)]
+
+
+def _default_socket(environ=None):
+    """The first candidate socket (for messages before any connection)."""
+    candidates = candidate_sockets(environ)
+    return candidates[0][1] if candidates else '/var/lib/lxd/unix.socket'
+
+
+def _socket_problem(path):
+    """Why this process cannot use a unix socket, or None."""
+    if not os.path.exists(path):
+        return 'the socket does not exist'
+    if not os.access(path, os.R_OK | os.W_OK, effective_ids=True):
+        try:
+            import grp
+            group = grp.getgrgid(os.stat(path).st_gid).gr_name
+        except (KeyError, OSError):
+            group = 'the group of the socket'
+        return ('this user (uid %d) may not open the socket; add it to '
+                'group %s and restart nova-compute' % (os.geteuid(), group))
+    return None
+
+
+def _unix_client(path, lxd_conf):
+    problem = _socket_problem(path)
+    if problem:
+        raise exception.LXDUnreachable(endpoint=path, reason=problem)
+    try:
+        return pylxd.Client(endpoint=path, timeout=lxd_conf.timeout,
+                            project=lxd_conf.project)
+    except lxd_exceptions.ClientConnectionFailed as exc:
+        raise exception.LXDUnreachable(endpoint=path,
+                                       reason=str(exc) or 'refused')
+
+
+def _identity(client):
+    """One daemon's identity, to tell two sockets of it from two daemons."""
+    environment = client.host_info.get('environment') or {}
+    return (environment.get('certificate_fingerprint') or
+            (environment.get('server'), environment.get('server_pid')))
+
+
+def discover(lxd_conf, environ=None, well_known=WELL_KNOWN_SOCKETS):
+    """Find the local daemon; returns ``(socket path, pylxd client)``.
+
+    :raises LXDUnreachable: no candidate answers (each one is named with
+        why it failed).
+    :raises DaemonAmbiguous: two different daemons answer (LXD and Incus
+        on one host) and nothing chose one.
+    """
+    candidates = candidate_sockets(environ, well_known)
+    answering, failures, seen = [], [], set()
+    for server, path in candidates:
+        try:
+            client = _unix_client(path, lxd_conf)
+        except exception.LXDUnreachable as exc:
+            failures.append('%s: %s' % (path, exc.kwargs.get('reason')))
+            continue
+        identity = _identity(client)
+        if identity in seen:
+            continue
+        seen.add(identity)
+        answering.append((path, client))
+    if len(answering) == 1:
+        return answering[0]
+    if not answering:
+        tried = '; '.join(failures) or 'none of %s exists' % ', '.join(
+            path for _, path in well_known)
+        raise exception.LXDUnreachable(
+            endpoint='the local LXD or Incus socket',
+            reason='no daemon answers (%s). Start LXD (lxd waitready) or '
+                   'Incus (incus admin waitready), or set [lxd] endpoint'
+                   % tried)
+    found = ['%s %s at %s' % (
+        lxd_daemon.display_name((c.host_info.get('environment') or {}).get(
+            'server')),
+        (c.host_info.get('environment') or {}).get('server_version'), p)
+        for p, c in answering]
+    raise exception.DaemonAmbiguous(
+        daemons='; '.join(found),
+        endpoints=' or '.join(p for p, _ in answering))
 
 
 def verify_setting(value):
@@ -82,12 +176,18 @@ class LXDClient(object):
     def __init__(self, conf):
         self._conf = conf
         self._client = None
+        # The socket discovery chose (when [lxd] endpoint is unset).
+        self._discovered = None
+        self._daemon = None
+        # Threads (nova's, the lifecycle watcher) share one connection.
+        self._connect_lock = threading.Lock()
 
     # -- connection -------------------------------------------------------
 
     @property
     def endpoint(self):
-        return self._conf.lxd.endpoint or _default_socket()
+        return (self._conf.lxd.endpoint or self._discovered or
+                _default_socket())
 
     def _verify(self):
         return verify_setting(self._conf.lxd.verify)
@@ -97,27 +197,32 @@ class LXDClient(object):
         cert = None
         if lxd_conf.client_cert or lxd_conf.client_key:
             cert = (lxd_conf.client_cert, lxd_conf.client_key)
-        endpoint = self.endpoint
+        endpoint = lxd_conf.endpoint
+        if not endpoint:
+            # Nothing configured: find the local LXD or Incus.
+            path, client = discover(lxd_conf)
+            self._discovered = path
+            return client
         if endpoint.startswith('https://'):
             return _https_client(endpoint, self._verify(), cert,
                                  lxd_conf.timeout, lxd_conf.project)
-        if endpoint.startswith('/') and not os.path.exists(endpoint):
-            raise exception.LXDUnreachable(
-                endpoint=endpoint, reason='the socket does not exist')
-        try:
-            return pylxd.Client(endpoint=endpoint, cert=cert,
-                                verify=self._verify(),
-                                timeout=lxd_conf.timeout,
-                                project=lxd_conf.project)
-        except lxd_exceptions.ClientConnectionFailed as exc:
-            raise exception.LXDUnreachable(endpoint=endpoint,
-                                           reason=str(exc) or 'refused')
+        if endpoint.startswith('/'):
+            return _unix_client(endpoint, lxd_conf)
+        raise exception.LXDUnreachable(
+            endpoint=endpoint,
+            reason='[lxd] endpoint is neither a unix socket path (starting '
+                   'with /) nor an https:// URL')
 
     @property
     def api(self):
-        if self._client is None:
-            self._client = self._connect()
-        return self._client.api
+        client = self._client
+        if client is None:
+            with self._connect_lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._connect()
+                    self._daemon = None
+        return client.api
 
     def _call(self, action, target, func, *args, **kwargs):
         """Run one request; map pylxd/requests errors to ours."""
@@ -173,6 +278,18 @@ class LXDClient(object):
     def server_info(self):
         return self._call('read', 'server information',
                           self.api.get).json()['metadata']
+
+    def daemon_info(self, refresh=False):
+        """:class:`nova_lxd_accel.daemon.DaemonInfo` of the daemon.
+
+        Read once per connection (``GET /1.0``); ``refresh`` reads again.
+        """
+        daemon = self._daemon
+        if daemon is None or refresh:
+            info = self.server_info()
+            daemon = self._daemon = lxd_daemon.DaemonInfo.from_server_info(
+                info, endpoint=self.endpoint)
+        return daemon
 
     def resources(self, attempts=3):
         """A fresh copy of ``/1.0/resources`` (never cached).

@@ -27,6 +27,7 @@ from oslo_log import log as logging
 
 from nova_lxd_accel import accel
 from nova_lxd_accel.accel import binding as accel_binding
+from nova_lxd_accel.accel import cdi as accel_cdi
 from nova_lxd_accel.accel import reconcile as accel_reconcile
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
@@ -80,11 +81,10 @@ class LXDDriver(driver.ComputeDriver):
     def init_host(self, host):
         self._nodename = host
         self._server_info = lxd_host.check_lxd(self._client, CONF)
-        LOG.info('Using LXD %(version)s at %(endpoint)s, project %(project)s',
-                 {'version': self._server_info['environment'].get(
-                     'server_version'),
-                  'endpoint': self._client.endpoint,
-                  'project': CONF.lxd.project})
+        daemon = self._client.daemon_info()
+        accel_cdi.set_host_mode(accel_cdi.resolve(
+            CONF.lxd_accelerators.nvidia_binding, daemon))
+        LOG.info('%s', lxd_host.startup_line(daemon, CONF))
         self._reconcile_accelerators(host)
         self._watcher = events.LifecycleWatcher(
             self._client, host, CONF.lxd.lifecycle_poll_interval,
@@ -146,6 +146,8 @@ class LXDDriver(driver.ComputeDriver):
         merged = dict(provider_tree.data(nodename).inventory)
         merged.update(inventory)
         provider_tree.update_inventory(nodename, merged)
+        lxd_host.apply_daemon_traits(provider_tree, nodename,
+                                     self._client.daemon_info())
         self._accelerators.update_provider_tree(
             provider_tree, nodename, allocations, resources=resources)
 

@@ -123,3 +123,15 @@ class FlavorExtraSpecInvalid(LXDAccelException, nova_exception.Invalid):
                'nova-lxd-accel refuses: %(reason)s. Fix the flavor '
                '(`openstack flavor set` / `unset --property %(key)s`); '
                'compute API microversion 2.86 or later checks it when set.')
+
+
+class DaemonAmbiguous(LXDAccelException):
+    msg_fmt = ('More than one container daemon answers on this host '
+               '(%(daemons)s) and [lxd] endpoint does not say which one '
+               'nova-compute uses: set [lxd] endpoint in nova.conf to '
+               '%(endpoints)s.')
+
+
+class DaemonNotUsable(LXDNotReady):
+    msg_fmt = ('%(daemon)s at %(endpoint)s cannot serve nova-lxd-accel: '
+               '%(reason)s')

@@ -10,7 +10,11 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Host facts: is LXD usable, what the host has, the root provider."""
+"""Host facts: is the daemon usable, what the host has, the root provider.
+
+The daemon is LXD or Incus (:mod:`nova_lxd_accel.daemon`); every message
+names the command of the one in use.
+"""
 
 import json
 import platform
@@ -18,7 +22,8 @@ import platform
 import os_resource_classes as orc
 from oslo_log import log as logging
 
-from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel.accel import cdi
+from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
@@ -27,35 +32,48 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 
+def _daemon_of(client, info):
+    daemon_info = getattr(client, 'daemon_info', None)
+    if daemon_info is not None:
+        return daemon_info()
+    return lxd_daemon.DaemonInfo.from_server_info(info)
+
+
 def check_lxd(client, conf):
     """Fail with every missing piece named, and how to fix it."""
     info = client.server_info()
+    daemon = _daemon_of(client, info)
     problems = []
-    missing = [ext for ext in lxd_client.REQUIRED_EXTENSIONS
-               if ext not in info.get('api_extensions', [])]
-    if missing:
-        problems.append('API extensions %s are missing (LXD %s is too old; '
-                        'install LXD 5.0 or later)'
-                        % (', '.join(missing),
-                           info.get('environment', {}).get('server_version')))
+    for ext, since in daemon.missing_required():
+        problems.append('API extension %s is missing (%s %s is too old; '
+                        'first in %s)' % (ext, daemon.name, daemon.version,
+                                          since))
     if info.get('auth') != 'trusted':
-        problems.append('this client is not trusted by LXD (add its '
-                        'certificate with `lxc config trust add`)')
+        problems.append('this client is not trusted by %s (add its '
+                        'certificate with `%s`)' % (
+                            daemon.name, daemon.cli(
+                                'trust_add', file=conf.lxd.client_cert or
+                                '<client certificate>')))
     pool = conf.lxd.storage_pool
     try:
         client.storage_pool(pool)
     except exception.LXDObjectNotFound:
         problems.append('storage pool "%s" does not exist (create it with '
-                        '`lxc storage create %s dir` or set [lxd] '
-                        'storage_pool)' % (pool, pool))
+                        '`%s` or set [lxd] storage_pool)'
+                        % (pool, daemon.cli('storage_create', pool=pool)))
     project = conf.lxd.project
     if project != 'default':
         try:
             client.project(project)
         except exception.LXDObjectNotFound:
             problems.append('project "%s" does not exist (create it with '
-                            '`lxc project create %s` or set [lxd] project)'
-                            % (project, project))
+                            '`%s` or set [lxd] project)'
+                            % (project, daemon.cli('project_create',
+                                                   project=project)))
+    binding_problem = cdi.problem(
+        conf.lxd_accelerators.nvidia_binding, daemon)
+    if binding_problem:
+        problems.append(binding_problem)
     if conf.lxd.profiles:
         known = set(client.profile_names())
         unknown = [name for name in conf.lxd.profiles if name not in known]
@@ -63,9 +81,89 @@ def check_lxd(client, conf):
             problems.append('profiles %s do not exist (create them or remove '
                             'them from [lxd] profiles)' % ', '.join(unknown))
     if problems:
-        raise exception.LXDNotReady(endpoint=client.endpoint,
-                                    reason='; '.join(problems))
+        raise exception.DaemonNotUsable(daemon=daemon.name,
+                                        endpoint=client.endpoint,
+                                        reason='; '.join(problems))
     return info
+
+
+def features_in_use(daemon, conf):
+    """Feature -> how it is served on this host (for the start-up line)."""
+    accel = conf.lxd_accelerators
+    nvidia = cdi.resolve(accel.nvidia_binding, daemon)
+    if not accel.report_mig:
+        mig = 'off'
+    elif not daemon.supports('mig'):
+        mig = 'unsupported'
+    else:
+        mig = nvidia.name
+    migration_conf = getattr(conf, 'lxd_migration', None)
+    interval = conf.lxd.lifecycle_poll_interval
+    return {
+        'MIG binding': mig,
+        'CDI': 'yes' if nvidia.cdi else (
+            'available' if daemon.has(cdi.EXT_GPU_CDI) else 'no'),
+        'InfiniBand': 'yes' if accel.report_infiniband and daemon.supports(
+            'infiniband') else 'no',
+        'migration': 'yes' if daemon.supports('migration') and (
+            migration_conf is None or migration_conf.client_cert)
+        else 'no',
+        'events': 'poll every %ss' % interval if interval else 'off',
+    }
+
+
+def startup_line(daemon, conf):
+    """The one line nova-compute logs about its daemon when it starts."""
+    features = features_in_use(daemon, conf)
+    return ('Using %s at %s, project %s; features: %s' % (
+        daemon.describe(), daemon.endpoint, conf.lxd.project,
+        ', '.join('%s=%s' % item for item in features.items())))
+
+
+#: Root-provider traits saying what the daemon can do. A cloud mixing LXD
+#: and Incus hosts can require or forbid them in flavors.
+TRAIT_DAEMON_PREFIX = 'CUSTOM_LXD_DAEMON_'
+TRAIT_CDI = 'CUSTOM_LXD_CDI'
+TRAIT_MIG_CDI = 'CUSTOM_LXD_MIG_CDI'
+_MANAGED_EXACT = (TRAIT_CDI, TRAIT_MIG_CDI)
+
+
+def daemon_traits(daemon):
+    """``CUSTOM_LXD_DAEMON_<LXD|INCUS>`` plus one trait per capability."""
+    traits = {TRAIT_DAEMON_PREFIX + daemon.server.upper()}
+    if daemon.has(cdi.EXT_GPU_CDI):
+        traits.add(TRAIT_CDI)
+    if daemon.has(cdi.EXT_GPU_MIG_CDI):
+        traits.add(TRAIT_MIG_CDI)
+    return frozenset(traits)
+
+
+def apply_daemon_traits(provider_tree, nodename, daemon):
+    """Set :func:`daemon_traits` on the root provider, drop stale ones.
+
+    Other traits (nova's own, an operator's) are left alone.
+    """
+    want = daemon_traits(daemon)
+    current = provider_tree.data(nodename).traits
+    stale = {t for t in current
+             if (t.startswith(TRAIT_DAEMON_PREFIX) or
+                 t in _MANAGED_EXACT) and t not in want}
+    if stale:
+        provider_tree.remove_traits(nodename, *stale)
+    if not provider_tree.has_traits(nodename, want):
+        provider_tree.add_traits(nodename, *want)
+
+
+def hypervisor_type(server_info):
+    """``lxc`` on LXD (as before), ``incus`` on Incus.
+
+    ``supported_instances`` stays ``lxc`` on both, as the images and the
+    containers are the same: images with ``hypervisor_type=lxc`` boot on
+    either. The compute node's own ``hypervisor_type`` tells them apart
+    (``openstack hypervisor list``, ``capabilities:hypervisor_type``).
+    """
+    server = ((server_info or {}).get('environment') or {}).get('server')
+    return 'incus' if server == lxd_daemon.SERVER_INCUS else 'lxc'
 
 
 def hypervisor_version(server_info):
@@ -99,7 +197,7 @@ def available_resource(client, conf, nodename, server_info, resources):
         'vcpus_used': 0,
         'memory_mb_used': memory.get('used', 0) // MIB,
         'local_gb_used': disk_used,
-        'hypervisor_type': 'lxc',
+        'hypervisor_type': hypervisor_type(server_info),
         'hypervisor_version': hypervisor_version(server_info),
         'hypervisor_hostname': nodename,
         'cpu_info': json.dumps({'arch': arch,

@@ -34,6 +34,10 @@ What a container can take (LXD 5.0 ``lxd/device/gpu_physical.go``,
   ``mig.gi``/``mig.ci`` for legacy drivers) with ``nvidia.runtime=true``;
 * InfiniBand VF or port: ``infiniband nictype=physical parent=<netdev>``.
 
+On a daemon with the ``gpu_cdi`` extension NVIDIA GPUs and MIG devices are
+bound by CDI id instead (``id=nvidia.com/gpu=GPU-<uuid>``, ...), without
+``nvidia.runtime``: see :mod:`.cdi`. The unit keys stay the same.
+
 A GPU's SR-IOV virtual function cannot be given to a container: LXD lists
 GPU VFs under their card's ``sriov.vfs`` only, ``gputype=physical`` matches
 cards, and ``gputype=sriov`` is VM-only. Discovery therefore never reports
@@ -46,6 +50,7 @@ import typing
 
 import os_resource_classes as orc
 
+from nova_lxd_accel.accel import cdi
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel import exception
@@ -97,6 +102,8 @@ class Unit:
 @dataclasses.dataclass(frozen=True)
 class Binding:
     units: typing.Tuple[Unit, ...] = ()
+    #: how NVIDIA devices were bound (see :mod:`.cdi`)
+    nvidia: cdi.NvidiaBinding = cdi.RUNTIME
 
     @property
     def devices(self):
@@ -110,7 +117,11 @@ class Binding:
             return {}
         config = {DEVICES_KEY: json.dumps(
             [u.record() for u in self.units], sort_keys=True)}
-        if any(u.kind == KIND_MIG for u in self.units):
+        if any(u.detail.get('cdi_id') for u in self.units):
+            # LXD refuses a CDI id while any nvidia.* option is true (a
+            # flavor's lxd:gpu_runtime); CDI brings the user space itself.
+            config['nvidia.runtime'] = 'false'
+        elif any(u.kind == KIND_MIG for u in self.units):
             # LXD refuses to start a MIG device without it.
             config['nvidia.runtime'] = 'true'
         return config
@@ -223,7 +234,35 @@ def _pick(candidates, count, held, rc, rp_uuid, device):
     return free[:count]
 
 
-def _gpu_units(gpu, rc, count, rp_uuid, held):
+def _pgpu_device(gpu, nvidia):
+    """The LXD device and record detail for one whole GPU."""
+    cdi_id = nvidia.cdi and gpu.is_nvidia and cdi.gpu_id(gpu.nvidia_uuid)
+    if cdi_id:
+        return ({'type': 'gpu', 'gputype': 'physical', 'id': cdi_id},
+                {'cdi_id': cdi_id})
+    return {'type': 'gpu', 'gputype': 'physical', 'pci': gpu.pci_address}, {}
+
+
+def _mig_device(gpu, mig, rc, rp_uuid, nvidia):
+    """The LXD device and record detail for one MIG device."""
+    detail = {'mig_uuid': mig.uuid, 'mig_profile': mig.profile}
+    if nvidia.cdi:
+        try:
+            device = cdi.mig_device(mig.uuid, nvidia)
+        except ValueError as exc:
+            raise exception.AcceleratorNotBindable(
+                resource_class=rc, provider=rp_uuid, reason=str(exc))
+        return device, dict(detail, cdi_id=device['id'])
+    device = {'type': 'gpu', 'gputype': 'mig', 'pci': gpu.pci_address}
+    if mig.gi is not None and mig.ci is not None:
+        device['mig.gi'] = str(mig.gi)
+        device['mig.ci'] = str(mig.ci)
+    else:
+        device['mig.uuid'] = mig.uuid
+    return device, detail
+
+
+def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME):
     if rc == orc.PGPU:
         if gpu.mig_devices:
             raise exception.AcceleratorNotBindable(
@@ -231,8 +270,7 @@ def _gpu_units(gpu, rc, count, rp_uuid, held):
                 reason='GPU %s is split into MIG devices' % gpu.pci_address)
         picked = _pick([('pci:' + gpu.pci_address, gpu)], count, held, rc,
                        rp_uuid, gpu)
-        return [(KIND_PGPU, key, {'type': 'gpu', 'gputype': 'physical',
-                                  'pci': gpu.pci_address}, {})
+        return [(KIND_PGPU, key) + _pgpu_device(gpu, nvidia)
                 for key, _ in picked]
     if rc == orc.VGPU:
         raise exception.AcceleratorNotBindable(
@@ -244,18 +282,8 @@ def _gpu_units(gpu, rc, count, rp_uuid, held):
                        if m.resource_class == rc), key=lambda m: m.index)
         picked = _pick([(mig_unit_key(gpu, m), m) for m in migs], count,
                        held, rc, rp_uuid, gpu)
-        out = []
-        for key, mig in picked:
-            device = {'type': 'gpu', 'gputype': 'mig',
-                      'pci': gpu.pci_address}
-            if mig.gi is not None and mig.ci is not None:
-                device['mig.gi'] = str(mig.gi)
-                device['mig.ci'] = str(mig.ci)
-            else:
-                device['mig.uuid'] = mig.uuid
-            out.append((KIND_MIG, key, device,
-                        {'mig_uuid': mig.uuid, 'mig_profile': mig.profile}))
-        return out
+        return [(KIND_MIG, key) + _mig_device(gpu, mig, rc, rp_uuid, nvidia)
+                for key, mig in picked]
     raise exception.AcceleratorNotBindable(
         resource_class=rc, provider=rp_uuid,
         reason='GPU %s offers no such resource class' % gpu.pci_address)
@@ -287,7 +315,7 @@ def _ib_units(card, rc, count, rp_uuid, held):
     return out
 
 
-def bind(allocations, device_for_provider, held=None):
+def bind(allocations, device_for_provider, held=None, nvidia=None):
     """Choose free units for every accelerator resource in ``allocations``.
 
     :param allocations: nova's spawn ``allocations``:
@@ -296,11 +324,15 @@ def bind(allocations, device_for_provider, held=None):
         :class:`devices.Gpu` / :class:`devices.IbCard` last reported there,
         or None (the root provider, or a provider this host does not know).
     :param held: unit key -> holders, from :func:`held_units`.
+    :param nvidia: :class:`.cdi.NvidiaBinding`: by CDI id or with
+        ``nvidia.runtime``; default: the mode nova-compute chose for its
+        daemon at start (:func:`.cdi.host_mode`).
     :returns: a :class:`Binding`.
     :raises: AcceleratorUnavailable when too few units are free;
         AcceleratorNotBindable when an allocation cannot be honoured.
     """
     held = dict(held or {})
+    nvidia = nvidia or cdi.host_mode()
     counters = {}
     units = []
     for rp_uuid in sorted(allocations or {}):
@@ -312,7 +344,8 @@ def bind(allocations, device_for_provider, held=None):
         device = device_for_provider(rp_uuid)
         for rc in sorted(wanted):
             if isinstance(device, devices.Gpu):
-                picked = _gpu_units(device, rc, wanted[rc], rp_uuid, held)
+                picked = _gpu_units(device, rc, wanted[rc], rp_uuid, held,
+                                    nvidia)
             elif isinstance(device, devices.IbCard):
                 picked = _ib_units(device, rc, wanted[rc], rp_uuid, held)
             else:
@@ -332,7 +365,7 @@ def bind(allocations, device_for_provider, held=None):
                                   device=lxd_device, detail=detail))
                 # a unit is never given twice within one request either
                 held[key] = ['(this request)']
-    return Binding(units=tuple(units))
+    return Binding(units=tuple(units), nvidia=nvidia)
 
 
 def expected_usage(records):

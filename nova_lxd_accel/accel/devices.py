@@ -71,7 +71,11 @@ class MigDevice:
 
     :ivar profile: the profile as printed, e.g. ``1g.10gb`` or ``1c.3g.71gb``.
     :ivar uuid: the UUID as printed: ``MIG-<uuid>`` (R470+) or the legacy
-        ``MIG-GPU-<gpu-uuid>/<gi>/<ci>``; LXD's ``mig.uuid`` takes either.
+        ``MIG-GPU-<gpu-uuid>/<gi>/<ci>``. LXD's ``mig.uuid`` takes only the
+        first (with or without ``MIG-``; ``gpuValidMigUUID`` in
+        ``lxd/device``): LXD 5.0.2 refuses a legacy one ("Invalid value
+        for device option "mig.uuid": Invalid UUID"), so legacy devices
+        are bound by ``mig.gi``/``mig.ci`` and cannot be named by CDI.
     :ivar index: the MIG device index on its GPU.
     :ivar gpu_index: the GPU index nvidia-smi printed.
     :ivar gi: GPU instance id (legacy UUIDs only, else None).

@@ -116,6 +116,31 @@ Related options:
 
 * ``nvidia_smi_path``
 """),
+    cfg.StrOpt('nvidia_binding',
+               default='auto',
+               choices=[
+                   ('auto', 'CDI when the daemon has the gpu_cdi API '
+                            'extension, else nvidia.runtime'),
+                   ('cdi', 'always CDI; nova-compute refuses to start on a '
+                           'daemon without gpu_cdi'),
+                   ('runtime', 'always nvidia.runtime (libnvidia-container)'),
+               ],
+               help="""
+How NVIDIA GPUs and MIG devices are bound into containers.
+
+With CDI (Container Device Interface, LXD 5.21.3 and 6.2 or later) each
+device is named by its UUID (``id=nvidia.com/gpu=GPU-<uuid>``, MIG devices
+``MIG-<uuid>``) and the daemon brings the matching NVIDIA user space; the
+container gets no ``nvidia.runtime``. Without it (LXD 5.0, every Incus
+release) whole GPUs are pinned by PCI address and MIG devices by
+``mig.uuid`` with ``nvidia.runtime=true``. The mode in use is logged when
+nova-compute starts; a daemon with CDI also gives the compute node the
+``CUSTOM_LXD_CDI`` trait.
+
+Related options:
+
+* ``report_mig``
+"""),
 ]
 
 

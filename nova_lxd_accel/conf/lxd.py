@@ -26,17 +26,22 @@ connection_opts = [
     cfg.StrOpt('endpoint',
                default=None,
                help="""
-Where the LXD daemon listens.
+Where the LXD or Incus daemon listens.
 
 Possible values:
 
-* unset (default): the local unix socket, found the way ``lxc`` finds it
-  (``$LXD_DIR/unix.socket``, else ``/var/lib/lxd/unix.socket`` or the snap's
-  ``/var/snap/lxd/common/lxd/unix.socket``)
-* a unix socket path, for example ``/var/snap/lxd/common/lxd/unix.socket``
+* unset (default): the local daemon's unix socket. ``$LXD_DIR`` and
+  ``$INCUS_DIR`` (``<dir>/unix.socket``) are used when set; otherwise the
+  first that answers of LXD's snap socket
+  (``/var/snap/lxd/common/lxd/unix.socket``), ``/var/lib/lxd/unix.socket``,
+  ``/var/lib/incus/unix.socket`` and ``/run/incus/unix.socket``. When two
+  different daemons answer (LXD and Incus on one host) nova-compute refuses
+  to start and names both: set this option then.
+* a unix socket path, for example ``/var/lib/incus/unix.socket``
 * an HTTPS URL, for example ``https://127.0.0.1:8443``; then set
-  ``client_cert`` and ``client_key`` and trust that certificate in LXD
-  (``lxc config trust add``)
+  ``client_cert`` and ``client_key`` and trust that certificate in the
+  daemon (``lxc config trust add FILE`` on LXD, ``incus config trust
+  add-certificate FILE`` on Incus)
 
 Related options:
 

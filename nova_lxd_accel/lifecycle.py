@@ -18,11 +18,11 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 
 import os
 
-from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
@@ -33,7 +33,7 @@ LOG = logging.getLogger(__name__)
 
 
 #: Serialises accelerator binding within this nova-compute process.
-BINDING_LOCK = 'lxd-accel-binding'
+BINDING_LOCK = accel_claims.CLAIM_LOCK
 
 
 def _wants_accelerators(allocations):
@@ -52,6 +52,9 @@ def _has_root_volume(block_device_info):
 
 
 class Lifecycle(object):
+
+    #: callable() -> the host's accelerator devices (set by the driver).
+    host_devices = tuple
 
     def __init__(self, client, conf, image_cache, networking=None,
                  volumes=None):
@@ -140,19 +143,15 @@ class Lifecycle(object):
         if self._volumes is not None:
             container['devices'].update(self._volumes.boot_devices(
                 context, instance, block_device_info))
-        if not _wants_accelerators(allocations):
-            guest.create(container, alias, profiles)
-        else:
-            # Reading who holds what, choosing and creating are one step:
-            # two spawns must never pick the same free unit.
-            with lockutils.lock(BINDING_LOCK):
-                held = binding.held_units(self._client.list_containers(),
-                                          exclude=guest.name)
-                bound = binding.bind(allocations, device_for_provider or
-                                     (lambda rp_uuid: None), held)
-                container = lxd_config.with_accelerators(container, bound)
-                guest.create(container, alias, profiles)
-            binding.log_bound(LOG, bound, instance)
+        guest.create(container, alias, profiles)
+        if _wants_accelerators(allocations):
+            # Read who holds what, pick, and record the pick in the stopped
+            # container, under one lock that covers nothing else.
+            accel_claims.claim(self._client, guest.name, allocations,
+                               device_for_provider,
+                               host_devices=self.host_devices(),
+                               instance=instance,
+                               project=self._conf.lxd.project)
 
     def _delete_quietly(self, guest):
         try:

@@ -20,11 +20,14 @@ cannot find ("Failed to detect requested GPU device", "Parent device
 endpoint`` at :attr:`LXDProxy.socket_path`) and forwards every request,
 byte for byte, to the real LXD daemon, except for exactly these changes:
 
-1. ``GET /1.0/resources``: the real answer with its ``gpu`` and/or
+1. ``GET /1.0/instances?all-projects=true``: only the instances of the
+   projects this proxy's client used, and of those the test shows with
+   :meth:`LXDProxy.show_project` (tests share one daemon).
+2. ``GET /1.0/resources``: the real answer with its ``gpu`` and/or
    ``network`` sections replaced by :attr:`LXDProxy.resources` (recorded
    samples of real hosts), in LXD's own response envelope. The host's CPU,
    memory and storage stay real.
-2. Only when ``strip_devices`` is true: in instance create (``POST
+3. Only when ``strip_devices`` is true: in instance create (``POST
    /1.0/instances``) and update (``PUT``/``PATCH /1.0/instances/<name>``)
    bodies, devices of type ``gpu`` and ``infiniband`` are removed before
    forwarding and remembered per project and instance name; responses to
@@ -122,6 +125,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if url.path == '/_proxy/hidden':
             self._reply(200, json.dumps(proxy.hidden(project)).encode())
             return
+        proxy.note_project(query)
         body = proxy.rewrite_request(self.command, url.path, project, body)
         headers = {k: v for k, v in self.headers.items()
                    if k.lower() not in _HOP_BY_HOP}
@@ -169,6 +173,11 @@ class Rewriter(object):
         self._lock = threading.Lock()
         # (project, instance name) -> {'devices': {...}, 'config': {...}}
         self._devices = {}
+        # projects this proxy's client used: all-projects listings show
+        # only these and those named in <resources file>.projects, so
+        # that tests running beside each other on one daemon do not see
+        # each other's instances
+        self._projects = set()
 
     @property
     def resources(self):
@@ -192,6 +201,20 @@ class Rewriter(object):
                 parts[2] in ('instances', 'containers'):
             return parse.unquote(parts[3])
         return None
+
+    def note_project(self, query):
+        if query.get('project'):
+            with self._lock:
+                self._projects.add(query['project'])
+
+    def visible_projects(self):
+        try:
+            with open(self.resources_file + '.projects') as f:
+                shown = set(json.load(f))
+        except (OSError, ValueError):
+            shown = set()
+        with self._lock:
+            return shown | self._projects
 
     def rewrite_request(self, method, path, project, body):
         if not self.strip_devices or not body:
@@ -252,6 +275,14 @@ class Rewriter(object):
             return data
         if method != 'GET' or status != 200:
             return data
+        if path in ('/1.0/instances', '/1.0/containers') and \
+                query.get('all-projects') == 'true':
+            body = json.loads(data)
+            visible = self.visible_projects()
+            body['metadata'] = [
+                r for r in body.get('metadata') or []
+                if not isinstance(r, dict) or r.get('project') in visible]
+            data = json.dumps(body).encode()
         if path == '/1.0/resources':
             resources = self.resources
             body = json.loads(data)
@@ -271,8 +302,11 @@ class Rewriter(object):
             if name:
                 self._reinsert(project, body.get('metadata'))
             else:
+                all_projects = query.get('all-projects') == 'true'
                 for record in body.get('metadata') or []:
-                    self._reinsert(project, record)
+                    # an all-projects listing names each record's project
+                    self._reinsert(record.get('project', project)
+                                   if all_projects else project, record)
         return json.dumps(body).encode()
 
 
@@ -326,6 +360,18 @@ class LXDProxy(fixtures.Fixture):
         with open(tmp, 'w') as f:
             json.dump(resources, f)
         os.rename(tmp, self.resources_file)
+
+    def show_project(self, name):
+        """Show project ``name`` in all-projects listings too."""
+        path = self.resources_file + '.projects'
+        try:
+            with open(path) as f:
+                names = json.load(f)
+        except (OSError, ValueError):
+            names = []
+        with open(path + '.tmp', 'w') as f:
+            json.dump(sorted(set(names) | {name}), f)
+        os.rename(path + '.tmp', path)
 
     def all_fake_devices(self, project):
         """Instance name -> gpu/infiniband devices hidden from LXD."""

@@ -22,8 +22,11 @@ Modules: :mod:`.devices` (device objects), :mod:`.lxd_resources` and
 filtering), :mod:`.provider_tree` (providers and applying them).
 """
 
+import dataclasses
+
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import provider_tree as accel_tree
@@ -60,10 +63,16 @@ class AcceleratorInventory(object):
         ``{consumer_uuid: {'resources': {...}}}`` for one provider; used only
         when nova passes no ``allocations`` and a device disappeared or lost
         a resource class. Default: Placement, through nova's report client.
+    :param list_instances: zero-argument callable returning every instance
+        record of the daemon (all projects); units that instances other
+        than ours hold are reported ``reserved``. None: nothing is.
+    :param is_ours: callable(record) -> whether an instance is one of this
+        nova-compute's (see :mod:`nova_lxd_accel.ownership`).
     """
 
     def __init__(self, read_resources, list_mig_devices=None, conf=None,
-                 provider_allocations=None):
+                 provider_allocations=None, list_instances=None,
+                 is_ours=None):
         if conf is None:
             import nova.conf
             conf = nova.conf.CONF
@@ -76,6 +85,9 @@ class AcceleratorInventory(object):
         self._last_inputs = None
         self._last_desired = None
         self._last_mig_text = ''
+        self._list_instances = list_instances
+        self._is_ours = is_ours or (lambda record: False)
+        self._foreign_logged = None
 
     def _run_nvidia_smi(self):
         group = self._conf.lxd_accelerators
@@ -129,9 +141,49 @@ class AcceleratorInventory(object):
             already read (the driver reads it once per period), else None.
         """
         desired = self.desired_providers(nodename, resources)
+        if self._list_instances is not None:
+            desired = self.with_foreign_reserved(desired,
+                                                 self._list_instances())
         state = self._states.setdefault(nodename, accel_tree.TreeState())
         state.apply(provider_tree, nodename, desired,
                     self._usage_lookup(allocations))
+
+    def with_foreign_reserved(self, desired, records):
+        """``desired`` with the units foreign instances hold reserved.
+
+        A unit held by anything on the daemon that is not one of our
+        instances (another project, a VM, a container made by hand, a
+        profile's device) can never be bound, so Placement must not offer
+        it: it is counted in its resource class's ``reserved``. Each such
+        unit is logged, with its holders, when the set changes.
+        """
+        host_devices = [p.device for p in desired.values()]
+        foreign = [r for r in records or () if not self._is_ours(r)]
+        held = binding.held_units(foreign, host_devices=host_devices)
+        out, logged = {}, []
+        for name, want in desired.items():
+            inventory = want.inventory
+            for rc, keys in binding.provider_units(want.device).items():
+                taken = [k for k in keys if binding.holders_of(held, k)]
+                if not taken or rc not in inventory:
+                    continue
+                inventory = dict(inventory)
+                inventory[rc] = dict(inventory[rc], reserved=min(
+                    len(taken), inventory[rc]['total']))
+                logged.extend((k, name, tuple(sorted(
+                    binding.holders_of(held, k)))) for k in taken)
+            out[name] = dataclasses.replace(want, inventory=inventory)
+        logged = sorted(logged)
+        if logged != self._foreign_logged:
+            for key, name, holders in logged:
+                LOG.warning('Accelerator %(unit)s of %(provider)s is held by '
+                            '%(holders)s, which is not an instance of this '
+                            'nova-compute: reported reserved in Placement '
+                            'and never bound',
+                            {'unit': key, 'provider': name,
+                             'holders': ', '.join(holders)})
+            self._foreign_logged = logged
+        return out
 
     def _usage_lookup(self, allocations):
         if allocations is not None:
@@ -161,6 +213,12 @@ class AcceleratorInventory(object):
             if rp_uuid in state.devices:
                 return state.devices[rp_uuid]
         return None
+
+    def all_devices(self):
+        """Every device last reported (or kept while in use)."""
+        return tuple(device for state in self._states.values()
+                     for device in state.devices.values()
+                     if device is not None)
 
     def describe(self, provider_tree, nodename):
         """The node's providers as the ``inventory`` command prints them.

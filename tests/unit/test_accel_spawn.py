@@ -75,6 +75,18 @@ class FakeClient(object):
     def delete_container(self, name):
         del self.containers[name]
 
+    def list_all_instances(self):
+        return self.list_containers()
+
+    def modify_container(self, name, change):
+        record = self.containers.get(name)
+        if record is None:
+            return None
+        config, devices = dict(record['config']), dict(record['devices'])
+        if change(config, devices) is not False:
+            record.update(config=config, devices=devices)
+        return record
+
     # The seam's compound operations, run on this fake's primitives.
     stop_now = lxd_client.LXDClient.stop_now
     remove_container = lxd_client.LXDClient.remove_container

@@ -1,0 +1,281 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Claims on providers of several units, through nova's own cloud.
+
+Placement only counts MIG devices and InfiniBand VFs; the driver chooses
+which one each server gets (:mod:`nova_lxd_accel.accel.claims`). These
+tests boot servers at once onto a GPU split into 7 MIG devices and an
+InfiniBand card with 8 VFs, against the real LXD daemon (the hardware is
+recorded, see :mod:`tests.lxd_proxy`), and check that no unit is ever
+bound twice, including units held by instances nova did not make.
+
+Run them on native threads with ``OS_NOVA_DISABLE_EVENTLET_PATCHING=1``;
+they pass on eventlet too.
+
+The race is made certain rather than likely: the first claim's write
+waits until another claim has picked its units (or 10 s have passed).
+With the claim lock in place no other claim can pick in that time, so
+the wait just runs out; without it, or with the record written after the
+lock is released, the other claim picks from a daemon that does not show
+the first claim yet, and takes the same units.
+"""
+
+import copy
+import json
+import threading
+import uuid
+
+import fixtures
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims
+from tests.functional import test_accel_binding as accel_ft
+from tests import lxd_fixtures
+from tests.unit.accel import utils
+
+HOST = accel_ft.HOST
+GPU_PCI = '0000:00:09.0'
+MIG_RP = HOST + '_gpu_0000_00_09_0'
+IB_RP = HOST + '_ib_0000_4b_00_0'
+MIG_TEXT = utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+MIG_UUIDS = [line.split('UUID: ')[1].rstrip(')').strip()
+             for line in MIG_TEXT.splitlines() if 'MIG 1g' in line]
+VF_NETDEVS = ['ibp75s0v%d' % i for i in range(8)]
+MIG_RC = 'CUSTOM_MIG_1G_10GB'
+VF_RC = 'CUSTOM_INFINIBAND_VF'
+
+
+def multi_unit_host():
+    """An A100 split into 7 MIG 1g.10gb devices, a card with 8 IB VFs."""
+    gpu = copy.deepcopy(utils.load_json(
+        'handmade-lxd-h100-mig-host.json')['gpu']['cards'][1])
+    gpu['nvidia']['uuid'] = 'GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16'
+    gpu['nvidia']['model'] = 'NVIDIA A100-SXM4-80GB'
+    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+        'network']
+    card = network['cards'][1]
+    template = card['sriov']['vfs'][0]
+    card['sriov']['vfs'] = []
+    for i, netdev in enumerate(VF_NETDEVS):
+        vf = copy.deepcopy(template)
+        vf['pci_address'] = '0000:4b:00.%d' % (i + 1)
+        vf['ports'] = [{'id': netdev, 'port': 0, 'protocol': 'infiniband'}]
+        card['sriov']['vfs'].append(vf)
+    card['sriov']['current_vfs'] = 8
+    network['cards'] = [card]
+    network['total'] = 1
+    return {'gpu': {'cards': [gpu], 'total': 1}, 'network': network}
+
+
+class ClaimTestBase(accel_ft.AccelTestBase):
+
+    host_resources = staticmethod(multi_unit_host)
+    mig_text = MIG_TEXT
+
+    def setUp(self):
+        super().setUp()
+        self.flags(instances=-1, cores=-1, ram=-1, group='quota')
+
+    def bound_units(self):
+        """Unit -> container names, from what the driver asked LXD for."""
+        out = {}
+        for name, devices in self.proxy.all_fake_devices(
+                self.lxd.name).items():
+            for device in devices.values():
+                unit = device.get('mig.uuid') or device.get('parent')
+                out.setdefault(unit, []).append(name)
+        return out
+
+    def post(self, flavor_id):
+        return self.api.post_server({'server': self._build_server(
+            image_uuid=self.image_id, flavor_id=flavor_id,
+            networks='none')})
+
+    def wait_built(self, server):
+        for _ in range(1200):
+            server = self.api.get_server(server['id'])
+            if server['status'] in ('ACTIVE', 'ERROR'):
+                return server
+            threading.Event().wait(0.1)
+        self.fail('server %s stuck in %s' % (server['id'],
+                                             server['status']))
+
+    def units_of(self, server):
+        devices = self.accel_devices(server)
+        return sorted(d.get('mig.uuid') or d.get('parent')
+                      for d in devices.values())
+
+    def race_first_claim(self):
+        """Hold the first claim's write until another claim has picked."""
+        picked = threading.Event()
+        state = {'binds': 0, 'held_back': False}
+        lock = threading.Lock()
+        real_bind = binding.bind
+
+        def bind(*args, **kwargs):
+            bound = real_bind(*args, **kwargs)
+            with lock:
+                state['binds'] += 1
+                if state['binds'] >= 2:
+                    picked.set()
+            return bound
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.accel.binding.bind', bind))
+        client = self.compute.driver._client
+        real_modify = client.modify_container
+
+        def modify(name, change, *args, **kwargs):
+            with lock:
+                first = not state['held_back']
+                state['held_back'] = True
+            if first:
+                picked.wait(10)
+            return real_modify(name, change, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.client.LXDClient.modify_container',
+            lambda self_, *a, **k: modify(*a, **k)
+            if self_ is client else real_modify.__func__(self_, *a, **k)))
+
+
+class ConcurrentClaimTest(ClaimTestBase):
+
+    def test_every_unit_bound_once(self):
+        self.race_first_claim()
+        mixed = self.flavor(**{'resources1:%s' % MIG_RC: '1',
+                               'resources2:%s' % VF_RC: '1',
+                               'group_policy': 'none'})
+        vf_only = self.flavor(**{'resources:%s' % VF_RC: '1'})
+        mig_only = self.flavor(**{'resources:%s' % MIG_RC: '1'})
+        # 7 x (MIG + VF) and 1 x VF: every unit of both providers
+        servers = [self.post(mixed) for _ in range(7)] + [self.post(vf_only)]
+        final = [self.wait_built(s) for s in servers]
+        self.assertEqual(['ACTIVE'] * 8, [s['status'] for s in final],
+                         [s.get('fault') for s in final])
+        bound = self.bound_units()
+        self.assertEqual(sorted(MIG_UUIDS + VF_NETDEVS), sorted(bound))
+        self.assertEqual({}, {u: n for u, n in bound.items() if len(n) > 1})
+        # each container's record says what it holds, and only that
+        for server in final:
+            record = json.loads(self.container_of(server)['config'][
+                binding.DEVICES_KEY])
+            self.assertEqual(len(self.units_of(server)), len(record))
+        # Placement agrees: everything used
+        self.assertEqual({MIG_RC: 7}, self._get_provider_usages(
+            self.rp(MIG_RP)))
+        self.assertEqual({VF_RC: 8}, self._get_provider_usages(
+            self.rp(IB_RP)))
+        # one more fails cleanly
+        self.flags(max_attempts=1, group='scheduler')
+        extra = self.wait_built(self.post(mig_only))
+        self.assertEqual('ERROR', extra['status'])
+        self.assertIn('No valid host', extra['fault']['message'])
+        self.assertEqual(8, len(self.container_names()))
+        # a freed unit is the next one bound
+        victim = final[3]
+        freed = self.units_of(victim)
+        self._delete_server(victim)
+        # (a periodic run, for anything that holds a freed unit back
+        # until the next one, e.g. a verified release)
+        self._run_periodics()
+        again = self.wait_built(self.post(mixed))
+        self.assertEqual('ACTIVE', again['status'])
+        self.assertEqual(freed, self.units_of(again))
+        bound = self.bound_units()
+        self.assertEqual({}, {u: n for u, n in bound.items() if len(n) > 1})
+
+
+class DurableClaimTest(ClaimTestBase):
+
+    def test_restarted_compute_sees_the_recorded_claim(self):
+        client = self.compute.driver._client
+        inventory = self.compute.driver._accelerators
+        name = 'nova-%s' % uuid.uuid4()
+        # a spawn that got as far as the claim: created, claimed, not
+        # started, and then nova-compute died
+        client.create_container(
+            name, {}, {'root': {'type': 'disk', 'path': '/',
+                                'pool': 'default'}}, [],
+            source={'type': 'image',
+                    'alias': self._cached_alias()})
+        allocations = {self.rp(MIG_RP): {'resources': {MIG_RC: 1}}}
+        first = claims.claim(client, name, allocations,
+                             inventory.device_for_provider,
+                             inventory.all_devices(),
+                             project=self.lxd.name)
+        self.compute = self.restart_compute_service(self.compute)
+        server = self.boot(self.flavor(**{'resources:%s' % MIG_RC: '1'}))
+        taken = first.units[0].device['mig.uuid']
+        self.assertEqual(MIG_UUIDS[0], taken)
+        self.assertNotIn(taken, self.units_of(server))
+        client = self.compute.driver._client
+        client.delete_container(name)
+        self._delete_server(server)
+
+    def _cached_alias(self):
+        # boot once so the image is in LXD, then reuse its alias
+        server = self.boot(self.flavor())
+        alias = 'nova-image-%s' % self.image_id
+        self._delete_server(server)
+        return alias
+
+
+class ForeignHolderTest(ClaimTestBase):
+    """Units held by what nova did not make are never bound."""
+
+    def setUp(self):
+        super().setUp()
+        # another project on the same daemon, written to directly (no
+        # proxy: the real daemon validates and stores these devices)
+        self.other = self.useFixture(lxd_fixtures.LXDProject('foreign'))
+        self.proxy.show_project(self.other.name)
+        self.profile = 'nlxa-ib-%s' % uuid.uuid4().hex[:8]
+        admin = self.other.admin
+        admin.api.profiles.post(json={
+            'name': self.profile, 'config': {}, 'devices': {
+                'ib': {'type': 'infiniband', 'nictype': 'physical',
+                       'parent': VF_NETDEVS[0]}}})
+        self.addCleanup(admin.api.profiles[self.profile].delete)
+        for name, devices, profiles in (
+                ('cli-mig', {'mig': {'type': 'gpu', 'gputype': 'mig',
+                                     'pci': GPU_PCI,
+                                     'mig.uuid': MIG_UUIDS[0]}},
+                 ['default']),
+                ('cli-ib', {}, ['default', self.profile])):
+            response = self.other.client.api.instances.post(json={
+                'name': name, 'type': 'container', 'source': {'type': 'none'},
+                'devices': devices, 'profiles': profiles})
+            self.other._wait(response)
+            # before the project fixture removes the project
+            self.addCleanup(self._delete_foreign, name)
+
+    def _delete_foreign(self, name):
+        self.other._wait(self.other.client.api.instances[name].delete())
+
+    def test_foreign_units_reserved_and_never_bound(self):
+        self._run_periodics()
+        inventory = self._get_provider_inventory(self.rp(MIG_RP))
+        self.assertEqual(1, inventory[MIG_RC]['reserved'])
+        self.assertEqual(1, self._get_provider_inventory(
+            self.rp(IB_RP))[VF_RC]['reserved'])
+        log = self.stdlog.logger.output
+        self.assertIn('%s/cli-mig' % self.other.name, log)
+        self.assertIn('%s/cli-ib' % self.other.name, log)
+        # the first free units in binding order are the held ones
+        server = self.boot(self.flavor(**{
+            'resources1:%s' % MIG_RC: '1', 'resources2:%s' % VF_RC: '1',
+            'group_policy': 'none'}))
+        self.assertEqual(sorted([MIG_UUIDS[1], VF_NETDEVS[1]]),
+                         self.units_of(server))
+        self._delete_server(server)

@@ -404,16 +404,105 @@ class LXDClient(object):
         self.change_state(name, 'stop', force=True)
         return record
 
-    def remove_container(self, name):
-        """Stop at once and delete; returns whether the container existed."""
-        if self.stop_now(name) is None:
-            return False
-        self.delete_container(name)
-        return True
+    def remove_container(self, name, attempts=6):
+        """Remove a container in whatever state it is; verify it is gone.
+
+        A container can be in the middle of something when nova wants it
+        gone: LXD still creating it, or still running the "stop" hook of a
+        start that failed (LXD then refuses the delete with "busy running
+        a 'stop' operation" for a moment). Each attempt lets LXD's
+        operations on the container end (cancelling those that can be),
+        forces it to stop, deletes it and reads it back; a refusal is
+        retried after a growing pause (about 8 s in all for 6 attempts;
+        LXD's stop hook after a failed start takes under a second), at
+        most ``attempts`` times; the first attempt goes straight ahead, as
+        most containers are idle.
+
+        :returns: whether the container existed.
+        :raises LXDOperationFailed: it is still there after every attempt;
+            the message carries LXD's last answer.
+        """
+        existed = False
+        last_error = None
+        for attempt in range(1, attempts + 1):
+            try:
+                if attempt > 1:
+                    self.settle_operations(name)
+                record = self.stop_now(name)
+                if record is None:
+                    return existed
+                existed = True
+                self.delete_container(name)
+                if self.get_container(name) is None:
+                    return True
+                last_error = 'LXD still lists it after the delete'
+            except exception.LXDUnreachable:
+                raise
+            except exception.LXDObjectNotFound:
+                # Gone between two requests: the next read says so.
+                continue
+            except exception.LXDAccelException as exc:
+                last_error = exc.format_message()
+            LOG.debug('Removing container %(name)s, attempt %(attempt)d '
+                      'of %(attempts)d: %(error)s', {
+                          'name': name, 'attempt': attempt,
+                          'attempts': attempts, 'error': last_error})
+            if attempt < attempts:
+                time.sleep(min(0.25 * 2 ** (attempt - 1), 5))
+        if self.get_container(name) is None:
+            return existed
+        raise exception.LXDOperationFailed(
+            action='remove', target='instance %s' % name,
+            reason='still there after %d attempts (last: %s); remove it '
+                   'with `lxc delete --force %s --project %s`' % (
+                       attempts, last_error, name, self._conf.lxd.project))
 
     def delete_container(self, name):
         self._request('delete', self.api.instances[name], 'delete',
                       'instance %s' % name)
+
+    def instance_operations(self, name):
+        """LXD's running or pending operations on one instance."""
+        groups = self._call('list', 'operations', self.api.operations.get,
+                            params={'recursion': 1}).json()['metadata']
+        url = '/1.0/instances/%s' % name
+        found = []
+        for status in ('running', 'pending'):
+            for operation in (groups or {}).get(status) or []:
+                resources = operation.get('resources') or {}
+                urls = (resources.get('instances') or []) + (
+                    resources.get('containers') or [])
+                if any(u.split('?')[0].rstrip('/') == url for u in urls):
+                    found.append(operation)
+        return found
+
+    def settle_operations(self, name, timeout=None):
+        """Let LXD's operations on an instance end, or cancel them.
+
+        Each running operation is waited for (at most ``timeout``, by
+        default [lxd] timeout); one that is still running then is
+        cancelled when LXD allows it. Nothing is raised for an
+        operation's own failure: it ends either way.
+        """
+        timeout = timeout or self._conf.lxd.timeout
+        for operation in self.instance_operations(name):
+            operation_id = operation['id']
+            try:
+                result = self._call(
+                    'wait for', 'operation %s' % operation_id,
+                    self.api.operations[operation_id].wait.get,
+                    params={'timeout': timeout},
+                    timeout=timeout + 10).json()['metadata']
+            except exception.LXDObjectNotFound:
+                continue
+            if result.get('status') in ('Running', 'Pending'):
+                LOG.warning('LXD operation %(op)s (%(what)s) on %(name)s '
+                            'still runs after %(timeout)ss; cancelling it',
+                            {'op': operation_id, 'name': name,
+                             'what': operation.get('description'),
+                             'timeout': timeout})
+                if result.get('may_cancel'):
+                    self.cancel_operation(operation_id)
 
     def console_log(self, name):
         response = self._call('read', 'console log of instance %s' % name,

@@ -319,8 +319,7 @@ class LXDDriver(driver.ComputeDriver):
         This is the free-form diagnostics of API microversions < 2.48; the
         bound devices appear as ``<device name>: <what it is>``, e.g.
         ``nova-gpu0: gpu pci=0000:07:00.0 (PGPU of provider ...)``. The
-        2.48+ format has no field for devices (and its ``driver`` enum
-        has no LXD), so get_instance_diagnostics is not implemented.
+        2.48+ format (get_instance_diagnostics) has no field for devices.
         """
         record = self._lifecycle.guest(instance).require_record()
         config = record.get('config') or {}
@@ -335,6 +334,10 @@ class LXDDriver(driver.ComputeDriver):
                 unit.get('kind'), what, unit.get('resource_class'),
                 unit.get('provider'))
         return out
+
+    def get_instance_diagnostics(self, instance):
+        """API microversion 2.48+ diagnostics (see Guest.diagnostics)."""
+        return self._lifecycle.guest(instance).diagnostics()
 
     def get_console_output(self, context, instance):
         return self._lifecycle.guest(instance).console_tail(

@@ -12,10 +12,14 @@
 
 """Per-instance operations: one container's life, through the LXD seam."""
 
+import threading
 import time
 
 from nova.compute import power_state
+from nova import exception as nova_exception
+from nova.objects import diagnostics as diagnostics_obj
 from oslo_log import log as logging
+from oslo_utils import timeutils
 
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
@@ -30,6 +34,18 @@ _POWER_STATES = {
     'Frozen': power_state.PAUSED,
     'Error': power_state.CRASHED,
 }
+
+
+#: The last console output nova read from each container, by container
+#: name. LXD 5.0 keeps a running container's console in a ring buffer
+#: that every start empties, and answers 500 ("open : no such file or
+#: directory") for a buffer nothing was written to since (e.g. just
+#: after a hard reboot): the console then shows what was kept here.
+_KEPT_CONSOLE = {}
+_KEPT_CONSOLE_LOCK = threading.Lock()
+
+#: LXD's answer for an empty console ring buffer (LXD 5.0.x).
+_EMPTY_CONSOLE_ERROR = 'no such file or directory'
 
 
 def power_state_of(record):
@@ -98,6 +114,8 @@ class Guest(object):
             container) to delete.
         """
         deleted = False
+        with _KEPT_CONSOLE_LOCK:
+            _KEPT_CONSOLE.pop(self.name, None)
         for name in (self.rescue_name, self.name):
             if self._client.remove_container(name):
                 deleted = True
@@ -150,6 +168,7 @@ class Guest(object):
         if status == 'Stopped':
             self.start()
             return
+        self.keep_console()
         if hard:
             self._client.change_state(self.name, 'restart', force=True)
             return
@@ -191,5 +210,120 @@ class Guest(object):
     # -- console ----------------------------------------------------------
 
     def console_tail(self, max_bytes):
-        log = self._client.console_log(self.name)
+        """The end of the console log; never an error for an empty one.
+
+        What LXD has for the current boot, else (nothing written since
+        the last start, or LXD unreachable) the output kept from the
+        last read or the last restart nova made.
+        """
+        kept = self._kept_console()
+        try:
+            log = self._client.console_log(self.name)
+        except exception.LXDObjectNotFound:
+            raise exception.ContainerNotFound(instance_id=self.instance.uuid,
+                                              container=self.name)
+        except exception.LXDAccelException as exc:
+            empty = isinstance(exc, exception.LXDOperationFailed) and \
+                _EMPTY_CONSOLE_ERROR in str(exc)
+            if empty:
+                LOG.debug('Console of %s is empty since its last start',
+                          self.name, instance=self.instance)
+            elif kept is None:
+                LOG.warning('Cannot read the console log: %s', exc,
+                            instance=self.instance)
+                raise nova_exception.ConsoleNotAvailable()
+            else:
+                LOG.warning('Cannot read the console log (%s); returning '
+                            'the output read before', exc,
+                            instance=self.instance)
+            return (kept or b'')[-max_bytes:]
+        if not log and kept:
+            return kept[-max_bytes:]
+        self._keep(log[-max_bytes:])
         return log[-max_bytes:]
+
+    def keep_console(self):
+        """Keep the current boot's console output across a restart."""
+        try:
+            log = self._client.console_log(self.name)
+        except exception.LXDAccelException as exc:
+            LOG.debug('Console not kept before the restart: %s', exc,
+                      instance=self.instance)
+            return
+        if log:
+            self._keep(log[-self._conf.lxd.console_log_max_bytes:])
+
+    def _keep(self, log):
+        with _KEPT_CONSOLE_LOCK:
+            _KEPT_CONSOLE[self.name] = log
+
+    def _kept_console(self):
+        with _KEPT_CONSOLE_LOCK:
+            return _KEPT_CONSOLE.get(self.name)
+
+    # -- diagnostics ------------------------------------------------------
+
+    def diagnostics(self):
+        """Nova's 2.48 diagnostics from LXD's record and state API.
+
+        ``driver`` is ``libvirt``: the API's enum has no LXD, and libvirt
+        is what nova reports for its own LXC containers; ``hypervisor``
+        says ``lxd``. LXD counts CPU time per container, not per vCPU, so
+        there is one CPU entry, with the container's total CPU time (ns).
+        LXD reports no I/O counters for a container's disks: each disk
+        device is listed, its counters empty.
+        """
+        record = self.require_record()
+        running = record.get('status') in ('Running', 'Frozen')
+        state = self._client.get_state(self.name) if running else {}
+        config = record.get('expanded_config') or record.get('config') or {}
+        uptime = None
+        if running and record.get('last_used_at'):
+            started = timeutils.parse_isotime(record['last_used_at'])
+            uptime = max(0, int(timeutils.delta_seconds(
+                started, timeutils.utcnow(with_timezone=True))))
+        diags = diagnostics_obj.Diagnostics(
+            state=power_state.STATE_MAP[power_state_of(record)],
+            driver='libvirt', hypervisor='lxd', hypervisor_os='linux',
+            uptime=uptime, config_drive=False)
+        cpu = (state.get('cpu') or {}).get('usage')
+        if running:
+            diags.add_cpu(id=0, time=cpu)
+        memory = state.get('memory') or {}
+        diags.memory_details = diagnostics_obj.MemoryDiagnostics(
+            maximum=_mib(config.get('limits.memory')) or
+            self.instance.flavor.memory_mb,
+            used=(memory.get('usage') or 0) // (1024 * 1024))
+        for name, nic in sorted((state.get('network') or {}).items()):
+            if nic.get('type') == 'loopback':
+                continue
+            counters = nic.get('counters') or {}
+            diags.add_nic(
+                mac_address=nic.get('hwaddr') or None,
+                rx_octets=counters.get('bytes_received'),
+                rx_errors=counters.get('errors_received'),
+                rx_drop=counters.get('packets_dropped_inbound'),
+                rx_packets=counters.get('packets_received'),
+                tx_octets=counters.get('bytes_sent'),
+                tx_errors=counters.get('errors_sent'),
+                tx_drop=counters.get('packets_dropped_outbound'),
+                tx_packets=counters.get('packets_sent'))
+        devices = record.get('expanded_devices') or record.get('devices')
+        for name, device in sorted((devices or {}).items()):
+            if device.get('type') in ('disk', 'unix-block'):
+                diags.add_disk()
+        return diags
+
+
+def _mib(size):
+    """MiB of an LXD size such as ``128MiB`` or ``2GiB`` (else None)."""
+    units = {'KiB': 1.0 / 1024, 'MiB': 1, 'GiB': 1024, 'TiB': 1024 * 1024,
+             'kB': 1000.0 / 1024 ** 2, 'MB': 1000.0 ** 2 / 1024 ** 2,
+             'GB': 1000.0 ** 3 / 1024 ** 2}
+    text = str(size or '').strip()
+    for unit, factor in units.items():
+        if text.endswith(unit) and text[:-len(unit)].isdigit():
+            return int(int(text[:-len(unit)]) * factor)
+    if text.isdigit():
+        return int(text) // (1024 * 1024)
+    return None

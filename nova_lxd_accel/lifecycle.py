@@ -18,6 +18,7 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 
 import os
 
+from nova import exception as nova_exception
 from oslo_log import log as logging
 from oslo_utils import excutils
 
@@ -42,6 +43,80 @@ def _wants_accelerators(allocations):
             if amount and binding.is_accelerator_class(rc):
                 return True
     return False
+
+
+#: Words in LXD's answer that mark a failure of this host, not of the
+#: request: another host may well succeed, so nova reschedules.
+HOST_LOCAL_REASONS = (
+    'no space left on device', 'disk quota exceeded',
+    'device or resource busy', 'resource temporarily unavailable',
+    'cannot allocate memory', 'too many open files',
+    'is busy running',
+    # An accelerator bound from this host's allocation that LXD cannot
+    # find here: a GPU gone from this host, not a bad request.
+    'failed to detect requested gpu device', '"nova-gpu', '"nova-mig',
+    '"nova-ib')
+
+
+def _classes(*names):
+    # Some of these classes are newer than others; look them up by name
+    # so that this list never breaks an import.
+    return tuple(filter(None, (getattr(exception, name, None)
+                               for name in names)))
+
+
+#: Raised as they are: already decided, or nova's compute manager
+#: aborts the build on them itself (ImageUnacceptable, InvalidInput).
+_DECIDED = (nova_exception.BuildAbortException,
+            nova_exception.RescheduledException,
+            nova_exception.ImageUnacceptable, nova_exception.InvalidInput)
+
+#: Failures of this host: nova reschedules them (they name the daemon).
+_HOST_LOCAL = (nova_exception.VirtualInterfacePlugException,
+               nova_exception.VirtualInterfaceCreateException) + _classes(
+    'LXDUnreachable', 'LXDOperationTimeout', 'AcceleratorUnavailable',
+    'LXDPreconditionFailed', 'LXDConcurrentUpdate')
+
+#: Failures of the request: every host refuses it the same way.
+_REQUEST_FAULTS = (nova_exception.Invalid,) + _classes(
+    'FlavorNotAllowed', 'FlavorExtraSpecInvalid', 'AcceleratorNotBindable')
+
+
+def build_failure(instance, exc):
+    """The exception spawn raises for ``exc``: abort or reschedule.
+
+    The one place that decides. Nova reschedules a build on any exception
+    but ``BuildAbortException`` (and a few of its own), and the user then
+    reads only "Exceeded maximum number of retries"; so:
+
+    * a failure every host would meet the same way (LXD rejects the
+      container's config or a device, the image is not an LXD image, the
+      operator forbids the flavor, a bad extra spec) aborts the build,
+      and the fault carries the reason;
+    * a failure of this host (LXD unreachable or too slow, out of space,
+      a device busy here, Placement and this host disagreeing about
+      accelerators) is raised as it is: nova turns it into a
+      ``RescheduledException`` and tries another host; the last host's
+      reason is in the fault.
+    """
+    if isinstance(exc, _DECIDED):
+        return exc
+    if isinstance(exc, _HOST_LOCAL):
+        return exc
+    if isinstance(exc, exception.LXDOperationFailed):
+        reason = str(exc).lower()
+        if any(word in reason for word in HOST_LOCAL_REASONS):
+            return exc
+    elif not isinstance(exc, _REQUEST_FAULTS):
+        return exc
+    return nova_exception.BuildAbortException(
+        instance_uuid=instance.uuid, reason=_message(exc))
+
+
+def _message(exc):
+    if isinstance(exc, nova_exception.NovaException):
+        return exc.format_message()
+    return str(exc)
 
 
 def _has_root_volume(block_device_info):
@@ -79,9 +154,24 @@ class Lifecycle(object):
             reported under that provider, or None.
         :param network_info: nova's network info: one NIC per port.
         """
-        # Whatever microversion made the flavor: refuse bad lxd: extra
-        # specs before anything is created.
-        lxd_extra_specs.check_flavor(instance.flavor, policy)
+        try:
+            # Whatever microversion made the flavor: refuse bad lxd: extra
+            # specs before anything is created.
+            lxd_extra_specs.check_flavor(instance.flavor, policy)
+            self._spawn(context, instance, image_meta, injected_files,
+                        policy, block_device_info, power_on, allocations,
+                        device_for_provider, network_info)
+        except Exception as exc:
+            failure = build_failure(instance, exc)
+            if failure is exc:
+                raise
+            LOG.error('Build aborted, another host would fail the same '
+                      'way: %s', _message(exc), instance=instance)
+            raise failure from exc
+
+    def _spawn(self, context, instance, image_meta, injected_files, policy,
+               block_device_info, power_on, allocations, device_for_provider,
+               network_info):
         if _has_root_volume(block_device_info):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)
@@ -195,22 +285,42 @@ class Lifecycle(object):
         guest = self.guest(instance)
         rootfs = self._rootfs_path(guest)
         alias = self._images.ensure(context, rescue_image_meta)
-        guest.stop(timeout=self._conf.shutdown_timeout)
         container = lxd_config.build_container(
             instance, instance.flavor, rescue_image_meta, policy)
         container['config'][lxd_config.KEY_RESCUE_OF] = guest.name
         container['devices']['rescue'] = {
             'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
-        self._client.create_container(
-            guest.rescue_name, container['config'], container['devices'],
-            list(self._conf.lxd.profiles),
-            source={'type': 'image', 'alias': alias})
+        was_running = guest.status() != 'Stopped'
+        guest.stop(timeout=self._conf.shutdown_timeout)
         try:
+            self._client.create_container(
+                guest.rescue_name, container['config'],
+                container['devices'], list(self._conf.lxd.profiles),
+                source={'type': 'image', 'alias': alias})
             self._client.change_state(guest.rescue_name, 'start')
         except Exception:
             with excutils.save_and_reraise_exception():
-                self._client.delete_container(guest.rescue_name)
-                guest.start()
+                self._undo_rescue(guest, was_running)
+
+    def _undo_rescue(self, guest, was_running):
+        """Remove the rescue container; start the original again."""
+        LOG.error('Rescue failed; removing %(rescue)s%(restart)s', {
+            'rescue': guest.rescue_name,
+            'restart': ' and starting the instance again' if was_running
+            else ''}, instance=guest.instance)
+        try:
+            self._client.remove_container(guest.rescue_name)
+        except exception.LXDAccelException as exc:
+            LOG.error('Could not remove the rescue container: %s', exc,
+                      instance=guest.instance)
+        if was_running:
+            try:
+                guest.ensure_running()
+            except exception.LXDAccelException as exc:
+                LOG.error('Could not start the instance again after the '
+                          'failed rescue (%s); start it with `openstack '
+                          'server reboot --hard`', exc,
+                          instance=guest.instance)
 
     def unrescue(self, instance):
         guest = self.guest(instance)

@@ -429,6 +429,46 @@ class Migration(object):
         host = migration.dest_compute
         guest = self._lifecycle.guest(instance)
         record = guest.require_record()
+        try:
+            self._finish(context, instance, guest, record, host,
+                         network_info, image_meta, allocations,
+                         block_device_info, power_on)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._undo_finish(instance, guest, migration, network_info,
+                                  block_device_info)
+
+    def _undo_finish(self, instance, guest, migration, network_info,
+                     block_device_info):
+        """Remove the half-made destination; the source stays as it is.
+
+        The original is the source host's kept container (the backup), so
+        removing this container (and with it its accelerator binding) and
+        the NICs and volumes plugged here loses nothing.
+        """
+        _name, backup = self._names(instance)
+        LOG.error('Finishing the %(what)s failed: removing the half-made '
+                  'container %(name)s here; the original stays on '
+                  '%(source)s as %(backup)s', {
+                      'what': 'resize' if migration.source_compute ==
+                      migration.dest_compute else 'migration',
+                      'name': guest.name, 'source': migration.source_compute,
+                      'backup': backup}, instance=instance)
+        try:
+            self._client.remove_container(guest.name)
+        except Exception:
+            LOG.exception('Could not remove the half-made container %s',
+                          guest.name, instance=instance)
+        try:
+            self._release_host_side(instance, network_info,
+                                    block_device_info)
+        except Exception:
+            LOG.exception('Could not release the NICs or volumes plugged '
+                          'for the failed resize or migration',
+                          instance=instance)
+
+    def _finish(self, context, instance, guest, record, host, network_info,
+                image_meta, allocations, block_device_info, power_on):
         fragment = self._fragment(instance, instance.flavor, image_meta, host)
         self._plug(instance, network_info)
         host_devices = self._host_devices(context, instance, network_info,
@@ -471,27 +511,40 @@ class Migration(object):
             if self._client.get_container(name) is None:
                 raise exception.ResizeBackupMissing(instance_id=instance.uuid,
                                                     container=backup)
-            # Nothing was moved yet (nova recovering an interrupted
-            # resize): the original is still in place.
-            LOG.info('Container %s was not moved; keeping it', name,
-                     instance=instance)
+            current = self._client.get_container(name)
+            if KEY_BACKUP_OF in (current.get('config') or {}):
+                # An earlier revert renamed the backup and stopped before
+                # restoring its config: finish that restore.
+                self._restore(context, instance, current, host,
+                              network_info, block_device_info)
+            else:
+                # Nothing was moved yet (nova recovering an interrupted
+                # resize), or already reverted: the original is in place.
+                LOG.info('Container %s was not moved or is already '
+                         'restored; keeping it', name, instance=instance)
         else:
             # Same host, nova has not destroyed the resized copy (it does
             # in revert_resize): it is not the instance any more.
             self._client.remove_container(name)
-            devices = {k: v for k, v in record['devices'].items()
-                       if not is_host_side_device(k, v)}
             self._client.rename_container(backup, name)
-            devices.update(self._host_devices(
-                context, instance, network_info, block_device_info))
-            self._client.put_container(name, dict(
-                record, name=name, devices=devices,
-                config=restored_config(record['config'], host)))
+            self._restore(context, instance, dict(record, name=name), host,
+                          network_info, block_device_info)
         self._plug(instance, network_info)
         if power_on:
             self._lifecycle.guest(instance).ensure_running()
         LOG.info('Container %s restored as it was before the resize or '
                  'migration', name, instance=instance)
+
+    def _restore(self, context, instance, record, host, network_info,
+                 block_device_info):
+        """The kept original's config and this host's NICs and volumes."""
+        devices = {k: v for k, v in record['devices'].items()
+                   if not is_host_side_device(k, v)}
+        devices.update(self._host_devices(
+            context, instance, network_info, block_device_info))
+        self._client.put_container(record['name'], dict(
+            record, devices=devices,
+            config=restored_config(record['config'], host)))
 
     # -- live migration ---------------------------------------------------
 

@@ -1,0 +1,272 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Fault injection against the real LXD daemon (issue 11).
+
+Every fault is real: an image whose init cannot run (LXD's start fails
+in ``forkstart`` and LXD keeps the container busy with its "stop" hook
+for a moment), a device LXD rejects, a daemon that stops answering (the
+pass-through proxy of tests.lxd_proxy is stopped), a guest that writes
+nothing to its console. Each test checks what the caller gets and that no
+container is left in the test's LXD project.
+"""
+
+import gzip
+import io
+import json
+import tarfile
+
+from nova.compute import power_state
+from nova import exception as nova_exception
+
+from nova_lxd_accel import exception
+from nova_lxd_accel import migration
+from tests.integration import base
+from tests.integration import test_migration
+from tests import lxd_fixtures
+from tests import lxd_proxy
+
+#: An init that prints nothing: the console ring buffer stays empty.
+SILENT_INIT = (b'#!/bin/sh\ntrap "exit 0" PWR TERM INT\n'
+               b'while :; do sleep 3600 & wait $!; done\n')
+
+
+def image_without_init():
+    """The tiny image with /sbin/init removed: LXD cannot start it."""
+    source = tarfile.open(fileobj=io.BytesIO(
+        lxd_fixtures.tiny_image_bytes()), mode='r:gz')
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode='wb') as zipped, \
+            tarfile.open(fileobj=zipped, mode='w') as target:
+        for member in source.getmembers():
+            if member.name.lstrip('./') == 'rootfs/sbin/init':
+                continue
+            target.addfile(member, source.extractfile(member)
+                           if member.isfile() else None)
+    return out.getvalue()
+
+
+class _FaultTestCase(base.DriverTestCase):
+
+    def broken_image(self):
+        return self.create_image(image_without_init(),
+                                 checksum='no-init-%s' % self.project.name)
+
+    def assertNothingLeft(self):
+        self.assertEqual([], self.container_names())
+
+
+class SpawnFaultTest(_FaultTestCase):
+
+    def test_start_failure_of_broken_image_leaves_nothing(self):
+        # LXD refuses the start ("Failed to run: ... forkstart") and keeps
+        # the container busy with its stop hook; spawn's undo must wait
+        # for that and still delete it. The build is aborted: every host
+        # would fail the same way.
+        instance = self.make_instance()
+        error = self.assertRaises(
+            nova_exception.BuildAbortException, self.driver.spawn,
+            self.context, instance, self.broken_image(), [], None, {})
+        self.assertIn('refused to start', str(error))
+        self.assertIn('forkstart', str(error))
+        self.assertNothingLeft()
+
+    def test_destroy_right_after_a_failed_start(self):
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, self.broken_image(), [],
+                          None, {}, power_on=False)
+        self.assertEqual('Stopped', self.container(instance)['status'])
+        self.assertRaises(exception.LXDOperationFailed,
+                          self.driver.power_on, self.context, instance, None)
+        # At once, while LXD still runs the stop hook of the failed start.
+        self.driver.destroy(self.context, instance, None)
+        self.assertNothingLeft()
+        self.assertFalse(self.driver.instance_exists(instance))
+
+    def test_destroy_frozen_container(self):
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, self.tiny_image(), [],
+                          None, {})
+        self.driver.pause(instance)
+        self.driver.destroy(self.context, instance, None)
+        self.assertNothingLeft()
+
+    def test_rejected_device_aborts_with_lxd_reason(self):
+        profile = 'nova-lxd-accel-%s' % self.project.name
+        self.project.admin.api.profiles.post(json={
+            'name': profile, 'config': {},
+            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
+                                 'pci': '0000:ff:1f.7'}}})
+        self.addCleanup(self.project.admin.api.profiles[profile].delete)
+        self.flags(profiles=[profile], group='lxd')
+        instance = self.make_instance()
+        error = self.assertRaises(
+            nova_exception.BuildAbortException, self.driver.spawn,
+            self.context, instance, self.tiny_image(), [], None, {})
+        self.assertIn('Invalid PCI address', str(error))
+        self.assertIn('0000:ff:1f.7', str(error))
+        self.assertNothingLeft()
+
+    def test_forbidden_flavor_aborts(self):
+        instance = self.make_instance(extra_specs={'lxd:privileged': 'true'})
+        error = self.assertRaises(
+            nova_exception.BuildAbortException, self.driver.spawn,
+            self.context, instance, self.tiny_image(), [], None, {})
+        self.assertIn('allow_privileged_containers', str(error))
+        self.assertNothingLeft()
+
+    def test_daemon_down_is_host_local(self):
+        # A stopped daemon is this host's problem: nova must reschedule,
+        # so spawn raises it as it is (never BuildAbortException).
+        proxy = self.useFixture(lxd_proxy.LXDProxy(strip_devices=False))
+        self.flags(endpoint=proxy.socket_path, group='lxd')
+        driver = self.driver.__class__(None)
+        driver.init_host(self.host)
+        self.addCleanup(driver.cleanup_host, self.host)
+        image = self.tiny_image()
+        proxy._stop()
+        error = self.assertRaises(
+            exception.LXDUnreachable, driver.spawn, self.context,
+            self.make_instance(), image, [], None, {})
+        self.assertNotIsInstance(error, nova_exception.BuildAbortException)
+        self.assertIn(proxy.socket_path, str(error))
+        self.assertNothingLeft()
+
+
+class RescueFaultTest(_FaultTestCase):
+
+    def test_failed_rescue_restarts_the_original(self):
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, self.tiny_image(), [],
+                          None, {})
+        self.assertRaises(
+            exception.LXDOperationFailed, self.driver.rescue, self.context,
+            instance, None, self.broken_image(), None, None, None)
+        self.assertEqual([self.container_name(instance)],
+                         self.container_names())
+        self.assertEqual('Running', self.container(instance)['status'])
+        self.assertEqual(power_state.RUNNING,
+                         self.driver.get_info(instance).state)
+
+
+class ConsoleTest(_FaultTestCase):
+
+    def test_console_after_hard_reboot_of_a_silent_guest(self):
+        # LXD 5.0 answers 500 ("open : no such file or directory") for the
+        # console of a container that wrote nothing since its last start.
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, self.tiny_image(), [],
+                          None, {})
+        self.assertIn(b'tiny init started', self.driver.get_console_output(
+            self.context, instance))
+        self.driver._client.push_file(self.container_name(instance),
+                                      '/sbin/init', SILENT_INIT, mode=0o755)
+        self.driver.reboot(self.context, instance, None, 'HARD')
+        self.assertEqual('Running', self.container(instance)['status'])
+        # What was there before the reboot is still readable.
+        self.assertIn(b'tiny init started', self.driver.get_console_output(
+            self.context, instance))
+        self.driver.destroy(self.context, instance, None)
+        self.assertNothingLeft()
+
+    def test_console_of_silent_guest_never_read_before(self):
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, self.tiny_image(), [],
+                          None, {}, power_on=False)
+        self.driver._client.push_file(self.container_name(instance),
+                                      '/sbin/init', SILENT_INIT, mode=0o755)
+        self.driver.power_on(self.context, instance, None)
+        self.assertEqual(b'', self.driver.get_console_output(
+            self.context, instance))
+
+
+class DiagnosticsTest(_FaultTestCase):
+
+    def test_instance_diagnostics_from_lxd_state(self):
+        instance = self.make_instance(memory_mb=96)
+        self.driver.spawn(self.context, instance, self.tiny_image(), [],
+                          None, {})
+        diags = self.driver.get_instance_diagnostics(instance)
+        self.assertEqual('running', diags.state)
+        self.assertEqual('libvirt', diags.driver)
+        self.assertEqual('lxd', diags.hypervisor)
+        self.assertGreaterEqual(diags.uptime, 0)
+        self.assertEqual(96, diags.memory_details.maximum)
+        self.assertEqual(1, diags.num_cpus)
+        self.assertGreater(diags.cpu_details[0].time, 0)
+        self.assertEqual(1, diags.num_disks)
+        self.assertFalse(diags.config_drive)
+        # serialisable the way the API needs it
+        json.dumps(diags.obj_to_primitive())
+
+        self.driver.power_off(instance, timeout=5)
+        diags = self.driver.get_instance_diagnostics(instance)
+        self.assertEqual('shutdown', diags.state)
+        self.assertIsNone(diags.uptime)
+        self.assertEqual(0, diags.num_cpus)
+
+
+class FinishMigrationFaultTest(test_migration._MigrationTestBase):
+
+    def test_failed_finish_removes_destination_keeps_source(self):
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        name = self.container_name(instance)
+        backup = migration.backup_name('nova-', instance.uuid)
+        mig = self.migration(instance, self.host, self.host)
+        disk_info = self.driver.migrate_disk_and_power_off(
+            self.context, instance, '127.0.0.1', self.new_flavor(), None,
+            None, 5, 1)
+        # The resized container cannot start: its init is gone.
+        self.project.client.api.instances[name].files.delete(
+            params={'path': '/sbin/init'})
+        instance.old_flavor = instance.flavor
+        instance.flavor = self.new_flavor()
+        self.assertRaises(
+            exception.LXDOperationFailed, self.driver.finish_migration,
+            self.context, mig, instance, disk_info, None, self.image, True,
+            {}, None, True)
+        # The half-made destination is gone; the original is kept.
+        self.assertEqual([backup], self.container_names())
+        self.assertEqual('128MiB', self.project.instance(backup)['config'][
+            'limits.memory'])
+
+        # Reverting restores it, and reverting again changes nothing.
+        instance.flavor = instance.old_flavor
+        for attempt in range(2):
+            self.driver.finish_revert_migration(self.context, instance,
+                                                None, mig, None, True)
+            self.assertEqual([name], self.container_names())
+            record = self.container(instance)
+            self.assertEqual('Running', record['status'])
+            self.assertEqual('128MiB', record['config']['limits.memory'])
+            self.assertEqual([instance.uuid],
+                             self.driver.list_instance_uuids())
+        self.driver.destroy(self.context, instance, None)
+        self.assertEqual([], self.container_names())
+
+    def test_revert_interrupted_after_rename(self):
+        # A revert that stopped between the rename and the config restore:
+        # a second revert completes it.
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        name = self.container_name(instance)
+        backup = migration.backup_name('nova-', instance.uuid)
+        mig = self.migration(instance, self.host, self.host)
+        self.driver.migrate_disk_and_power_off(
+            self.context, instance, '127.0.0.1', self.new_flavor(), None,
+            None, 5, 1)
+        self.driver.destroy(self.context, instance, None)
+        self.driver._client.rename_container(backup, name)
+        self.assertEqual([], self.driver.list_instance_uuids())
+        self.driver.finish_revert_migration(self.context, instance, None,
+                                            mig, None, True)
+        self.assertEqual([instance.uuid], self.driver.list_instance_uuids())
+        self.assertEqual('Running', self.container(instance)['status'])

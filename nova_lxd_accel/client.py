@@ -25,6 +25,7 @@ import ssl
 import threading
 import time
 
+from oslo_concurrency import lockutils
 from oslo_log import log as logging
 import pylxd
 from pylxd import exceptions as lxd_exceptions
@@ -261,11 +262,40 @@ class LXDClient(object):
         if result.get('status') == 'Success':
             return result.get('metadata') or {}
         if result.get('status') in ('Running', 'Pending'):
+            self._cancel_timed_out(operation_id, result, action, target)
             raise exception.LXDOperationTimeout(action=action, target=target,
                                                 timeout=timeout)
         raise exception.LXDOperationFailed(
             action=action, target=target,
             reason=result.get('err') or result.get('status'))
+
+    def _cancel_timed_out(self, operation_id, result, action, target):
+        """Cancel an operation we stopped waiting for, if LXD allows it.
+
+        LXD cancels only operations that say ``may_cancel``; the others
+        (most instance operations) run on, and are logged with their id so
+        that an operator can follow them (``lxc operation show <id>``).
+        """
+        if not result.get('may_cancel'):
+            LOG.warning('LXD operation %(op)s (%(action)s %(target)s) is '
+                        'still %(status)s after the timeout and LXD does '
+                        'not allow cancelling it; it runs on',
+                        {'op': operation_id, 'action': action,
+                         'target': target, 'status': result.get('status')})
+            return False
+        try:
+            self._call('cancel', 'operation %s' % operation_id,
+                       self.api.operations[operation_id].delete)
+        except exception.LXDAccelException as exc:
+            LOG.warning('Cancelling timed-out LXD operation %(op)s '
+                        '(%(action)s %(target)s) failed: %(exc)s',
+                        {'op': operation_id, 'action': action,
+                         'target': target, 'exc': exc})
+            return False
+        LOG.warning('Cancelled LXD operation %(op)s (%(action)s %(target)s) '
+                    'after the timeout',
+                    {'op': operation_id, 'action': action, 'target': target})
+        return True
 
     def _request(self, method, node, action, target, timeout=None,
                  **kwargs):
@@ -374,6 +404,98 @@ class LXDClient(object):
                  'profiles', 'description') if key in record}
         self._request('put', self.api.instances[name], 'update',
                       'instance %s' % name, json=body)
+
+    # -- every project; ETag-guarded writes --------------------------------
+
+    def _all_projects_api(self):
+        """The API root without this client's ``project`` parameter."""
+        api = self.api
+        return type(api)(api._api_endpoint, session=api.session,
+                         timeout=api._timeout)
+
+    def list_all_instances(self):
+        """Every instance of the daemon: all projects, containers and VMs.
+
+        Each record carries its ``project`` and ``expanded_devices`` (the
+        devices its profiles add), so it says everything it holds.
+        """
+        return self._call('list', 'instances of all projects',
+                          self._all_projects_api().instances.get,
+                          params={'recursion': 1, 'all-projects': 'true'},
+                          ).json()['metadata']
+
+    def get_container_etag(self, name):
+        """``(record, etag)`` of a container, ``(None, None)`` if absent."""
+        try:
+            response = self._call('read', 'instance %s' % name,
+                                  self.api.instances[name].get)
+        except exception.LXDObjectNotFound:
+            return None, None
+        return response.json()['metadata'], response.headers.get('ETag')
+
+    def _put_if_match(self, name, record, etag):
+        body = {key: record[key] for key in
+                ('architecture', 'config', 'devices', 'ephemeral',
+                 'profiles', 'description') if key in record}
+        headers = {'If-Match': etag} if etag else {}
+        node = self.api.instances[name]
+
+        def put(**kwargs):
+            try:
+                return node.put(**kwargs)
+            except lxd_exceptions.LXDAPIException as exc:
+                response = getattr(exc, 'response', None)
+                if getattr(response, 'status_code', None) == 412:
+                    raise exception.LXDPreconditionFailed(
+                        action='update', target='instance %s' % name,
+                        reason=_lxd_error(exc))
+                raise
+
+        target = 'instance %s' % name
+        self._wait(self._call('update', target, put, json=body,
+                              headers=headers), 'update', target)
+
+    def instance_lock_name(self, name):
+        """The lock serialising this process's writes to one instance."""
+        return 'lxd-instance-%s-%s' % (self._conf.lxd.project, name)
+
+    def modify_container(self, name, change, attempts=10):
+        """Read-modify-write of one container, guarded by its ETag.
+
+        :param change: callable(config, devices) that edits copies of the
+            container's own ``config`` and ``devices`` in place, touching
+            only the keys its caller owns, and returns False when there is
+            nothing to write. It may be called again with fresher copies.
+        :returns: the record as written, or None when there is no such
+            container.
+        :raises: LXDConcurrentUpdate after ``attempts`` 412 answers.
+
+        Writes of this process to one instance are serialised; writers
+        elsewhere (another process, an operator) are caught by the ETag:
+        LXD answers 412 when the container changed since it was read, and
+        the change is applied again to what is there now.
+        """
+        with lockutils.lock(self.instance_lock_name(name)):
+            for attempt in range(1, attempts + 1):
+                record, etag = self.get_container_etag(name)
+                if record is None:
+                    return None
+                config = dict(record.get('config') or {})
+                devices = {k: dict(v) for k, v in
+                           (record.get('devices') or {}).items()}
+                if change(config, devices) is False:
+                    return record
+                record = dict(record, config=config, devices=devices)
+                try:
+                    self._put_if_match(name, record, etag)
+                except exception.LXDPreconditionFailed:
+                    LOG.debug('Instance %(name)s changed while we updated '
+                              'it (attempt %(n)d); reading it again',
+                              {'name': name, 'n': attempt})
+                    continue
+                return record
+        raise exception.LXDConcurrentUpdate(
+            action='update', target='instance %s' % name, attempts=attempts)
 
     def change_state(self, name, action, force=False, timeout=None):
         """start, stop, restart, freeze or unfreeze a container.

@@ -39,6 +39,7 @@ from nova_lxd_accel import image as lxd_image
 from nova_lxd_accel import lifecycle
 from nova_lxd_accel import migration
 from nova_lxd_accel import network
+from nova_lxd_accel import ownership
 from nova_lxd_accel import volumes
 
 LOG = logging.getLogger(__name__)
@@ -68,7 +69,11 @@ class LXDDriver(driver.ComputeDriver):
             self._client, CONF, self._images, networking=self._network,
             volumes=self._volumes)
         self._accelerators = accel.AcceleratorInventory(
-            self._client.resources, conf=CONF)
+            self._client.resources, conf=CONF,
+            list_instances=self._client.list_all_instances,
+            is_ours=lambda record: ownership.is_ours(
+                record, self._nodename, CONF.lxd.project))
+        self._lifecycle.host_devices = self._accelerators.all_devices
         self._migration = migration.Migration(
             self._client, CONF, self._lifecycle, self._accelerators,
             networking=self._network, volumes=self._volumes)

@@ -116,6 +116,16 @@ class BootFromVolumeNotSupported(nova_exception.BuildAbortException,
                'block devices)')
 
 
+class LXDConcurrentUpdate(LXDAccelException):
+    msg_fmt = ('Cannot %(action)s %(target)s: it changed under us '
+               '%(attempts)s times in a row (LXD answered 412 to every '
+               'If-Match); try again')
+
+
+class LXDPreconditionFailed(LXDOperationFailed):
+    """LXD answered 412: the ETag sent with If-Match is stale."""
+
+
 class FlavorExtraSpecInvalid(LXDAccelException, nova_exception.Invalid):
     """A bad lxd: extra spec: every host refuses it (the build aborts)."""
 

@@ -152,31 +152,133 @@ def mig_unit_key(gpu, mig):
     return _mig_key(uuid=mig.uuid)
 
 
-def device_unit_keys(device):
+def _gpu_index(gpus):
+    """nvidia-smi index -> GPU: NVIDIA GPUs in PCI order (its default)."""
+    nvidia = sorted((g for g in gpus if g.is_nvidia),
+                    key=lambda g: g.pci_address)
+    return dict(enumerate(nvidia))
+
+
+def _whole_gpu_keys(gpu):
+    """A whole GPU holds the GPU and every MIG device on it."""
+    return {'pci:' + gpu.pci_address} | {mig_unit_key(gpu, m)
+                                         for m in gpu.mig_devices}
+
+
+def _mig_by_uuid(gpus, uuid):
+    wanted = _mig_key(uuid=uuid)
+    for gpu in gpus:
+        for mig in gpu.mig_devices:
+            if _mig_key(uuid=mig.uuid) == wanted:
+                return mig_unit_key(gpu, mig)
+    return wanted
+
+
+def _cdi_keys(cdi, gpus):
+    """Units a CDI id (``nvidia.com/gpu=<all|N|N:M|uuid>``) names."""
+    selector = cdi.split('=', 1)[1].strip() if '=' in cdi else ''
+    if not gpus:
+        # nothing to resolve against: only "all" is known to take them
+        return {'pci:*'} if selector in ('all', '') else set()
+    by_index = _gpu_index(gpus)
+    if selector == 'all' or not selector:
+        return set().union(*[_whole_gpu_keys(g) for g in gpus
+                             if g.is_nvidia]) or {'pci:*'}
+    if selector.isdigit() and int(selector) in by_index:
+        return _whole_gpu_keys(by_index[int(selector)])
+    if ':' in selector:
+        gpu_n, _, mig_n = selector.partition(':')
+        gpu = by_index.get(int(gpu_n)) if gpu_n.isdigit() else None
+        if gpu is not None and mig_n.isdigit():
+            for mig in gpu.mig_devices:
+                if mig.index == int(mig_n):
+                    return {mig_unit_key(gpu, mig)}
+    lowered = selector.lower()
+    for gpu in gpus:
+        if (gpu.nvidia_uuid or '').lower() == lowered:
+            return _whole_gpu_keys(gpu)
+    if lowered.startswith('mig-'):
+        return {_mig_by_uuid(gpus, selector)}
+    # unknown to us: it may be any GPU
+    return set().union(*[_whole_gpu_keys(g) for g in gpus]) or {'pci:*'}
+
+
+def _gpu_device_keys(device, gpus):
+    gputype = device.get('gputype', 'physical')
+    pci = devices.normalise_pci_address(device.get('pci'))
+    if gputype == 'mig':
+        if device.get('mig.uuid'):
+            return {_mig_by_uuid(gpus, device['mig.uuid'])}
+        gi, ci = device.get('mig.gi'), device.get('mig.ci')
+        if pci or not gpus:
+            return {_mig_key(pci=pci, gi=gi, ci=ci)}
+        # no pci: LXD takes that GPU instance of whichever GPU has it
+        return {_mig_key(pci=g.pci_address, gi=gi, ci=ci) for g in gpus}
+    if gputype not in ('physical', 'mdev', 'sriov'):
+        return set()
+    # LXD matches a gpu device against every card with all selectors
+    if pci:
+        matches = [g for g in gpus if g.pci_address == pci]
+        if not matches:
+            return {'pci:' + pci}
+        return set().union(*[_whole_gpu_keys(g) for g in matches])
+    card_id = str(device.get('id') or '')
+    if card_id and not card_id.isdigit():
+        return _cdi_keys(card_id, gpus)
+    vendor = (device.get('vendorid') or '').lower()
+    product = (device.get('productid') or '').lower()
+    matches = [g for g in gpus
+               if (not card_id or str(g.drm_id) == card_id) and
+               (not vendor or (g.vendor_id or '').lower() == vendor) and
+               (not product or (g.product_id or '').lower() == product)]
+    if not gpus:
+        return set() if (card_id or vendor or product) else {'pci:*'}
+    return set().union(*[_whole_gpu_keys(g) for g in matches])
+
+
+def _pci_device_keys(address, ib_cards):
+    """A ``pci`` passthrough device: the card or IB VF at that address."""
+    keys = {'pci:' + address}
+    for card in ib_cards:
+        for vf in card.vfs:
+            if vf.pci_address == address and vf.netdevs:
+                keys.add('netdev:' + vf.netdevs[0])
+        if card.pci_address == address:
+            keys |= {'netdev:' + p.netdev for p in card.ports if p.netdev}
+    return keys
+
+
+def device_unit_keys(device, host_devices=()):
     """Unit keys an LXD device dict pins (empty for other devices).
 
-    A ``gpu`` device without ``pci``/``id``/MIG selector takes every GPU:
-    it is reported as ``pci:*``.
+    :param host_devices: the host's :class:`devices.Gpu` and
+        :class:`devices.IbCard` objects; with them every GPU selector
+        (``pci``, ``id``, ``vendorid``/``productid``, ``mig.*``, CDI ids)
+        is resolved to the units it takes. Without them a ``gpu`` device
+        with no ``pci``/``id``/vendor selector is reported as ``pci:*``
+        (every GPU).
     """
+    gpus = [d for d in host_devices if isinstance(d, devices.Gpu)]
+    ib_cards = [d for d in host_devices if isinstance(d, devices.IbCard)]
     kind = device.get('type')
     if kind == 'gpu':
-        gputype = device.get('gputype', 'physical')
-        if gputype == 'mig':
-            if device.get('mig.uuid'):
-                return {_mig_key(uuid=device['mig.uuid'])}
-            return {_mig_key(pci=device.get('pci'), gi=device.get('mig.gi'),
-                             ci=device.get('mig.ci'))}
-        if gputype != 'physical':
-            return set()
-        if device.get('pci'):
-            return {'pci:' + devices.normalise_pci_address(device['pci'])}
-        if not (device.get('id') or device.get('vendorid') or
-                device.get('productid')):
-            return {'pci:*'}
-        return set()
+        return _gpu_device_keys(device, gpus)
     if kind == 'infiniband' and device.get('parent'):
         return {'netdev:' + device['parent']}
+    if kind == 'nic' and device.get('nictype') == 'physical' and \
+            device.get('parent'):
+        return {'netdev:' + device['parent']}
+    if kind == 'pci' and device.get('address'):
+        address = devices.normalise_pci_address(device['address'])
+        return _pci_device_keys(address, ib_cards) if address else set()
     return set()
+
+
+def holder_name(record):
+    """``<project>/<name>`` (``<name>`` when LXD gave no project)."""
+    if record.get('project'):
+        return '%s/%s' % (record['project'], record.get('name'))
+    return record.get('name')
 
 
 def recorded_units(config):
@@ -191,30 +293,72 @@ def recorded_units(config):
     return [r for r in records if isinstance(r, dict) and r.get('unit')]
 
 
-def held_units(records, exclude=None):
-    """Unit key -> names of the containers holding it.
+def record_unit_keys(record, host_devices=()):
+    """Every unit one LXD instance record holds.
+
+    Its binding record and all its devices, those from profiles included
+    (``expanded_devices``), whatever made it and whatever its type.
+    """
+    keys = {r['unit'] for r in recorded_units(record.get('config'))}
+    devs = dict(record.get('devices') or {})
+    devs.update(record.get('expanded_devices') or {})
+    for device in devs.values():
+        keys |= device_unit_keys(device or {}, host_devices)
+    return keys
+
+
+def held_units(records, exclude=None, host_devices=()):
+    """Unit key -> names of the instances holding it.
 
     :param records: LXD instance records (``config``, ``devices``, and
-        ``expanded_devices`` when LXD gives them).
-    :param exclude: a container name to leave out (the one being bound).
+        ``expanded_devices`` when LXD gives them), of every project when
+        listed with ``all-projects``: then holders are named
+        ``<project>/<name>``.
+    :param exclude: an instance to leave out (the one being bound): its
+        name, or ``(project, name)``.
+    :param host_devices: see :func:`device_unit_keys`.
     """
     held = {}
     for record in records:
         name = record.get('name')
-        if name == exclude:
+        if exclude is not None and (
+                exclude == name or
+                exclude == (record.get('project'), name)):
             continue
-        keys = {r['unit'] for r in recorded_units(record.get('config'))}
-        devs = record.get('expanded_devices') or record.get('devices') or {}
-        for device in devs.values():
-            keys |= device_unit_keys(device or {})
-        for key in keys:
-            held.setdefault(key, []).append(name)
+        for key in record_unit_keys(record, host_devices):
+            held.setdefault(key, []).append(holder_name(record))
     return held
 
 
+def provider_units(device):
+    """Resource class -> unit keys a device offers, in binding order."""
+    out = {}
+    if isinstance(device, devices.Gpu):
+        if device.mig_devices:
+            for mig in sorted(device.mig_devices, key=lambda m: m.index):
+                out.setdefault(mig.resource_class, []).append(
+                    mig_unit_key(device, mig))
+        else:
+            out[orc.PGPU] = ['pci:' + device.pci_address]
+    elif isinstance(device, devices.IbCard):
+        vfs = ['netdev:' + vf.netdevs[0] for vf in device.vfs if vf.netdevs]
+        if vfs:
+            out[accel_tree.RC_INFINIBAND_VF] = vfs
+        else:
+            out[accel_tree.RC_INFINIBAND_PORT] = [
+                'netdev:' + p.netdev for p in device.ports if p.netdev]
+    return out
+
+
+def holders_of(held, key):
+    """Who holds unit ``key`` in a :func:`held_units` map."""
+    return _holders(held, key)
+
+
 def _holders(held, key):
-    return held.get(key) or held.get('pci:*' if key.startswith('pci:')
-                                     else None) or []
+    # 'pci:*': a gpu device that takes every GPU, MIG devices included
+    return held.get(key) or held.get(
+        'pci:*' if key.startswith(('pci:', 'mig:')) else None) or []
 
 
 def _pick(candidates, count, held, rc, rp_uuid, device):

@@ -10,24 +10,145 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Fixtures that give tests a real LXD to work on, and clean it up.
+"""Fixtures that give tests a real LXD or Incus to work on, and clean it up.
 
-Every test gets its own LXD project (instances and images apart, profiles
+Every test gets its own project (instances and images apart, profiles
 shared with the default project), so tests can run in parallel against one
 daemon and nothing they make, images included, survives them.
+
+Which daemon a run uses ($NOVA_LXD_ACCEL_TEST_DAEMON, else guessed from the
+environment):
+
+=========  ==========================  ==============================
+daemon     main daemon (its socket)    peer daemon (migration tests)
+=========  ==========================  ==============================
+``lxd``    ``$LXD_DIR``                ``$LXD_PEER_DIR``
+           (``/var/lib/lxd``)          (``/var/lib/lxd-peer``)
+           ``$LXD_MAIN_ADDRESS``       ``$LXD_PEER_ADDRESS``
+           (``127.0.0.1:8443``)        (``127.0.0.1:8444``)
+``incus``  ``$INCUS_DIR``              ``$INCUS_PEER_DIR``
+           (``/var/lib/incus``)        (``/var/lib/incus-peer``)
+           ``$INCUS_MAIN_ADDRESS``     ``$INCUS_PEER_ADDRESS``
+           (``127.0.0.1:8445``)        (``127.0.0.1:8446``)
+=========  ==========================  ==============================
+
+tools/lxd-up.sh, tools/incus-up.sh and tools/lxd-peer-up.sh [--incus] read
+the same variables. Tests never run the ``lxc`` or ``incus`` commands:
+:func:`execute` runs a command in a container through the API.
 """
 
 import os
 import subprocess
 import threading
+import time
 import uuid
+import warnings
 
 import fixtures
 import pylxd
+import requests
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _IMAGE_LOCK = threading.Lock()
 _IMAGE_PATH = None
+
+_DEFAULTS = {
+    'lxd': {'DIR': '/var/lib/lxd', 'PEER_DIR': '/var/lib/lxd-peer',
+            'MAIN_ADDRESS': '127.0.0.1:8443',
+            'PEER_ADDRESS': '127.0.0.1:8444'},
+    'incus': {'DIR': '/var/lib/incus', 'PEER_DIR': '/var/lib/incus-peer',
+              'MAIN_ADDRESS': '127.0.0.1:8445',
+              'PEER_ADDRESS': '127.0.0.1:8446'},
+}
+
+
+def daemon():
+    """``lxd`` or ``incus``: the kind of daemon this test run uses.
+
+    $NOVA_LXD_ACCEL_TEST_DAEMON when set; else ``incus`` when only
+    $INCUS_DIR is set, ``lxd`` otherwise.
+    """
+    chosen = os.environ.get('NOVA_LXD_ACCEL_TEST_DAEMON')
+    if chosen:
+        if chosen not in _DEFAULTS:
+            raise ValueError('NOVA_LXD_ACCEL_TEST_DAEMON=%s: use lxd or '
+                             'incus' % chosen)
+        return chosen
+    if 'INCUS_DIR' in os.environ and 'LXD_DIR' not in os.environ:
+        return 'incus'
+    return 'lxd'
+
+
+def _setting(key):
+    kind = daemon()
+    return os.environ.get('%s_%s' % (kind.upper(), key),
+                          _DEFAULTS[kind][key])
+
+
+def daemon_dir():
+    """State directory of the main daemon ($LXD_DIR or $INCUS_DIR)."""
+    return _setting('DIR')
+
+
+def peer_dir():
+    """State directory of the peer daemon of the migration tests."""
+    return _setting('PEER_DIR')
+
+
+def main_url():
+    """HTTPS URL of the main daemon (tools/lxd-peer-up.sh sets it)."""
+    return 'https://%s' % _setting('MAIN_ADDRESS')
+
+
+def peer_url():
+    return 'https://%s' % _setting('PEER_ADDRESS')
+
+
+def peer_socket():
+    return os.path.join(peer_dir(), 'unix.socket')
+
+
+def client_cert():
+    """The client certificate both daemons trust (tools/lxd-peer-up.sh)."""
+    return os.path.join(peer_dir(), 'nova-migration.crt')
+
+
+def client_key():
+    return os.path.join(peer_dir(), 'nova-migration.key')
+
+
+class DaemonEnvironment(fixtures.Fixture):
+    """The environment that points everything at the run's daemon.
+
+    The driver with no ``[lxd] endpoint``, and the helper processes tests
+    start (tests/lxd_proxy.py), find the local daemon through $LXD_DIR
+    (and, on Incus, $INCUS_DIR); both name the chosen daemon during the
+    test, whatever else the environment held.
+    """
+
+    def _setUp(self):
+        kind, path = daemon(), daemon_dir()
+        self.useFixture(fixtures.EnvironmentVariable(
+            'NOVA_LXD_ACCEL_TEST_DAEMON', kind))
+        self.useFixture(fixtures.EnvironmentVariable('LXD_DIR', path))
+        self.useFixture(fixtures.EnvironmentVariable(
+            'INCUS_DIR', path if kind == 'incus' else None))
+
+
+class DeprecationsAreErrors(fixtures.Fixture):
+    """DeprecationWarnings raised from our own code fail the test.
+
+    Installed after nova's test base, whose WarningsFixture resets the
+    filters (tox.ini only shows DeprecationWarnings, and names the
+    third-party ones it hides).
+    """
+
+    def _setUp(self):
+        catcher = warnings.catch_warnings()
+        catcher.__enter__()
+        self.addCleanup(catcher.__exit__, None, None, None)
+        warnings.filterwarnings('error', category=DeprecationWarning,
+                                module=r'(nova_lxd_accel|tests)(\.|$)')
 
 
 def tiny_image_path():
@@ -59,8 +180,68 @@ def tiny_image_bytes():
 
 
 def lxd_socket():
-    return os.path.join(os.environ.get('LXD_DIR', '/var/lib/lxd'),
-                        'unix.socket')
+    """The main daemon's unix socket (LXD or Incus, see :func:`daemon`)."""
+    return os.path.join(daemon_dir(), 'unix.socket')
+
+
+_EXEC_LOCK = threading.Lock()
+
+
+def execute(client, name, command, attempts=3, timeout=60):
+    """Run ``sh -c command`` in a container: (exit code, stdout, stderr).
+
+    ``client`` is a pylxd client of the container's daemon and project.
+    Goes through the exec API with ``record-output`` and no websockets:
+    LXD's and pylxd's websocket exec loses output or hangs under parallel
+    load; the recorded output is read back as a log file and removed.
+    Calls are serialised within the process and retried when the daemon
+    or the connection fails (not when the command does).
+    """
+    node = client.api.instances[name]
+    for attempt in range(attempts):
+        try:
+            with _EXEC_LOCK:
+                return _execute_once(client, node, command, timeout)
+        except (pylxd.exceptions.LXDAPIException,
+                requests.RequestException) as exc:
+            error = exc
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError('exec %r in %s failed %d times: %s' % (
+        command, name, attempts, error))
+
+
+def _execute_once(client, node, command, timeout):
+    response = node.exec.post(json={
+        'command': ['sh', '-c', command], 'wait-for-websocket': False,
+        'interactive': False, 'record-output': True, 'environment': {}})
+    if response.status_code >= 400:
+        raise pylxd.exceptions.LXDAPIException(response)
+    operation = response.json()['operation'].rsplit('/', 1)[-1]
+    done = client.api.operations[operation].wait.get(
+        params={'timeout': timeout})
+    if done.status_code >= 400:
+        raise pylxd.exceptions.LXDAPIException(done)
+    metadata = done.json()['metadata']
+    if metadata.get('status') != 'Success':
+        raise AssertionError('exec %r: %s' % (command, metadata.get('err')))
+    result = metadata['metadata']
+    output = {'1': b'', '2': b''}
+    for fd, path in sorted(result.get('output', {}).items()):
+        log = client.api
+        for segment in path.split('/')[2:]:  # after "/1.0/"
+            log = log[segment]
+        output[fd] = log.get().content
+        log.delete()
+    return result['return'], output['1'], output['2']
+
+
+def execute_ok(client, name, command, **kwargs):
+    """stdout of ``sh -c command``; fails the test unless it exits 0."""
+    code, stdout, stderr = execute(client, name, command, **kwargs)
+    if code != 0:
+        raise AssertionError('exec %r in %s exited %s: %s' % (
+            command, name, code, stderr.decode(errors='replace')))
+    return stdout
 
 
 class LXDProject(fixtures.Fixture):
@@ -71,6 +252,7 @@ class LXDProject(fixtures.Fixture):
         self.name = '%s-%s' % (prefix, uuid.uuid4().hex[:12])
 
     def _setUp(self):
+        self.useFixture(DaemonEnvironment())
         self.admin = pylxd.Client(endpoint=lxd_socket())
         self.admin.api.projects.post(json={
             'name': self.name,
@@ -86,6 +268,10 @@ class LXDProject(fixtures.Fixture):
 
     def instance(self, name):
         return self.client.api.instances[name].get().json()['metadata']
+
+    def execute(self, name, command, **kwargs):
+        """stdout of ``sh -c command`` in container name; must exit 0."""
+        return execute_ok(self.client, name, command, **kwargs)
 
     def _remove(self):
         for record in self.instances():

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Nova's in-process cloud with this driver against the real LXD daemon.
+"""Nova's in-process cloud with this driver against a real LXD or Incus.
 
 Real nova API, conductor, scheduler and compute services, real Placement
 (``PlacementFixture``: the Placement WSGI app on SQLite); Glance and
@@ -21,6 +21,7 @@ import os
 import sys
 import uuid
 
+import fixtures
 import nova.conf
 from nova.tests.functional import integrated_helpers
 
@@ -58,8 +59,12 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         lxd_conf.register_opts(nova.conf.CONF)
         self.flags(project=self.lxd.name, lifecycle_poll_interval=0,
                    group='lxd')
+        # each test has its own GPU state file (accel.gpu_state)
+        self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
+                   group='lxd_accelerators')
         self.flags(shutdown_timeout=5)
         super(LXDFunctionalTestCase, self).setUp()
+        self.useFixture(lxd_fixtures.DeprecationsAreErrors())
         self.image_id = self._create_tiny_image()
         for host in self.compute_hosts:
             self._start_compute(host)

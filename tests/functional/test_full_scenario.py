@@ -24,7 +24,6 @@ each step, and nothing may be left behind.
 import errno
 import os
 import subprocess
-import time
 import uuid
 
 from nova.volume import cinder as cinder_api
@@ -111,20 +110,10 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
         return {ifname: nic for ifname, nic in state['network'].items()
                 if ifname != 'lo'}
 
-    def _exec(self, server, command, attempts=3):
-        host = self.host_of(server)
-        lxd_dir = peer.MAIN_DIR if host == 'compute1' else peer.PEER_DIR
-        env = dict(os.environ, LXD_DIR=lxd_dir)
-        for attempt in range(attempts):
-            result = subprocess.run(
-                ['lxc', 'exec', '--project', self.lxd.name,
-                 'nova-%s' % server['id'], '--', 'sh', '-c', command],
-                capture_output=True, env=env, timeout=60)
-            if result.returncode == 0:
-                return result.stdout
-            time.sleep(0.5 * (attempt + 1))
-        self.fail('exec %r on %s failed (%s): %s' % (
-            command, host, result.returncode, result.stderr))
+    def _exec(self, server, command):
+        # Through the API of the server's daemon (tests/lxd_fixtures).
+        return self.daemon(self.host_of(server)).execute(
+            'nova-%s' % server['id'], command)
 
     def usage(self, host):
         return self._get_provider_usages(

@@ -10,7 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The driver against the real local LXD daemon, without a Nova cloud.
+"""The driver against the real local LXD or Incus daemon, without a Nova cloud.
+
+The daemon is the one tests/lxd_fixtures.py picks for the run.
 
 Nova objects are real (``objects.Instance``, ``objects.ImageMeta``); Glance
 is nova's in-process ``GlanceFixture`` holding the tiny LXD image's bytes.
@@ -32,6 +34,7 @@ class DriverTestCase(test.NoDBTestCase):
 
     def setUp(self):
         super(DriverTestCase, self).setUp()
+        self.useFixture(lxd_fixtures.DeprecationsAreErrors())
         objects.register_all()
         self.project = self.useFixture(lxd_fixtures.LXDProject('it'))
         self.glance = self.useFixture(nova_fixtures.GlanceFixture(self))

@@ -13,10 +13,11 @@
 """Resize and cold migration against real LXD daemons.
 
 Same-host resize runs on the main daemon. Cold migration needs a second
-daemon: tools/lxd-peer-up.sh starts one (LXD_DIR=/var/lib/lxd-peer,
-https://127.0.0.1:8444) that trusts the main one (https://127.0.0.1:8443)
-and the client certificate the driver presents. The tests fail, and say
-so, when it is not running.
+daemon: tools/lxd-peer-up.sh [--incus] starts one (by default
+LXD_DIR=/var/lib/lxd-peer, https://127.0.0.1:8444) that trusts the main one
+(https://127.0.0.1:8443) and the client certificate the driver presents;
+the addresses come from the environment (tests/lxd_fixtures.py). The tests
+fail, and say so, when it is not running.
 """
 
 import json
@@ -35,16 +36,20 @@ from nova_lxd_accel import migration
 from tests.integration import base
 from tests import lxd_fixtures
 
-MAIN_DIR = os.environ.get('LXD_DIR', '/var/lib/lxd')
-PEER_DIR = os.environ.get('LXD_PEER_DIR', '/var/lib/lxd-peer')
-PEER_SOCKET = os.path.join(PEER_DIR, 'unix.socket')
-MAIN_URL = 'https://127.0.0.1:8443'
-PEER_URL = 'https://127.0.0.1:8444'
-CLIENT_CERT = os.path.join(PEER_DIR, 'nova-migration.crt')
-CLIENT_KEY = os.path.join(PEER_DIR, 'nova-migration.key')
-PEER_MISSING = ('The peer LXD daemon for the migration tests is not running '
-                '(no answer on %s): start it with tools/lxd-peer-up.sh '
-                '(tools/run-tests.sh does)' % PEER_SOCKET)
+# The daemons of this run and their loopback HTTPS addresses, from the
+# environment (tests/lxd_fixtures.py lists the variables and defaults).
+MAIN_DIR = lxd_fixtures.daemon_dir()
+PEER_DIR = lxd_fixtures.peer_dir()
+PEER_SOCKET = lxd_fixtures.peer_socket()
+MAIN_URL = lxd_fixtures.main_url()
+PEER_URL = lxd_fixtures.peer_url()
+CLIENT_CERT = lxd_fixtures.client_cert()
+CLIENT_KEY = lxd_fixtures.client_key()
+PEER_MISSING = ('The peer %s daemon for the migration tests is not running '
+                '(no answer on %s): start it with tools/lxd-peer-up.sh%s '
+                '(tools/run-tests.sh does)' % (
+                    lxd_fixtures.daemon(), PEER_SOCKET,
+                    ' --incus' if lxd_fixtures.daemon() == 'incus' else ''))
 
 
 def require_peer(test):

@@ -30,6 +30,7 @@ from os_brick.initiator.connectors import lightos
 from os_brick.initiator import linuxfc
 from os_brick import privileged as brick_privileged
 from os_brick.privileged import nvmeof as priv_nvmeof
+import pylxd
 
 from tests.integration import base
 from tests import lxd_fixtures
@@ -103,18 +104,14 @@ class LoopDevice(fixtures.Fixture):
                 'data': {'device_path': self.path, 'volume_id': volume_id}}
 
 
-def lxc_exec(project, container, command, attempts=3):
-    """Run a shell command in the container; retried (LXD exec flakes)."""
-    env = dict(os.environ, LXD_DIR=os.path.dirname(lxd_fixtures.lxd_socket()))
-    for attempt in range(attempts):
-        result = subprocess.run(
-            ['lxc', 'exec', '--project', project, container, '--', 'sh',
-             '-c', command], capture_output=True, env=env, timeout=60)
-        if result.returncode == 0:
-            return result.stdout
-        time.sleep(0.5 * (attempt + 1))
-    raise AssertionError('exec %r in %s failed (%s): %s' % (
-        command, container, result.returncode, result.stderr))
+def lxc_exec(project, container, command):
+    """stdout of a shell command in the container (main daemon, project).
+
+    Through the API (tests/lxd_fixtures.execute), not the lxc/incus CLI.
+    """
+    client = pylxd.Client(endpoint=lxd_fixtures.lxd_socket(),
+                          project=project)
+    return lxd_fixtures.execute_ok(client, container, command)
 
 
 def mapped_root(record):
@@ -135,8 +132,7 @@ class VolumesTest(base.DriverTestCase):
                           None, {}, block_device_info=block_device_info)
 
     def _exec(self, instance, command):
-        return lxc_exec(self.project.name, self.container_name(instance),
-                        command)
+        return self.project.execute(self.container_name(instance), command)
 
     def _devices(self, instance):
         return self.container(instance)['devices']

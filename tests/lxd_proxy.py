@@ -385,8 +385,9 @@ class LXDProxy(fixtures.Fixture):
 
 
 def _lxd_socket():
-    return os.path.join(os.environ.get('LXD_DIR', '/var/lib/lxd'),
-                        'unix.socket')
+    # the run's daemon, LXD or Incus (tests/lxd_fixtures.py)
+    from tests import lxd_fixtures
+    return lxd_fixtures.lxd_socket()
 
 
 def main(argv=None):

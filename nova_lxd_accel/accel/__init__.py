@@ -27,6 +27,7 @@ import dataclasses
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import provider_tree as accel_tree
@@ -85,6 +86,8 @@ class AcceleratorInventory(object):
         self._last_inputs = None
         self._last_desired = None
         self._last_mig_text = ''
+        #: an :class:`.gpu_gate.GpuGate` the driver sets, or None
+        self.gate = None
         self._list_instances = list_instances
         self._is_ours = is_ours or (lambda record: False)
         self._foreign_logged = None
@@ -141,6 +144,9 @@ class AcceleratorInventory(object):
             already read (the driver reads it once per period), else None.
         """
         desired = self.desired_providers(nodename, resources)
+        if self.gate is not None:
+            # held, unhealthy and not yet verified units (accel.gpu_gate)
+            desired = self.gate.apply(desired)
         if self._list_instances is not None:
             desired = self.with_foreign_reserved(desired,
                                                  self._list_instances())
@@ -211,8 +217,17 @@ class AcceleratorInventory(object):
         """The device last reported under provider ``rp_uuid``, or None."""
         for state in self._states.values():
             if rp_uuid in state.devices:
-                return state.devices[rp_uuid]
+                device = state.devices[rp_uuid]
+                if self.gate is not None:
+                    self.gate.check_bindable(device, rp_uuid)
+                return device
         return None
+
+    def reported_gpus(self):
+        """The GPUs of the last update (for :mod:`.gpu_gate`)."""
+        return [p.device for desired in [self._last_desired or {}]
+                for p in desired.values() if isinstance(p.device,
+                                                        devices.Gpu)]
 
     def all_devices(self):
         """Every device last reported (or kept while in use)."""

@@ -196,7 +196,7 @@ def _header(name):
     return name.split('[', 1)[0].strip()
 
 
-def _csv_rows(text):
+def _csv_rows(text, required=None):
     """Rows of a ``--format=csv`` output as dicts keyed by field name.
 
     With ``noheader`` the caller's field order is not known here; the
@@ -213,11 +213,16 @@ def _csv_rows(text):
                 others.append(line)
                 continue
             header = [_header(f) for f in fields]
+            if required and required not in header:
+                raise ValueError('no "%s" column in the header' % required)
             continue
         if len(fields) != len(header):
             others.append(line)
             continue
         rows.append(dict(zip(header, fields)))
+    if required and header is None and not any(
+            _HANDLE_ERROR.search(line) for line in others):
+        raise ValueError('no CSV header')
     return rows, others
 
 
@@ -238,8 +243,9 @@ def parse_query_gpu(text):
     :returns: dict PCI address (``0000:3b:00.0``) -> :class:`GpuFacts`.
         A GPU nvidia-smi could not open ("Unable to determine the device
         handle for GPU ...: GPU is lost") is returned with ``lost`` set.
+    :raises ValueError: when the text is not such an output at all.
     """
-    rows, others = _csv_rows(text)
+    rows, others = _csv_rows(text, required='pci.bus_id')
     gpus = {}
     for row in rows:
         pci = pci_address(row.get('pci.bus_id', ''))
@@ -269,8 +275,9 @@ def parse_compute_apps(text):
     """Parse ``nvidia-smi --query-compute-apps=... --format=csv``.
 
     :returns: dict GPU PCI address -> tuple of :class:`ComputeApp`.
+    :raises ValueError: when the text is not such an output at all.
     """
-    rows, _ = _csv_rows(text)
+    rows, _ = _csv_rows(text, required='pid')
     apps = {}
     for row in rows:
         pci = pci_address(row.get('gpu_bus_id', ''))
@@ -446,7 +453,13 @@ class HostProbe(object):
             return Snapshot(now, False, {}, {}, 'no nvidia-smi: no GPU')
         if 'No devices were found' in out + err:
             return Snapshot(now, True, {}, {})
-        gpus = parse_query_gpu(out + '\n' + err)
+        try:
+            gpus = parse_query_gpu(out + '\n' + err)
+        except ValueError as exc:
+            LOG.warning('%(path)s --query-gpu printed something else than '
+                        'CSV (%(error)s): GPU states unknown this time',
+                        {'path': self._path, 'error': exc})
+            return Snapshot(now, False, {}, {}, 'unexpected output')
         if rc != 0 and not gpus:
             message = (err or out).strip() or 'status %s' % rc
             LOG.warning('%(path)s --query-gpu failed: %(error)s',
@@ -460,4 +473,11 @@ class HostProbe(object):
             LOG.warning('%(path)s --query-compute-apps failed: %(error)s',
                         {'path': self._path, 'error': message})
             return Snapshot(now, False, gpus, {}, message)
-        return Snapshot(now, True, gpus, parse_compute_apps(out))
+        try:
+            apps = parse_compute_apps(out)
+        except ValueError as exc:
+            LOG.warning('%(path)s --query-compute-apps printed something '
+                        'else than CSV (%(error)s)',
+                        {'path': self._path, 'error': exc})
+            return Snapshot(now, False, gpus, {}, 'unexpected output')
+        return Snapshot(now, True, gpus, apps)

@@ -43,7 +43,8 @@ RC_INFINIBAND_PORT = 'CUSTOM_INFINIBAND_PORT'
 #: on a provider is kept.
 MANAGED_TRAIT_PREFIXES = ('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_PRODUCT_',
                           'CUSTOM_GPU_MODEL_', 'CUSTOM_CUDA_CC_',
-                          'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_')
+                          'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_',
+                          'CUSTOM_GPU_UNHEALTHY')
 
 _CUDA_CC = re.compile(r'^\s*(\d+)\.(\d+)\s*$')
 

@@ -20,10 +20,11 @@ that returns the process exit status.
 import argparse
 import sys
 
+from nova_lxd_accel.cmd import gpu
 from nova_lxd_accel.cmd import inventory
 from nova_lxd_accel.cmd import sandbox
 
-_SUBCOMMANDS = (inventory, sandbox)
+_SUBCOMMANDS = (inventory, sandbox, gpu)
 
 
 def build_parser():

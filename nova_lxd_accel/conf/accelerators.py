@@ -141,6 +141,80 @@ Related options:
 
 * ``report_mig``
 """),
+    cfg.StrOpt('state_dir',
+               default='/var/lib/nova/nova-lxd-accel',
+               help="""
+Directory of the GPU state file (``gpu-state.json``): operator holds,
+units waiting for release verification, and the observed usage per
+instance. nova-compute and the ``nova-lxd-accel gpu``, ``usage``, ``idle``
+and ``doctor`` commands read and write the same file, so it must be on the
+compute host's local disk and writable by nova-compute.
+
+Related options:
+
+* ``probe_interval``
+"""),
+    cfg.IntOpt('probe_interval',
+               default=0,
+               min=0,
+               help="""
+Least number of seconds between two GPU probes (``nvidia-smi --query-gpu``
+and ``--query-compute-apps``). The probe runs from nova's
+``update_available_resource`` periodic task before nova takes its resource
+tracker lock (``[DEFAULT] update_resources_interval`` sets that period);
+``update_provider_tree`` then uses its result. It drives the health gate,
+release verification, usage accounting and the idle report.
+
+Possible values:
+
+* 0: probe every period
+* a positive number of seconds: skip the periods that come sooner
+
+Related options:
+
+* ``nvidia_smi_path``, ``idle_report_after``, ``metrics_file``
+"""),
+    cfg.IntOpt('release_memory_tolerance_mib',
+               default=64,
+               min=0,
+               help="""
+How many MiB above its baseline a released GPU may still use and count as
+clean. The baseline is the lowest memory use seen while the GPU was free.
+Until a released GPU shows no compute process and memory within this
+tolerance it stays ``reserved`` in Placement.
+
+Related options:
+
+* ``probe_interval``
+"""),
+    cfg.IntOpt('idle_report_after',
+               default=86400,
+               min=0,
+               help="""
+Seconds a GPU bound to a running instance may show no compute process
+before it is reported idle (log warning, ``nova-lxd-accel idle``, metrics).
+Nothing is done to the instance.
+
+Possible values:
+
+* 0: never report idle GPUs
+* a positive number of seconds (default: one day)
+
+Related options:
+
+* ``probe_interval``
+"""),
+    cfg.StrOpt('metrics_file',
+               default=None,
+               help="""
+Path of a Prometheus text file rewritten after each GPU probe, for
+node_exporter's textfile collector (for instance
+``/var/lib/prometheus/node-exporter/nova_lxd_accel.prom``). Unset: no file.
+
+Related options:
+
+* ``probe_interval``
+"""),
 ]
 
 

@@ -1,0 +1,508 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Health gate, verified release, usage and idle report of the GPUs.
+
+:meth:`GpuGate.refresh` runs from the driver's ``get_available_resource``,
+which nova's resource tracker calls once per period *before* it takes its
+lock (``update_provider_tree`` runs under it): it probes the GPUs
+(:mod:`.gpu_probe`), reads who holds which unit from LXD's container
+configs (the binding records of :mod:`.binding`) and updates the state
+file (:mod:`.gpu_state`):
+
+* **health gate**: a GPU the probe finds unhealthy is held (kind
+  ``unhealthy``) until an operator releases it (``nova-lxd-accel gpu
+  release``); instances already on it are reported, not touched;
+* **verified release**: a unit bound at the last probe and no longer bound
+  now is *dirty*. It stays reserved until the probe shows it clean: for a
+  whole GPU no compute process and memory back to its baseline (plus
+  ``[lxd_accelerators] release_memory_tolerance_mib``); for a MIG slice the
+  slice still listed by ``nvidia-smi -L`` as it was (``--query-compute-apps``
+  does not tell the slices of one GPU apart, so their processes and memory
+  are not checked). A GPU of another vendor cannot be probed and is clean
+  at once;
+* **usage**: per instance and unit, the seconds allocated and the seconds
+  the GPU had a compute process or non-zero utilisation;
+* **idle**: a unit of a running instance whose GPU showed no compute use
+  for ``[lxd_accelerators] idle_report_after`` seconds.
+
+:meth:`GpuGate.apply` is what ``update_provider_tree`` calls (cheap: it
+reads the state file): a held GPU gets ``reserved = total`` (and the trait
+:data:`TRAIT_UNHEALTHY` when unhealthy), a dirty unit adds one to its
+resource class's ``reserved``. :meth:`GpuGate.check_bindable` refuses to
+bind a held GPU (Placement's reserved stops new allocations; this also
+stops an allocation made before the hold).
+"""
+
+import dataclasses
+import os
+import time
+
+from oslo_log import log as logging
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel import exception
+
+LOG = logging.getLogger(__name__)
+
+TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
+
+STATE_FREE = 'free'
+STATE_BOUND = 'bound'
+STATE_DIRTY = 'reserved-dirty'
+STATE_HELD = 'held'
+STATE_UNHEALTHY = 'unhealthy'
+STATE_IDLE = 'idle'
+STATES = (STATE_FREE, STATE_BOUND, STATE_DIRTY, STATE_HELD,
+          STATE_UNHEALTHY, STATE_IDLE)
+
+_INSTANCE_KEY = 'user.nova_lxd_accel.instance_uuid'
+
+
+def _unit_gpu(record):
+    """The GPU PCI address of a binding record, or None (InfiniBand)."""
+    if record.get('kind') in (binding.KIND_PGPU, binding.KIND_MIG):
+        return devices.normalise_pci_address(record.get('pci'))
+    return None
+
+
+def bound_units(containers, projects=None):
+    """Unit key -> who holds it, from LXD's container records."""
+    projects = projects or {}
+    out = {}
+    for record in containers or ():
+        config = record.get('config') or {}
+        instance = config.get(_INSTANCE_KEY) or record.get('name')
+        for unit in binding.recorded_units(config):
+            pci = _unit_gpu(unit)
+            if pci is None:
+                continue
+            out[unit['unit']] = {
+                'instance': instance,
+                'container': record.get('name'),
+                'project': projects.get(instance),
+                'pci': pci,
+                'kind': unit.get('kind'),
+                'resource_class': unit.get('resource_class'),
+                'provider': unit.get('provider'),
+                'mig_uuid': unit.get('mig_uuid'),
+                'running': (record.get('status') or '').lower() == 'running',
+            }
+    return out
+
+
+def _busy(snapshot, pci):
+    facts = snapshot.gpus.get(pci)
+    return bool(snapshot.apps_on(pci)) or bool(
+        facts is not None and facts.utilization_pct)
+
+
+@dataclasses.dataclass(frozen=True)
+class GateView:
+    """What :meth:`GpuGate.apply` needs, read once from the state file."""
+
+    holds: dict
+    dirty: dict
+
+    def reserved_for(self, pci):
+        """(hold or None, {rc: dirty count}) of one GPU."""
+        counts = {}
+        for unit in self.dirty.values():
+            if unit.get('pci') == pci:
+                rc = unit.get('resource_class')
+                counts[rc] = counts.get(rc, 0) + 1
+        return self.holds.get(pci), counts
+
+
+class GpuGate(object):
+    """See the module docstring.
+
+    :param conf: ConfigOpts with ``[lxd_accelerators]``.
+    :param list_containers: callable returning LXD container records.
+    :param known_gpus: callable returning the :class:`devices.Gpu` list the
+        inventory last reported (to tell a GPU nvidia-smi lost).
+    :param instance_projects: callable returning {instance uuid: project
+        id}, or None.
+    :param probe: a :class:`gpu_probe.HostProbe` (default from ``conf``).
+    :param store: a :class:`gpu_state.StateStore` (default from ``conf``).
+    :param clock: zero-argument callable returning seconds.
+    """
+
+    def __init__(self, conf, list_containers, known_gpus,
+                 instance_projects=None, probe=None, store=None,
+                 clock=time.time):
+        self._conf = conf
+        self._list_containers = list_containers
+        self._known_gpus = known_gpus
+        self._instance_projects = instance_projects
+        self._probe = probe or gpu_probe.HostProbe.from_conf(conf)
+        self._store = store or gpu_state.StateStore.from_conf(conf)
+        self._clock = clock
+        self._warned = {}
+        self.last_snapshot = None
+
+    @property
+    def store(self):
+        return self._store
+
+    # -- refresh -------------------------------------------------------
+
+    def maybe_refresh(self):
+        """:meth:`refresh` unless the last probe is too recent.
+
+        Too recent: younger than ``[lxd_accelerators] probe_interval``.
+        Never raises.
+
+        The driver calls it from ``get_available_resource``, which nova's
+        resource tracker runs before it takes its lock.
+        """
+        interval = self._conf.lxd_accelerators.probe_interval
+        last = self.last_snapshot
+        if last is not None and interval and \
+                self._clock() - last.taken_at < interval:
+            return None
+        try:
+            return self.refresh()
+        except Exception:
+            LOG.exception('The GPU probe failed; the GPU states of the last '
+                          'probe are kept')
+            return None
+
+    def refresh(self):
+        """Probe the GPUs and update the state file.
+
+        :returns: the :class:`gpu_probe.Snapshot` taken.
+        """
+        snapshot = self._probe.snapshot()
+        self.last_snapshot = snapshot
+        containers = self._list_containers()
+        projects = {}
+        if self._instance_projects is not None:
+            try:
+                projects = self._instance_projects() or {}
+            except Exception as exc:
+                LOG.warning('Cannot read the projects of the instances '
+                            '(%s): usage is recorded without them', exc)
+        known = {g.pci_address: g for g in (self._known_gpus() or ())}
+        current = bound_units(containers, projects)
+        now = self._clock()
+        if not known and not current and \
+                not os.path.exists(self._store.path):
+            # a host without GPUs: nothing to record
+            return snapshot
+        with self._store.update() as state:
+            self._account(state, current, snapshot, now)
+            self._verify_released(state, current, snapshot, known, now)
+            self._health(state, current, snapshot, known, now)
+            self._baseline(state, current, snapshot)
+            state['probe'] = {'at': now, 'available': snapshot.available,
+                              'error': snapshot.error}
+            result = dict(state)
+        self._report_idle(result, now)
+        self._write_metrics(result, known, now)
+        return snapshot
+
+    def note_destroy(self, read_record):
+        """Mark the GPU units of a container about to be deleted dirty.
+
+        Called by the driver's ``destroy`` so that a unit is verified even
+        when its instance lived between two probes. Never raises.
+
+        :param read_record: zero-argument callable returning the
+            container's LXD record (or None).
+        """
+        try:
+            record = read_record()
+            units = bound_units([record] if record else [])
+            if not units:
+                return
+            now = self._clock()
+            with self._store.update() as state:
+                for key, unit in units.items():
+                    state['bound'].pop(key, None)
+                    state['dirty'][key] = self._dirty_entry(unit, now)
+        except Exception:
+            LOG.exception('Cannot record the GPU units of a deleted '
+                          'container; the next probe finds them')
+
+    @staticmethod
+    def _dirty_entry(unit, now):
+        return {'pci': unit.get('pci'),
+                'resource_class': unit.get('resource_class'),
+                'provider': unit.get('provider'),
+                'kind': unit.get('kind'),
+                'mig_uuid': unit.get('mig_uuid'),
+                'instance': unit.get('instance'),
+                'since': now, 'holding': 'not yet verified'}
+
+    def _account(self, state, current, snapshot, now):
+        last = (state.get('probe') or {}).get('at')
+        elapsed = max(0.0, now - last) if last is not None else 0.0
+        previous = state['bound']
+        bound = {}
+        for key, unit in current.items():
+            before = previous.get(key)
+            if before and before.get('instance') == unit['instance']:
+                entry = dict(before, **{k: v for k, v in unit.items()
+                                        if v is not None})
+            else:
+                entry = dict(unit, since=now, last_busy=now)
+            busy = snapshot.available and _busy(snapshot, unit['pci'])
+            elapsed_here = elapsed if before else 0.0
+            if busy:
+                entry['last_busy'] = now
+            bound[key] = entry
+            usage = state['usage'].setdefault(unit['instance'], {
+                'project': unit.get('project'), 'units': {}})
+            if unit.get('project'):
+                usage['project'] = unit['project']
+            record = usage['units'].setdefault(key, {
+                'pci': unit['pci'], 'resource_class': unit['resource_class'],
+                'allocated_s': 0.0, 'busy_s': 0.0, 'first': now,
+                'last': now})
+            record['allocated_s'] += elapsed_here
+            if busy:
+                record['busy_s'] += elapsed_here
+            record['last'] = now
+        for key, before in previous.items():
+            if key not in current:
+                state['dirty'][key] = self._dirty_entry(before, now)
+                LOG.info('%(unit)s of GPU %(pci)s was released by instance '
+                         '%(instance)s: reserved until it is verified clean',
+                         {'unit': key, 'pci': before.get('pci'),
+                          'instance': before.get('instance')})
+        state['bound'] = bound
+
+    def _clean(self, unit, snapshot, known, state):
+        """None when clean, else what still holds the unit."""
+        pci = unit.get('pci')
+        gpu = known.get(pci)
+        if gpu is not None and not gpu.is_nvidia:
+            return None
+        if unit.get('kind') == binding.KIND_MIG:
+            slices = {m.uuid for m in (gpu.mig_devices if gpu else ())}
+            if unit.get('mig_uuid') and unit['mig_uuid'] not in slices:
+                return 'MIG device %s is no longer listed' % unit['mig_uuid']
+            return None
+        if not snapshot.available:
+            return 'the GPU cannot be probed (%s)' % (snapshot.error or
+                                                      'nvidia-smi failed')
+        apps = snapshot.apps_on(pci)
+        if apps:
+            return 'compute processes %s' % ', '.join(
+                '%s (pid %s, %s MiB)' % (a.name, a.pid, a.used_memory_mib)
+                for a in apps)
+        facts = snapshot.gpus.get(pci)
+        if facts is None:
+            return 'nvidia-smi does not list the GPU'
+        baseline = state['baseline'].get(pci, 0)
+        tolerance = self._conf.lxd_accelerators.release_memory_tolerance_mib
+        used = facts.memory_used_mib or 0
+        if used > baseline + tolerance:
+            return '%d MiB of GPU memory in use (baseline %d MiB)' % (
+                used, baseline)
+        return None
+
+    def _verify_released(self, state, current, snapshot, known, now):
+        for key in list(state['dirty']):
+            unit = state['dirty'][key]
+            if key in current:
+                # bound again (by a migration's revert, for example)
+                del state['dirty'][key]
+                continue
+            holding = self._clean(unit, snapshot, known, state)
+            if holding is None:
+                del state['dirty'][key]
+                gpu_state.add_event(state, 'clean', unit.get('pci'),
+                                    'verified clean', now, unit=key)
+                LOG.info('%(unit)s of GPU %(pci)s is verified clean: '
+                         'schedulable again',
+                         {'unit': key, 'pci': unit.get('pci')})
+            elif holding != unit.get('holding'):
+                unit['holding'] = holding
+                LOG.warning('%(unit)s of GPU %(pci)s, released by instance '
+                            '%(instance)s, stays reserved: %(holding)s',
+                            {'unit': key, 'pci': unit.get('pci'),
+                             'instance': unit.get('instance'),
+                             'holding': holding})
+
+    def _health(self, state, current, snapshot, known, now):
+        for pci, gpu in known.items():
+            problems = snapshot.problems(pci, expected_nvidia=gpu.is_nvidia)
+            if not problems:
+                continue
+            reason = '; '.join(problems)
+            hold = state['holds'].get(pci)
+            if hold is None:
+                state['holds'][pci] = {'kind': gpu_state.KIND_UNHEALTHY,
+                                       'reason': reason, 'since': now,
+                                       'by': 'nova-compute'}
+                gpu_state.add_event(state, 'hold', pci, reason, now,
+                                    kind=gpu_state.KIND_UNHEALTHY)
+                LOG.error('GPU %(pci)s is unhealthy (%(reason)s): reserved '
+                          'and never bound until an operator runs '
+                          '"nova-lxd-accel gpu release %(pci)s"',
+                          {'pci': pci, 'reason': reason})
+            users = sorted({u['instance'] for u in current.values()
+                            if u['pci'] == pci})
+            if users and self._warned.get(pci) != (reason, users):
+                self._warned[pci] = (reason, users)
+                LOG.warning('Instances %(users)s use unhealthy GPU %(pci)s '
+                            '(%(reason)s); they are left running',
+                            {'users': ', '.join(users), 'pci': pci,
+                             'reason': reason})
+
+    def _baseline(self, state, current, snapshot):
+        if not snapshot.available:
+            return
+        in_use = {u['pci'] for u in current.values()}
+        in_use |= {u.get('pci') for u in state['dirty'].values()}
+        for pci, facts in snapshot.gpus.items():
+            if pci in in_use or snapshot.apps_on(pci) or \
+                    facts.memory_used_mib is None:
+                continue
+            old = state['baseline'].get(pci)
+            if old is None or facts.memory_used_mib < old:
+                state['baseline'][pci] = facts.memory_used_mib
+
+    def _report_idle(self, state, now):
+        for unit in idle_units(state, self._conf, now):
+            key = (unit['unit'], unit['idle_since'])
+            if self._warned.get(unit['unit']) == key:
+                continue
+            self._warned[unit['unit']] = key
+            LOG.warning('GPU %(pci)s (%(unit)s) of instance %(instance)s, '
+                        'project %(project)s, has shown no compute use '
+                        'since %(since)s',
+                        {'pci': unit['pci'], 'unit': unit['unit'],
+                         'instance': unit['instance'],
+                         'project': unit['project'],
+                         'since': time.strftime(
+                             '%Y-%m-%dT%H:%M:%SZ',
+                             time.gmtime(unit['idle_since']))})
+
+    def _write_metrics(self, state, known, now):
+        path = self._conf.lxd_accelerators.metrics_file
+        if not path:
+            return
+        from nova_lxd_accel.accel import gpu_metrics
+        try:
+            gpu_metrics.write_textfile(
+                path, gpu_metrics.render(state, sorted(known),
+                                         self._conf, now))
+        except OSError as exc:
+            LOG.warning('Cannot write the GPU metrics file %(path)s: '
+                        '%(error)s', {'path': path, 'error': exc})
+
+    # -- what update_provider_tree and binding ask ---------------------
+
+    def view(self):
+        try:
+            state = self._store.load()
+        except (OSError, ValueError) as exc:
+            LOG.warning('Cannot read the GPU state file: %s', exc)
+            state = gpu_state.empty_state()
+        return GateView(holds=state['holds'], dirty=state['dirty'])
+
+    def apply(self, desired):
+        """Desired providers with holds and dirty units reserved.
+
+        :param desired: dict name -> ``DesiredProvider``.
+        :returns: a new dict; providers without a reason are unchanged.
+        """
+        view = self.view()
+        out = {}
+        for name, want in desired.items():
+            device = want.device
+            if not isinstance(device, devices.Gpu):
+                out[name] = want
+                continue
+            hold, dirty = view.reserved_for(device.pci_address)
+            if hold is None and not dirty:
+                out[name] = want
+                continue
+            inventory = {}
+            for rc, rec in want.inventory.items():
+                reserved = rec['total'] if hold else min(
+                    rec['total'], rec.get('reserved', 0) + dirty.get(rc, 0))
+                inventory[rc] = dict(rec, reserved=reserved)
+            traits = want.traits
+            if hold and hold.get('kind') == gpu_state.KIND_UNHEALTHY:
+                traits = traits | {TRAIT_UNHEALTHY}
+            out[name] = dataclasses.replace(want, inventory=inventory,
+                                            traits=frozenset(traits))
+        return out
+
+    def check_bindable(self, device, rp_uuid):
+        """Raise when ``device`` is a held or unhealthy GPU."""
+        if not isinstance(device, devices.Gpu):
+            return
+        hold = self.view().holds.get(device.pci_address)
+        if hold:
+            raise exception.GpuHeld(pci=device.pci_address, provider=rp_uuid,
+                                    kind=hold.get('kind'),
+                                    reason=hold.get('reason'))
+
+
+def idle_units(state, conf, now):
+    """Bound units of running instances idle for ``idle_report_after``."""
+    after = conf.lxd_accelerators.idle_report_after
+    if not after:
+        return []
+    out = []
+    for key, unit in sorted(state.get('bound', {}).items()):
+        if not unit.get('running', True):
+            continue
+        last = unit.get('last_busy') or unit.get('since') or now
+        if now - last >= after:
+            out.append({'unit': key, 'pci': unit.get('pci'),
+                        'instance': unit.get('instance'),
+                        'project': unit.get('project'),
+                        'resource_class': unit.get('resource_class'),
+                        'idle_since': last, 'idle_s': now - last})
+    return out
+
+
+def gpu_states(state, pcis, conf, now):
+    """PCI address -> one of :data:`STATES` (worst first)."""
+    idle = {u['pci'] for u in idle_units(state, conf, now)}
+    bound = {u.get('pci') for u in state.get('bound', {}).values()}
+    dirty = {u.get('pci') for u in state.get('dirty', {}).values()}
+    out = {}
+    for pci in pcis:
+        hold = state.get('holds', {}).get(pci)
+        if hold and hold.get('kind') == gpu_state.KIND_UNHEALTHY:
+            out[pci] = STATE_UNHEALTHY
+        elif hold:
+            out[pci] = STATE_HELD
+        elif pci in dirty:
+            out[pci] = STATE_DIRTY
+        elif pci in idle:
+            out[pci] = STATE_IDLE
+        elif pci in bound:
+            out[pci] = STATE_BOUND
+        else:
+            out[pci] = STATE_FREE
+    return out
+
+
+def nova_instance_projects(host):
+    """{instance uuid: project id} of the instances nova has on ``host``."""
+    from nova import context as nova_context
+    from nova import objects
+
+    instances = objects.InstanceList.get_by_host(
+        nova_context.get_admin_context(), host, expected_attrs=[])
+    return {i.uuid: i.project_id for i in instances}

@@ -1,0 +1,215 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Health gate and verified release through nova's cloud and Placement.
+
+The host is the recorded H100 (MIG, ``nvsmi-h100-80gb-mig-4slices-L``)
+plus the GT 730 of LXD issue 9201, served by :class:`tests.lxd_proxy.
+LXDProxy`; ``nvidia-smi`` is a script answering ``-L``,
+``--query-gpu`` and ``--query-compute-apps`` from files the test rewrites:
+the H100 row is the recorded idle capture's values, the GT 730 row is
+hand-built in the probe's field list (see ``samples/README.md``), and
+process lines are the recorded load capture's. nova-compute's periodic
+task runs the real probe and the real Placement gets the result.
+"""
+
+import os
+import stat
+
+import nova.conf
+
+from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.cmd import main as cli
+from nova_lxd_accel import conf as lxd_conf
+from tests.functional import base
+from tests.functional import test_accel_inventory as inv
+from tests import lxd_proxy
+
+CONF = nova.conf.CONF
+HOST = inv.HOST
+H100, GT730 = inv.GPU, inv.GT730
+H100_PCI, GT730_PCI = '0000:00:09.0', '0000:07:00.0'
+
+HEADER = ('index, pci.bus_id, uuid, name, memory.total [MiB], '
+          'memory.used [MiB], utilization.gpu [%], '
+          'ecc.errors.uncorrected.volatile.total, retired_pages.pending, '
+          'mig.mode.current, remapped_rows.pending, remapped_rows.failure')
+APPS_HEADER = ('gpu_bus_id, gpu_uuid, pid, process_name, '
+               'used_gpu_memory [MiB]')
+GT730_UUID = 'GPU-6ddadebd-dafe-2db9-f10f-125719770fd3'
+
+
+def h100_row(ecc=0, used=0):
+    # values of nvsmi-h100-80gb-idle-query-gpu.csv (MIG enabled here)
+    return ('0, 00000000:00:09.0, GPU-00000000-0000-0000-0000-000000000000, '
+            'NVIDIA H100 80GB HBM3, 81559 MiB, %d MiB, 0 %%, %d, [N/A], '
+            'Enabled, No, No' % (used, ecc))
+
+
+def gt730_row(used=1, util=0):
+    # a GeForce has no ECC and no row remapper: [N/A]
+    return ('1, 00000000:07:00.0, %s, NVIDIA GeForce GT 730, 2001 MiB, '
+            '%d MiB, %d %%, [N/A], [N/A], [N/A], [N/A], [N/A]'
+            % (GT730_UUID, used, util))
+
+
+def app_row(pci, pid, name, mib):
+    return '00000000:%s, %s, %d, %s, %d MiB' % (pci[5:], GT730_UUID, pid,
+                                                name, mib)
+
+
+class TestGpuGate(base.LXDFunctionalTestCase):
+
+    compute_hosts = (HOST,)
+
+    def setUp(self):
+        lxd_conf.register_opts(CONF)
+        resources = inv._load('handmade-lxd-h100-mig-host.json')
+        resources['gpu']['cards'] += inv._load(
+            'lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json')[
+                'gpu']['cards']
+        self.proxy = self.useFixture(lxd_proxy.LXDProxy(
+            {'gpu': resources['gpu'], 'network': {'cards': []}}))
+        self.flags(endpoint=self.proxy.socket_path, group='lxd')
+        self.dir = self.proxy.directory
+        self.write('smi-L.txt', inv._load('nvsmi-h100-80gb-mig-4slices-L.txt'))
+        self.set_gpus(h100_row(), gt730_row())
+        self.set_apps()
+        smi = os.path.join(self.dir, 'nvidia-smi')
+        with open(smi, 'w') as f:
+            f.write('#!/bin/sh\ncase "$1" in\n'
+                    '  -L) cat %(d)s/smi-L.txt ;;\n'
+                    '  --query-gpu=*) cat %(d)s/query-gpu.csv ;;\n'
+                    '  --query-compute-apps=*) cat %(d)s/apps.csv ;;\n'
+                    '  *) exit 2 ;;\nesac\n' % {'d': self.dir})
+        os.chmod(smi, stat.S_IRWXU)
+        self.flags(nvidia_smi_path=smi, group='lxd_accelerators')
+        super().setUp()
+        self.root_uuid = self._get_provider_uuid_by_host(HOST)
+        self.periodic()
+
+    def periodic(self):
+        """nova's periodic task; fails on any traceback it logs."""
+        before = len(self.stdlog.logger.output)
+        self._run_periodics()
+        self.assertNotIn('Traceback (most recent call last',
+                         self.stdlog.logger.output[before:])
+
+    def write(self, name, text):
+        with open(os.path.join(self.dir, name), 'w') as f:
+            f.write(text)
+
+    def set_gpus(self, *rows):
+        self.write('query-gpu.csv', '\n'.join((HEADER,) + rows) + '\n')
+
+    def set_apps(self, *rows):
+        self.write('apps.csv', '\n'.join((APPS_HEADER,) + rows) + '\n')
+
+    def provider(self, name):
+        """({rc: (total, reserved)}, traits) in Placement."""
+        for rp in self._get_all_rps_in_a_tree(self.root_uuid):
+            if rp['name'] == name:
+                inventory = self._get_provider_inventory(rp['uuid'])
+                return ({rc: (r['total'], r['reserved'])
+                         for rc, r in inventory.items()},
+                        set(self._get_provider_traits(rp['uuid'])))
+        raise AssertionError('no provider %s' % name)
+
+    def cli(self, *argv):
+        return cli.main(list(argv) + ['--state-dir',
+                                      CONF.lxd_accelerators.state_dir])
+
+    def flavor(self, **extra_spec):
+        return self._create_flavor(memory_mb=128, vcpu=1, disk=0,
+                                   ephemeral=0, extra_spec=extra_spec)
+
+    def boot(self, flavor_id, expected='ACTIVE'):
+        server = self.api.post_server({'server': self._build_server(
+            image_uuid=self.image_id, flavor_id=flavor_id,
+            networks='none')})
+        return self._wait_for_state_change(server, expected,
+                                           max_retries=100)
+
+    def test_unhealthy_gpu_is_reserved_until_an_operator_releases_it(self):
+        healthy = {'CUSTOM_MIG_3G_40GB': (1, 0), 'CUSTOM_MIG_2G_20GB': (1, 0),
+                   'CUSTOM_MIG_1G_10GB': (2, 0)}
+        self.assertEqual(healthy, self.provider(H100)[0])
+        self.assertNotIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
+        # uncorrectable ECC errors on the H100; the GT 730 falls off the
+        # bus (nvidia-smi no longer lists it)
+        self.set_gpus(h100_row(ecc=3))
+        self.periodic()
+        inventory, traits = self.provider(H100)
+        self.assertEqual({'CUSTOM_MIG_3G_40GB': (1, 1),
+                          'CUSTOM_MIG_2G_20GB': (1, 1),
+                          'CUSTOM_MIG_1G_10GB': (2, 2)}, inventory)
+        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, traits)
+        self.assertIn('OWNER_NOVA', traits)
+        self.assertEqual(({'PGPU': (1, 1)}), self.provider(GT730)[0])
+        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(GT730)[1])
+        self.assertIn('uncorrectable ECC', self.stdlog.logger.output)
+        # never scheduled
+        server = self.boot(self.flavor(**{'resources:CUSTOM_MIG_1G_10GB':
+                                          '1'}), expected='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        # healthy again (GPU reset): still held until an operator says so
+        self.set_gpus(h100_row(), gt730_row())
+        self.periodic()
+        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
+        self.assertEqual(0, self.cli('gpu', 'release', H100_PCI,
+                                     '--reason', 'GPU reset, ECC cleared'))
+        self.periodic()
+        self.assertEqual(healthy, self.provider(H100)[0])
+        self.assertNotIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
+        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(GT730)[1])
+        self.boot(self.flavor(**{'resources:CUSTOM_MIG_1G_10GB': '1'}))
+
+    def test_hold_drains_for_maintenance(self):
+        self.assertEqual(0, self.cli('gpu', 'hold', GT730_PCI,
+                                     '--reason', 'fan replacement'))
+        self.periodic()
+        inventory, traits = self.provider(GT730)
+        self.assertEqual({'PGPU': (1, 1)}, inventory)
+        # held, not unhealthy
+        self.assertNotIn(gpu_gate.TRAIT_UNHEALTHY, traits)
+        self.assertEqual(0, self.cli('gpu', 'release', GT730_PCI,
+                                     '--reason', 'fan replaced'))
+        self.periodic()
+        self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
+
+    def test_released_gpu_is_reserved_until_verified_clean(self):
+        flavor = self.flavor(**{'resources:PGPU': '1'})
+        server = self.boot(flavor)
+        # the job runs: a process and memory on the GT 730
+        self.set_gpus(h100_row(), gt730_row(used=1547, util=97))
+        self.set_apps(app_row(GT730_PCI, 11345, './gpu_burn', 1542))
+        self.periodic()
+        self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
+        self._delete_server(server)
+        # dirty: the process is still there after the container is gone
+        self.periodic()
+        self.assertEqual({'PGPU': (1, 1)}, self.provider(GT730)[0])
+        self.assertIn('./gpu_burn (pid 11345, 1542 MiB)',
+                      self.stdlog.logger.output)
+        self.boot(flavor, expected='ERROR')
+        # the process is gone, memory not yet back to the baseline (1 MiB)
+        self.set_apps()
+        self.set_gpus(h100_row(), gt730_row(used=900))
+        self.periodic()
+        self.assertEqual({'PGPU': (1, 1)}, self.provider(GT730)[0])
+        self.assertIn('900 MiB of GPU memory in use (baseline 1 MiB)',
+                      self.stdlog.logger.output)
+        # clean: schedulable again
+        self.set_gpus(h100_row(), gt730_row(used=1))
+        self.periodic()
+        self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
+        self.boot(flavor)

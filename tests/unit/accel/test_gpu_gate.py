@@ -1,0 +1,293 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Health gate, verified release, usage, idle and metrics (unit level).
+
+The probe is the real :class:`gpu_probe.HostProbe` running a script that
+prints recorded nvidia-smi outputs; the state file is real.
+"""
+
+import json
+import os
+
+import fixtures
+from oslo_config import cfg
+import testtools
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel import gpu_metrics
+from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.conf import accelerators
+from nova_lxd_accel import exception
+from tests.unit.accel import test_gpu_probe
+from tests.unit.accel import utils
+
+H100 = '0000:00:09.0'
+INSTANCE = 'f0d1c2b3-0000-4000-8000-000000000001'
+
+
+def h100():
+    return devices.Gpu(pci_address=H100, vendor_id='10de',
+                       product_id='2330', driver='nvidia',
+                       model='NVIDIA H100 80GB HBM3')
+
+
+def container(pci=H100, status='Running', instance=INSTANCE):
+    unit = binding.Unit(
+        name='nova-gpu0', kind=binding.KIND_PGPU, resource_class='PGPU',
+        provider='rp-h100', device_pci=pci, key='pci:' + pci,
+        device={'type': 'gpu', 'pci': pci}, detail={})
+    config = dict(binding.Binding(units=(unit,)).config)
+    config['user.nova_lxd_accel.instance_uuid'] = instance
+    return {'name': 'nova-' + instance, 'status': status, 'config': config}
+
+
+class GateTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.conf = cfg.ConfigOpts()
+        accelerators.register_opts(self.conf)
+        self.conf([])
+        self.override('state_dir', os.path.join(self.dir, 'state'))
+        self.override('idle_report_after', 3600)
+        self.now = 1000.0
+        self.containers = []
+        self.gpus = [h100()]
+        self.smi_dir = os.path.join(self.dir, 'smi')
+        os.makedirs(self.smi_dir)
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.gate = gpu_gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            instance_projects=lambda: {INSTANCE: 'proj-a'},
+            probe=gpu_probe.HostProbe(
+                os.path.join(self.smi_dir, 'nvidia-smi'),
+                clock=lambda: self.now),
+            clock=lambda: self.now)
+
+    def override(self, name, value):
+        # the option group object is shared by every ConfigOpts
+        self.conf.set_override(name, value, group='lxd_accelerators')
+        self.addCleanup(self.conf.clear_override, name,
+                        group='lxd_accelerators')
+
+    def host(self, query_gpu, apps):
+        test_gpu_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': utils.sample_path(query_gpu),
+            '--query-compute-apps': utils.sample_path(apps)})
+
+    def desired(self):
+        gpu = self.gpus[0]
+        return accel_tree.desired_providers('cmp1', [gpu], [])
+
+    def reserved(self):
+        out = self.gate.apply(self.desired())
+        want = out[accel_tree.gpu_provider_name('cmp1', H100)]
+        return ({rc: r['reserved'] for rc, r in want.inventory.items()},
+                gpu_gate.TRAIT_UNHEALTHY in want.traits)
+
+
+class TestHealthGate(GateTestCase):
+
+    def test_healthy_gpu_is_untouched(self):
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+
+    def test_unhealthy_gpu_held_until_released(self):
+        self.host('handmade-nvsmi-h100-q-ecc-retired-remap-pending.txt',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        # -q output is not --query-gpu CSV: the probe says "unknown"
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        rows = utils.load_text('nvsmi-h100-80gb-idle-query-gpu.csv')
+        header, row = rows.splitlines()
+        fields = [f.strip() for f in header.split(',')]
+        values = [v.strip() for v in row.split(',')]
+        values[fields.index('ecc.errors.uncorrected.volatile.total')] = '2'
+        bad = os.path.join(self.dir, 'ecc.csv')
+        with open(bad, 'w') as f:
+            f.write(header + '\n' + ', '.join(values) + '\n')
+        test_gpu_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': bad, '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-idle-compute-apps.csv')})
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, True), self.reserved())
+        hold = self.gate.store.load()['holds'][H100]
+        self.assertEqual(('unhealthy', '2 uncorrectable ECC errors'),
+                         (hold['kind'], hold['reason']))
+        self.assertRaises(exception.GpuHeld, self.gate.check_bindable,
+                          self.gpus[0], 'rp')
+        # healthy again: held until an operator releases it
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, True), self.reserved())
+        gpu_state.release(self.gate.store, H100, 'reset')
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        self.gate.check_bindable(self.gpus[0], 'rp')
+
+    def test_gpu_missing_from_nvidia_smi_fell_off_the_bus(self):
+        self.gpus.append(devices.Gpu(pci_address='0000:07:00.0',
+                                     vendor_id='10de', driver='nvidia'))
+        self.gate.refresh()
+        self.assertIn('fallen off the bus',
+                      self.gate.store.load()['holds']['0000:07:00.0'][
+                          'reason'])
+
+    def test_operator_hold_is_not_unhealthy(self):
+        gpu_state.hold(self.gate.store, H100, 'maintenance')
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        self.assertRaises(exception.GpuHeld, self.gate.check_bindable,
+                          self.gpus[0], 'rp')
+
+    def test_cpu_only_host_writes_nothing(self):
+        self.gpus = []
+        test_gpu_probe.fake_smi(self.smi_dir, {})
+        self.gate.refresh()
+        self.assertFalse(os.path.exists(self.gate.store.path))
+
+
+class TestVerifiedRelease(GateTestCase):
+
+    def test_dirty_reserved_clean_schedulable(self):
+        self.gate.refresh()         # baseline: 0 MiB used while free
+        self.containers = [container()]
+        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
+                  'nvsmi-h100-80gb-load-compute-apps.csv')
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        # deleted; the processes are still there
+        self.containers = []
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        dirty = self.gate.store.load()['dirty']['pci:' + H100]
+        self.assertIn('./gpu_burn (pid 11345, 15690 MiB)', dirty['holding'])
+        # clean
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        self.assertEqual('clean',
+                         self.gate.store.load()['events'][-1]['event'])
+
+    def test_note_destroy_marks_dirty_between_probes(self):
+        record = container()
+        self.gate.note_destroy(lambda: record)
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+
+    def test_unprobeable_gpu_stays_dirty(self):
+        self.gate.note_destroy(container)
+        test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+
+
+class TestUsageIdleMetrics(GateTestCase):
+
+    def test_usage_and_idle(self):
+        self.containers = [container()]
+        self.gate.refresh()
+        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
+                  'nvsmi-h100-80gb-load-compute-apps.csv')
+        self.now += 1800
+        self.gate.refresh()             # busy for this half hour
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.now += 1800
+        self.gate.refresh()             # idle for this one
+        state = self.gate.store.load()
+        unit = state['usage'][INSTANCE]['units']['pci:' + H100]
+        self.assertEqual((3600.0, 1800.0), (unit['allocated_s'],
+                                            unit['busy_s']))
+        self.assertEqual('proj-a', state['usage'][INSTANCE]['project'])
+        self.assertEqual([], gpu_gate.idle_units(state, self.conf, self.now))
+        self.now += 1800
+        self.gate.refresh()
+        state = self.gate.store.load()
+        idle = gpu_gate.idle_units(state, self.conf, self.now)
+        self.assertEqual([(INSTANCE, 'proj-a', H100, 3600.0)],
+                         [(u['instance'], u['project'], u['pci'],
+                           u['idle_s']) for u in idle])
+        # a stopped instance's GPU is not reported idle
+        self.containers = [container(status='Stopped')]
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual([], gpu_gate.idle_units(
+            self.gate.store.load(), self.conf, self.now))
+
+    def test_metrics_file(self):
+        path = os.path.join(self.dir, 'gpu.prom')
+        self.override('metrics_file', path)
+        self.containers = [container()]
+        self.gate.refresh()
+        self.now += 7200
+        self.gate.refresh()
+        with open(path) as f:
+            text = f.read()
+        self.assertIn('nova_lxd_accel_gpu_state{pci="%s",state="idle"} 1'
+                      % H100, text)
+        self.assertIn('nova_lxd_accel_gpu_state{pci="%s",state="free"} 0'
+                      % H100, text)
+        self.assertIn('nova_lxd_accel_gpu_allocated_seconds_total{'
+                      'instance="%s",pci="%s",project="proj-a",'
+                      'unit="pci:%s"} 7200' % (INSTANCE, H100, H100), text)
+        self.assertIn('nova_lxd_accel_gpu_probe_available 1', text)
+        self.assertIn('# TYPE nova_lxd_accel_gpu_busy_seconds_total counter',
+                      text)
+
+    def test_render_escapes_labels(self):
+        state = gpu_state.empty_state()
+        state['usage'] = {'i"1': {'project': 'p\\x', 'units': {
+            'pci:a': {'pci': 'a', 'allocated_s': 1.5, 'busy_s': 0}}}}
+        text = gpu_metrics.render(state, [], self.conf, 0)
+        self.assertIn('instance="i\\"1"', text)
+        self.assertIn('project="p\\\\x"', text)
+        self.assertIn('} 1.5\n', text)
+
+
+class TestStateStore(testtools.TestCase):
+
+    def test_hold_release_round_trip(self):
+        directory = self.useFixture(fixtures.TempDir()).path
+        store = gpu_state.StateStore(os.path.join(directory, 'd'))
+        self.assertTrue(gpu_state.hold(store, H100, 'fan', now=5))
+        self.assertFalse(gpu_state.hold(store, H100, 'fan again', now=6))
+        with open(store.path) as f:
+            self.assertEqual('fan again', json.load(f)['holds'][H100][
+                'reason'])
+        self.assertEqual('fan again',
+                         gpu_state.release(store, H100, 'ok')['reason'])
+        self.assertIsNone(gpu_state.release(store, H100, 'ok'))
+        self.assertEqual(['hold', 'hold', 'release', 'release'],
+                         [e['event'] for e in store.load()['events']])
+
+    def test_failed_update_writes_nothing(self):
+        directory = self.useFixture(fixtures.TempDir()).path
+        store = gpu_state.StateStore(directory)
+        gpu_state.hold(store, H100, 'x')
+
+        def fail():
+            with store.update() as state:
+                state['holds'] = {}
+                raise RuntimeError('boom')
+        self.assertRaises(RuntimeError, fail)
+        self.assertIn(H100, store.load()['holds'])

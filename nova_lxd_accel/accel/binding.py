@@ -207,6 +207,8 @@ def _gpu_device_keys(device, gpus):
     gputype = device.get('gputype', 'physical')
     pci = devices.normalise_pci_address(device.get('pci'))
     if gputype == 'mig':
+        if device.get('id'):
+            return _cdi_keys(str(device['id']), gpus)
         if device.get('mig.uuid'):
             return {_mig_by_uuid(gpus, device['mig.uuid'])}
         gi, ci = device.get('mig.gi'), device.get('mig.ci')

@@ -2,17 +2,22 @@
 # Set up everything and run every test of nova-lxd-accel.
 #
 # On a fresh Debian 12 machine (root; PID 1 need not be systemd): installs
-# Debian's LXD, busybox, shellcheck and Open vSwitch; starts an LXD daemon
-# by hand (dir storage pool, no managed network) and OVS (userspace
-# datapath); builds the tiny busybox test image; installs tox (pinned in
-# constraints.txt) and runs the tox environments: pep8, unit (py3),
-# functional, integration, genconfig, release notes, docs and the DevStack
-# plugin harness; then the sandbox end to end. Stops the daemons it
-# started.
+# Debian's LXD, busybox, shellcheck and Open vSwitch, and Incus 6.0 LTS
+# (incus-base, incus-client) from bookworm-backports; starts by hand an
+# LXD daemon and an Incus daemon (dir storage pool, no managed network;
+# each with its own subordinate uid/gid range), a peer of each for the
+# migration tests, and OVS (userspace datapath); builds the tiny busybox
+# test image; installs tox (pinned in constraints.txt) and runs the tox
+# environments: pep8, unit (py3), functional and integration against LXD,
+# functional-incus and integration-incus against Incus, genconfig, release
+# notes, docs and the DevStack plugin harness, $TOX_PARALLEL at a time;
+# then the sandbox end to end. Stops the daemons it started.
 #
 #   tools/run-tests.sh                 # everything
 #   tools/run-tests.sh -e py3,pep8     # only these tox environments
 #   SKIP_SANDBOX=1 tools/run-tests.sh  # without the sandbox end-to-end
+#   SKIP_INCUS=1 tools/run-tests.sh    # without Incus (and its -incus envs)
+#   TOX_PARALLEL=1 tools/run-tests.sh  # one tox environment at a time
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,10 +25,17 @@ cd "$repo"
 state=$repo/.ci/state
 mkdir -p "$state"
 
-envs=pep8,py3,functional,integration,genconfig,releasenotes,docs,devstack
+# Longest first: tox starts them in this order, $TOX_PARALLEL at a time.
+envs=functional,functional-incus,integration,integration-incus,py3,pep8,genconfig,releasenotes,docs,devstack
+if [ "${SKIP_INCUS:-0}" = 1 ]; then
+    envs=functional,integration,py3,pep8,genconfig,releasenotes,docs,devstack
+fi
 if [ "${1:-}" = "-e" ]; then
     envs=${2:?usage: run-tests.sh [-e ENV[,ENV...]]}
 fi
+# Incus is needed by the -incus environments (and the full run).
+with_incus=0
+case ",$envs," in *-incus,*) with_incus=1;; esac
 
 step() {
     printf '\n=== %s (%s)\n' "$*" "$(date +%T)"
@@ -31,13 +43,27 @@ step() {
 
 step "Debian packages"
 need=()
-for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch; do
+for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch zstd xz-utils bzip2 squashfs-tools; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
-if [ "${#need[@]}" -gt 0 ]; then
+need_incus=0
+if [ "$with_incus" = 1 ] && ! dpkg -s incus-base incus-client >/dev/null 2>&1
+then
+    need_incus=1
+    "$repo/tools/backports.sh"
+fi
+if [ "${#need[@]}" -gt 0 ] || [ "$need_incus" = 1 ]; then
     apt-get update -q
+fi
+if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
         --no-install-recommends "${need[@]}"
+fi
+if [ "$need_incus" = 1 ]; then
+    # incus-base and incus-client are enough for containers (the incus
+    # metapackage pulls QEMU for VMs).
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends -t bookworm-backports incus-base incus-client
 fi
 
 step "LXD daemon"
@@ -62,7 +88,27 @@ LXD_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer} lxc info >/dev/null 2>&1 ||
     peer_was_running=0
 "$repo/tools/lxd-peer-up.sh"
 
+incus_was_running=1
+incus_peer_was_running=1
+if [ "$with_incus" = 1 ]; then
+    step "Incus daemon and its peer (migration tests)"
+    export INCUS_DIR=${INCUS_DIR:-/var/lib/incus}
+    incus info >/dev/null 2>&1 || incus_was_running=0
+    INCUS_DIR=${INCUS_PEER_DIR:-/var/lib/incus-peer} incus info \
+        >/dev/null 2>&1 || incus_peer_was_running=0
+    "$repo/tools/incus-up.sh"
+    "$repo/tools/incus-peer-up.sh"
+fi
+
 stop_daemons() {
+    if [ "$incus_peer_was_running" = 0 ]; then
+        step "Stopping the peer Incus daemon this script started"
+        "$repo/tools/incus-peer-up.sh" --stop || true
+    fi
+    if [ "$incus_was_running" = 0 ]; then
+        step "Stopping the Incus daemon this script started"
+        "$repo/tools/incus-up.sh" --stop || true
+    fi
     if [ "$peer_was_running" = 0 ]; then
         step "Stopping the peer LXD daemon this script started"
         "$repo/tools/lxd-peer-up.sh" --stop || true
@@ -89,7 +135,17 @@ if [ ! -x "$state/tox-venv/bin/tox" ]; then
 fi
 
 step "tox -e $envs"
-"$state/tox-venv/bin/tox" -e "$envs"
+parallel=${TOX_PARALLEL:-2}
+case "$envs" in
+    *,*) if [ "$parallel" -gt 1 ]; then
+             # Each environment's output is printed when it ends.
+             "$state/tox-venv/bin/tox" -p "$parallel" --parallel-no-spinner \
+                 -e "$envs"
+         else
+             "$state/tox-venv/bin/tox" -e "$envs"
+         fi;;
+    *) "$state/tox-venv/bin/tox" -e "$envs";;
+esac
 
 if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     step "Sandbox end to end"

@@ -354,6 +354,11 @@ class LXDClient(object):
         return self._call('read', 'project %s' % name,
                           self.api.projects[name].get).json()['metadata']
 
+    def profile(self, name):
+        """A profile's record: name, config and devices."""
+        return self._call('read', 'profile %s' % name,
+                          self.api.profiles[name].get).json()['metadata']
+
     def profile_names(self):
         urls = self._call('list', 'profiles',
                           self.api.profiles.get).json()['metadata']
@@ -700,7 +705,10 @@ class LXDClient(object):
     def import_split_image(self, target, metadata_path, rootfs_path,
                            rootfs_is_squashfs):
         """Import a metadata tarball plus a rootfs (tarball or squashfs)."""
-        rootfs_part = 'rootfs.img' if rootfs_is_squashfs else 'rootfs'
+        # A container's root file system is the ``rootfs`` part whether it
+        # is a tarball or squashfs: ``rootfs.img`` is a VM disk, and LXD
+        # would refuse to make a container from it.
+        rootfs_part = 'rootfs'
         with open(metadata_path, 'rb') as metadata, \
                 open(rootfs_path, 'rb') as rootfs:
             body = multipart.MultipartEncoder(fields=[

@@ -54,15 +54,24 @@ class HostPolicy(object):
     allow_nesting: bool = False
     default_process_limit: int = 0
     cloud_init_keys: bool = True   # LXD has the ``cloud_init`` extension
+    # Unsafe content of [lxd] profiles each container overrides (see
+    # nova_lxd_accel.host.check_profiles): (key, value) pairs of config,
+    # and names of devices to mask.
+    masked_config: tuple = ()
+    masked_devices: tuple = ()
 
     @classmethod
-    def from_conf(cls, conf, host, cloud_init_keys=True):
+    def from_conf(cls, conf, host, cloud_init_keys=True,
+                  profile_masks=None):
+        config, devices = profile_masks or ({}, [])
         return cls(host=host,
                    storage_pool=conf.lxd.storage_pool,
                    allow_privileged=conf.lxd.allow_privileged_containers,
                    allow_nesting=conf.lxd.allow_nesting,
                    default_process_limit=conf.lxd.default_process_limit,
-                   cloud_init_keys=cloud_init_keys)
+                   cloud_init_keys=cloud_init_keys,
+                   masked_config=tuple(sorted(config.items())),
+                   masked_devices=tuple(devices))
 
 
 def container_name(prefix, instance_uuid):
@@ -76,6 +85,17 @@ def rescue_container_name(prefix, instance_uuid):
 def _spec_is_true(extra_specs, key):
     # The same parser nova's extra-spec validators accept values with.
     return strutils.bool_from_string(extra_specs.get(key, 'false'))
+
+
+def profile_masks(instance, flavor, image_meta, policy):
+    """Override the unsafe content of ``[lxd] profiles`` (strip mode).
+
+    First of the builders, so the driver's own choices (security, limits)
+    still win over the neutral values set here.
+    """
+    return {'config': dict(policy.masked_config),
+            'devices': {name: {'type': 'none'}
+                        for name in policy.masked_devices}}
 
 
 def identity(instance, flavor, image_meta, policy):
@@ -204,8 +224,8 @@ def disk_quota(instance, flavor, image_meta, policy):
     return {'devices': {'root': root}}
 
 
-BUILDERS = (identity, limits, root_disk, disk_quota, security, gpu_runtime,
-            boot, cloud_init)
+BUILDERS = (profile_masks, identity, limits, root_disk, disk_quota,
+            security, gpu_runtime, boot, cloud_init)
 
 
 def with_accelerators(container, bound):

@@ -79,6 +79,7 @@ class LXDDriver(driver.ComputeDriver):
             networking=self._network, volumes=self._volumes)
         self._nodename = CONF.host
         self._server_info = {}
+        self._profile_masks = None
         self._watcher = None
 
     # -- host -------------------------------------------------------------
@@ -86,6 +87,8 @@ class LXDDriver(driver.ComputeDriver):
     def init_host(self, host):
         self._nodename = host
         self._server_info = lxd_host.check_lxd(self._client, CONF)
+        self._profile_masks = lxd_host.check_profiles(self._client, CONF)
+        lxd_image.clean_download_dir(CONF)
         daemon = self._client.daemon_info()
         accel_cdi.set_host_mode(accel_cdi.resolve(
             CONF.lxd_accelerators.nvidia_binding, daemon))
@@ -123,7 +126,8 @@ class LXDDriver(driver.ComputeDriver):
         extensions = self._server_info.get('api_extensions', [])
         return lxd_config.HostPolicy.from_conf(
             CONF, host=self._nodename,
-            cloud_init_keys='cloud_init' in extensions)
+            cloud_init_keys='cloud_init' in extensions,
+            profile_masks=self._profile_masks)
 
     def get_available_nodes(self, refresh=False):
         return [self._nodename]

@@ -145,3 +145,10 @@ class DaemonAmbiguous(LXDAccelException):
 class DaemonNotUsable(LXDNotReady):
     msg_fmt = ('%(daemon)s at %(endpoint)s cannot serve nova-lxd-accel: '
                '%(reason)s')
+
+
+class ImageToolMissing(LXDAccelException):
+    msg_fmt = ('Cannot read Glance image %(image_id)s: it is compressed '
+               'with %(compression)s and this compute host has no '
+               '`%(tool)s` command; install it (Debian/Ubuntu: apt-get '
+               'install %(package)s)')

@@ -166,6 +166,132 @@ def hypervisor_type(server_info):
     return 'incus' if server == lxd_daemon.SERVER_INCUS else 'lxc'
 
 
+# Device types that hand host hardware to every instance of a profile,
+# bypassing Placement, unless pinned to one device by these keys.
+_PINNING_KEYS = {'gpu': ('pci', 'id', 'mig.uuid')}
+# Device types the driver binds itself, from Placement allocations only.
+_DRIVER_ONLY_DEVICES = ('infiniband',)
+
+
+def _unsafe_config(key, value):
+    """Why an ``[lxd] profiles`` config key is unsafe, or None."""
+    if key.startswith('raw.'):
+        return 'raw LXC/AppArmor/seccomp/idmap passthrough'
+    truthy = str(value).strip().lower() in ('true', '1', 'yes', 'on')
+    if key in ('security.privileged', 'security.nesting') and truthy:
+        return 'only a flavor the operator allows may ask for it'
+    if key.startswith('security.syscalls.intercept.') and truthy:
+        return 'lets the container do privileged system calls'
+    return None
+
+
+def _unsafe_device(device):
+    """Why an ``[lxd] profiles`` device is unsafe, or None."""
+    kind = device.get('type')
+    if kind in _PINNING_KEYS and not any(
+            device.get(key) for key in _PINNING_KEYS[kind]):
+        return ('an unpinned %s device passes every %s of the host to '
+                'every instance (request them from Placement instead)'
+                % (kind, kind.upper()))
+    if kind in _DRIVER_ONLY_DEVICES:
+        return ('%s devices are bound from Placement allocations only'
+                % kind)
+    return None
+
+
+def unsafe_profile_content(profile):
+    """[(what, why)] for each unsafe config key or device of a profile."""
+    found = []
+    for key, value in sorted((profile.get('config') or {}).items()):
+        why = _unsafe_config(key, value)
+        if why:
+            found.append(('config %s=%s' % (key, value), why))
+    for name, device in sorted((profile.get('devices') or {}).items()):
+        why = _unsafe_device(device)
+        if why:
+            found.append(('device %s (type %s)' % (name, device.get('type')),
+                          why))
+    return found
+
+
+# raw.* keys a container can neutralise with a value of its own (LXD drops
+# an empty instance value, so the profile's would stay): a comment line is
+# valid LXC configuration and AppArmor policy. raw.idmap and raw.seccomp
+# have no such neutral value: they are refused even in strip mode.
+_NEUTRAL_RAW = {'raw.lxc': '# stripped by nova-lxd-accel',
+                'raw.apparmor': '# stripped by nova-lxd-accel'}
+
+
+def _mask_value(key):
+    """The instance value that overrides an unsafe profile key, or None."""
+    if key.startswith('raw.'):
+        return _NEUTRAL_RAW.get(key)
+    return 'false'
+
+
+def profile_masks(profiles):
+    """What the driver sets on each container to strip unsafe content.
+
+    :param profiles: the ``[lxd] profiles`` records, in order.
+    :returns: (config, device names): config keys with the value that
+        overrides the profile's (a comment for ``raw.lxc`` and
+        ``raw.apparmor``, ``false`` for the security keys), and the
+        devices to mask with an LXD ``none`` device.
+    """
+    config, devices = {}, set()
+    for profile in profiles:
+        for key, value in (profile.get('config') or {}).items():
+            if _unsafe_config(key, value) and _mask_value(key) is not None:
+                config[key] = _mask_value(key)
+        for name, device in (profile.get('devices') or {}).items():
+            if _unsafe_device(device):
+                devices.add(name)
+    return config, sorted(devices)
+
+
+def check_profiles(client, conf):
+    """Refuse, or plan to strip, unsafe content of ``[lxd] profiles``.
+
+    Every instance gets these profiles, so a bare ``gpu`` device, a
+    ``raw.*`` key or ``security.privileged`` in one of them would escape
+    the flavor's limits and the operator's ``allow_*`` options.
+
+    :returns: ``profile_masks`` of the profiles (empty when they are safe)
+        with ``[lxd] unsafe_profile_content = strip``.
+    :raises: LXDNotReady naming each profile, key and device, with
+        ``refuse`` (the default).
+    """
+    profiles = [client.profile(name) for name in conf.lxd.profiles]
+    strip = conf.lxd.unsafe_profile_content == 'strip'
+    problems, stripped = [], []
+    for profile in profiles:
+        for what, why in unsafe_profile_content(profile):
+            text = 'profile %s has %s: %s' % (profile.get('name'), what, why)
+            key = what.split(' ', 1)[1].split('=', 1)[0]
+            if strip and (what.startswith('device ') or
+                          _mask_value(key) is not None):
+                stripped.append(text)
+            else:
+                problems.append(text)
+    if problems:
+        how = ('remove it from the profile or drop the profile from [lxd] '
+               'profiles' if strip else
+               'remove it from the profile, drop the profile from [lxd] '
+               'profiles, or set [lxd] unsafe_profile_content = strip')
+        if strip:
+            problems.append('raw.idmap, raw.seccomp and other raw.* keys '
+                            'than raw.lxc and raw.apparmor cannot be '
+                            'stripped')
+        raise exception.LXDNotReady(
+            endpoint=client.endpoint,
+            reason='%s. Fix: %s' % ('; '.join(problems), how))
+    if not stripped:
+        return {}, []
+    LOG.warning('Stripping unsafe content of [lxd] profiles from every '
+                'instance: %s', '; '.join(stripped))
+    return profile_masks(profiles)
+
+
 def hypervisor_version(server_info):
     """LXD 5.0.2 -> 5000002, the integer form nova stores."""
     version = server_info.get('environment', {}).get('server_version', '0')

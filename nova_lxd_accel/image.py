@@ -14,10 +14,21 @@
 
 In: a Glance image is downloaded once per image id and checksum and kept
 in LXD under the alias ``nova-image-<image id>`` (the alias description
-holds the checksum, so a changed image is imported again). Accepted
-payloads are LXD images: a unified tarball (``metadata.yaml`` + ``rootfs/``),
-or a root file system alone (tarball or squashfs), for which a metadata
-tarball is generated and the pair imported as a split image.
+holds the checksum, so a changed image is imported again; an image Glance
+gives no checksum for is keyed on the SHA-256 of its bytes). Accepted
+payloads are what LXD accepts: a unified tarball (``metadata.yaml`` +
+``rootfs/``), or a root file system alone (tarball or squashfs), for which a
+metadata tarball is generated and the pair imported as a split image;
+tarballs plain or compressed with gzip, bzip2, xz, lzma or zstd.
+
+Every tarball is read to its end before LXD sees it: LXD imports a
+truncated tarball and fails only when a container is made from it, which
+would leave a broken image in the cache. A failed download or import
+leaves no alias, so the next boot tries again.
+
+Downloads go to a directory the driver owns (``[lxd] image_download_dir``),
+first as ``*.part`` and renamed once complete; ``clean_download_dir``
+(called by ``init_host``) removes what a killed nova-compute left there.
 
 Out: ``snapshot`` publishes an LXD snapshot of the container as an image
 and uploads it to Glance as a unified tarball.
@@ -27,14 +38,18 @@ import hashlib
 import io
 import os
 import platform
+import shutil
+import struct
 import tarfile
 import tempfile
 import time
 
 from nova.compute import task_states
+import nova.conf
 from nova import exception as nova_exception
 from nova.image import glance
 from oslo_concurrency import lockutils
+from oslo_concurrency import processutils
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
@@ -48,12 +63,23 @@ ALIAS_PREFIX = 'nova-image-'
 VM_DISK_FORMATS = ('qcow2', 'iso', 'vmdk', 'vhd', 'vhdx', 'vdi', 'ploop',
                    'aki', 'ari', 'ami')
 
-_COMPRESSED_MAGIC = (b'\x1f\x8b', b'\xfd7zXZ\x00', b'BZh', b'\x28\xb5\x2f\xfd')
+# The compressions LXD accepts for image tarballs, by magic number.
+_COMPRESSIONS = (
+    (b'\x1f\x8b', 'gzip'),
+    (b'BZh', 'bzip2'),
+    (b'\xfd7zXZ\x00', 'xz'),
+    (b'\x28\xb5\x2f\xfd', 'zstd'),
+    (b'\x5d\x00\x00', 'lzma'),
+)
+# Decompressors GNU tar runs for these (gzip, bzip2 and xz are on every
+# Debian/Ubuntu host; zstd and lzma may need a package).
+_DECOMPRESSORS = {'gzip': 'gzip', 'bzip2': 'bzip2', 'xz': 'xz',
+                  'zstd': 'zstd', 'lzma': 'xz'}
+_PACKAGES = {'xz': 'xz-utils'}
+_TAR_FLAGS = {'gzip': ['--gzip'], 'bzip2': ['--bzip2'], 'xz': ['--xz'],
+              'zstd': ['--zstd'], 'lzma': ['--lzma'], None: []}
 _SQUASHFS_MAGIC = b'hsqs'
-
-# Looking this far into a tarball for metadata.yaml is plenty: LXD and
-# distrobuilder write it first.
-_TAR_MEMBERS_TO_SCAN = 500
+_QCOW2_MAGIC = b'QFI\xfb'
 
 KIND_UNIFIED = 'unified'
 KIND_ROOTFS_TAR = 'rootfs-tarball'
@@ -85,35 +111,143 @@ def check_disk_format(image_meta):
                    '--disk-format raw' % disk_format)
 
 
+def compression_of(head):
+    """The compression (``gzip``, ...) named by a tarball's first bytes.
+
+    None for a plain tarball, '' for something that is no tarball.
+    """
+    for magic, name in _COMPRESSIONS:
+        if head.startswith(magic):
+            return name
+    if head[257:262] == b'ustar':
+        return None
+    return ''
+
+
+def _tar_members(path, image_id, compression):
+    """The names of every member, reading the tarball to its very end.
+
+    GNU tar runs in a child process (nothing blocks nova-compute) with the
+    decompressor the magic number names; a truncated or corrupt archive
+    makes it fail, with its reason.
+    """
+    tool = _DECOMPRESSORS.get(compression)
+    if tool and shutil.which(tool) is None:
+        raise exception.ImageToolMissing(
+            image_id=image_id, tool=tool, compression=compression,
+            package=_PACKAGES.get(tool, tool))
+    try:
+        out, _err = processutils.execute(
+            'tar', *_TAR_FLAGS[compression], '-tf', path,
+            env_variables=dict(os.environ, LC_ALL='C'))
+    except processutils.ProcessExecutionError as exc:
+        reason = (exc.stderr or exc.description or '').strip()
+        raise nova_exception.ImageUnacceptable(
+            image_id=image_id,
+            reason='unreadable tarball (%s): %s' % (compression or 'tar',
+                                                    reason))
+    return [line for line in out.splitlines() if line]
+
+
+def _check_squashfs(path, head, image_id):
+    """A squashfs file must be as long as its superblock says."""
+    # struct squashfs_super_block: bytes_used is the u64 at offset 40.
+    if len(head) < 48:
+        raise nova_exception.ImageUnacceptable(
+            image_id=image_id, reason='truncated squashfs file system')
+    (bytes_used,) = struct.unpack_from('<Q', head, 40)
+    size = os.path.getsize(path)
+    if size < bytes_used:
+        raise nova_exception.ImageUnacceptable(
+            image_id=image_id,
+            reason='truncated squashfs file system: %d of its %d bytes'
+                   % (size, bytes_used))
+
+
 def sniff_image(path, image_id):
     """Which kind of LXD image the file at ``path`` holds.
 
-    :raises: ImageUnacceptable when it is none of them.
+    Tarballs are read through to the end, so a truncated or corrupt one is
+    refused here rather than by LXD when a container is made from it.
+
+    :raises: ImageUnacceptable when it is no LXD image, or damaged;
+        ImageToolMissing when this host lacks the decompressor.
     """
     with open(path, 'rb') as handle:
         head = handle.read(512)
     if head.startswith(_SQUASHFS_MAGIC):
+        _check_squashfs(path, head, image_id)
         return KIND_SQUASHFS
-    is_tar = (any(head.startswith(magic) for magic in _COMPRESSED_MAGIC) or
-              head[257:262] == b'ustar')
-    if not is_tar:
+    compression = compression_of(head)
+    if compression == '':
+        what = ('a qcow2 disk' if head.startswith(_QCOW2_MAGIC)
+                else 'neither a tarball nor a squashfs file system')
         raise nova_exception.ImageUnacceptable(
             image_id=image_id,
-            reason='the image is neither a tarball nor a squashfs file '
-                   'system; upload an LXD image (for example one made by '
-                   '`lxc publish` + `lxc image export`)')
-    try:
-        with tarfile.open(path, 'r:*') as archive:
-            for count, member in enumerate(archive):
-                name = member.name.lstrip('./')
-                if name == 'metadata.yaml':
-                    return KIND_UNIFIED
-                if count >= _TAR_MEMBERS_TO_SCAN:
-                    break
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise nova_exception.ImageUnacceptable(
-            image_id=image_id, reason='unreadable tarball: %s' % exc)
+            reason='the image is %s; upload an LXD image (for example '
+                   'one made by `lxc publish` + `lxc image export`)' % what)
+    names = _tar_members(path, image_id, compression)
+    if any(name in ('metadata.yaml', './metadata.yaml') for name in names):
+        return KIND_UNIFIED
     return KIND_ROOTFS_TAR
+
+
+def download_dir(conf=None):
+    """The directory the driver downloads Glance images into."""
+    conf = conf or nova.conf.CONF
+    return conf.lxd.image_download_dir or os.path.join(
+        conf.state_path, 'lxd-image-downloads')
+
+
+def _download_owner(name):
+    """The pid in a download's name (``<image id>.<pid>.<random>``)."""
+    parts = name.split('.')
+    if len(parts) == 3 and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_download_dir(conf=None):
+    """Remove what interrupted downloads left; returns the names removed.
+
+    ``init_host`` calls it: a nova-compute killed during a spawn leaves its
+    partial download behind. Downloads of another live process (a second
+    nova-compute sharing the directory by mistake, parallel tests) are
+    left alone; everything else goes, this process's own included (none
+    runs before ``init_host``).
+    """
+    path = download_dir(conf)
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+    mine = os.getpid()
+    names = [name for name in names
+             if _download_owner(name) in (None, mine) or
+             not _alive(_download_owner(name))]
+    for name in names:
+        target = os.path.join(path, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            try:
+                os.unlink(target)
+            except FileNotFoundError:
+                pass
+    if names:
+        LOG.info('Removed %(count)d leftover image download(s) from '
+                 '%(path)s', {'count': len(names), 'path': path})
+    return names
 
 
 def write_metadata_tarball(path, architecture, description):
@@ -131,23 +265,38 @@ def write_metadata_tarball(path, architecture, description):
 class ImageCache(object):
     """Glance images imported into LXD, once per id and checksum."""
 
-    def __init__(self, client, image_api=None):
+    def __init__(self, client, image_api=None, conf=None):
         self._client = client
         self._image_api = image_api or glance.API()
+        self._conf = conf or nova.conf.CONF
+
+    def _is_cached(self, existing, key):
+        """Whether the alias names an LXD image imported for ``key``."""
+        return (existing is not None and bool(key) and
+                existing.get('description') == key and
+                self._client.image_exists(existing['target']))
 
     def ensure(self, context, image_meta):
-        """The LXD alias of the instance's image, importing it if needed."""
+        """The LXD alias of the instance's image, importing it if needed.
+
+        Keyed on Glance's checksum (or, without one, on the SHA-256 of the
+        downloaded bytes). Nothing is remembered of a failure: the alias is
+        set only once the image is in LXD, so the next boot tries again.
+        """
         check_disk_format(image_meta)
         image_id = image_meta.id
         alias = image_alias(image_id)
         checksum = image_checksum(image_meta)
         with lockutils.lock('lxd-image-%s' % image_id):
             existing = self._client.get_alias(alias)
-            if existing is not None and existing.get('description') == \
-                    checksum:
+            if self._is_cached(existing, checksum):
                 return alias
-            fingerprint = self._import(context, image_meta)
-            self._client.set_alias(alias, fingerprint, description=checksum)
+            fingerprint, key = self._import(context, image_meta, checksum,
+                                            existing)
+            if existing is not None and existing.get('description') == key \
+                    and existing.get('target') == fingerprint:
+                return alias
+            self._client.set_alias(alias, fingerprint, description=key)
             LOG.info('Imported Glance image %(image)s into LXD as %(fp)s',
                      {'image': image_id, 'fp': fingerprint})
             return alias
@@ -159,9 +308,8 @@ class ImageCache(object):
     def cache(self, context, image_meta):
         """Pre-cache an image; True if it was fetched, False if cached."""
         alias = image_alias(image_meta.id)
-        existing = self._client.get_alias(alias)
-        fresh = (existing is not None and
-                 existing.get('description') == image_checksum(image_meta))
+        fresh = self._is_cached(self._client.get_alias(alias),
+                                image_checksum(image_meta))
         self.ensure(context, image_meta)
         return not fresh
 
@@ -225,16 +373,32 @@ class ImageCache(object):
                 return fingerprint
             raise
 
-    def _import(self, context, image_meta):
+    def _download(self, context, image_id, work):
+        """The image's bytes in ``work``, renamed only once complete."""
+        part = os.path.join(work, 'image.part')
+        self._image_api.download(context, image_id, dest_path=part)
+        payload = os.path.join(work, 'image')
+        os.rename(part, payload)
+        return payload
+
+    def _import(self, context, image_meta, checksum, existing):
+        """(fingerprint, cache key) of the image, imported into LXD."""
         image_id = image_meta.id
-        with tempfile.TemporaryDirectory(prefix='nova-lxd-image-') as tmp:
-            payload = os.path.join(tmp, 'image')
-            self._image_api.download(context, image_id, dest_path=payload)
+        parent = download_dir(self._conf)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        work = tempfile.mkdtemp(prefix='%s.%d.' % (image_id, os.getpid()),
+                                dir=parent)
+        try:
+            payload = self._download(context, image_id, work)
+            key = checksum or 'sha256:%s' % _sha256(payload)
+            if not checksum and self._is_cached(existing, key):
+                # The same bytes as last time: nothing to import.
+                return existing['target'], key
             kind = sniff_image(payload, image_id)
             target = 'from Glance image %s' % image_id
             if kind == KIND_UNIFIED:
-                return self._import_unified(target, payload)
-            metadata = os.path.join(tmp, 'metadata.tar.gz')
+                return self._import_unified(target, payload), key
+            metadata = os.path.join(work, 'metadata.tar.gz')
             properties = image_meta.properties
             architecture = (properties.get('hw_architecture')
                             if properties.obj_attr_is_set('hw_architecture')
@@ -242,7 +406,9 @@ class ImageCache(object):
             write_metadata_tarball(metadata, architecture,
                                    'Glance image %s' % image_id)
             return self._client.import_split_image(
-                target, metadata, payload, kind == KIND_SQUASHFS)
+                target, metadata, payload, kind == KIND_SQUASHFS), key
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _age_seconds(info, now):

@@ -125,6 +125,28 @@ Possible values:
 * a comma separated list of existing profile names; empty (default) means
   none, so no NIC of LXD's default profile bypasses Neutron
 """),
+    cfg.StrOpt('unsafe_profile_content',
+               default='refuse',
+               choices=[
+                   ('refuse', 'nova-compute refuses to start, naming each '
+                              'profile, key and device'),
+                   ('strip', 'every instance overrides them: raw.* keys '
+                             'set empty, security keys false, devices '
+                             'masked by an LXD "none" device'),
+               ],
+               help="""
+What to do, when ``nova-compute`` starts, about ``profiles`` content that
+would apply to every instance behind the flavor's and the operator's back:
+``raw.*`` keys, ``security.privileged`` or ``security.nesting`` set true,
+``security.syscalls.intercept.*`` set true, a ``gpu`` device not pinned to
+one GPU (``pci``, ``id`` or ``mig.uuid``), or an ``infiniband`` device.
+Profiles are checked at startup only; restart ``nova-compute`` after
+editing one.
+
+Related options:
+
+* ``profiles``, ``allow_privileged_containers``, ``allow_nesting``
+"""),
     cfg.StrOpt('container_name_prefix',
                default='nova-',
                regex=r'^[a-z][a-z0-9-]{0,20}$',
@@ -157,6 +179,21 @@ trusted with root on the compute hosts.
                 help="""
 Whether a flavor may ask for nested containers (``lxd:nesting``), for
 example to run Docker inside an instance.
+"""),
+    cfg.StrOpt('image_download_dir',
+               default=None,
+               help="""
+Directory that Glance images are downloaded into before they are imported
+into LXD. The driver owns it: it is created with mode 0700, a download is
+written as ``*.part`` and renamed once complete, and ``nova-compute``
+removes everything left in it (by a process killed mid-download) when it
+starts. It needs room for the largest image, and should not be shared with
+anything else.
+
+Possible values:
+
+* unset (default): ``$state_path/lxd-image-downloads``
+* an absolute path
 """),
     cfg.IntOpt('console_log_max_bytes',
                default=100 * 1024,

@@ -160,3 +160,28 @@ class BuildContainerTest(testtools.TestCase):
                          lxd_config.container_name('nova-', UUID))
         self.assertEqual('nova-rescue-%s' % UUID,
                          lxd_config.rescue_container_name('nova-', UUID))
+
+
+class ProfileMasksTest(testtools.TestCase):
+
+    def setUp(self):
+        super(ProfileMasksTest, self).setUp()
+        objects.register_all()
+
+    def test_masks_applied_and_driver_still_wins(self):
+        policy = lxd_config.HostPolicy(
+            host='cmp1', allow_privileged=True,
+            masked_config=(('raw.lxc', '# stripped'),
+                           ('security.privileged', 'false')),
+            masked_devices=('gpu0',))
+        container = _build(_instance(_flavor(
+            extra_specs={'lxd:privileged': 'true'})), policy=policy)
+        self.assertEqual('# stripped', container['config']['raw.lxc'])
+        # The flavor's privilege, allowed by the operator, still wins.
+        self.assertEqual('true', container['config']['security.privileged'])
+        self.assertEqual({'type': 'none'}, container['devices']['gpu0'])
+
+    def test_no_masks_by_default(self):
+        container = _build(_instance())
+        self.assertNotIn('raw.lxc', container['config'])
+        self.assertNotIn('gpu0', container['devices'])

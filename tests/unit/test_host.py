@@ -62,3 +62,34 @@ class HostTest(testtools.TestCase):
     def test_uptime(self):
         self.assertRegex(lxd_host.uptime(),
                          r'^up \d+ days, \d+:\d\d, load average: ')
+
+
+class UnsafeProfileTest(testtools.TestCase):
+
+    def test_unsafe_content_found(self):
+        found = lxd_host.unsafe_profile_content({
+            'config': {'raw.idmap': 'both 0 0', 'security.privileged': '1',
+                       'security.nesting': 'false',
+                       'security.syscalls.intercept.mount': 'true',
+                       'limits.cpu': '2'},
+            'devices': {'g': {'type': 'gpu'},
+                        'mig': {'type': 'gpu', 'mig.uuid': 'MIG-1'},
+                        'p': {'type': 'gpu', 'pci': '0000:01:00.0'},
+                        'ib': {'type': 'infiniband', 'parent': 'ib0'},
+                        'eth0': {'type': 'nic', 'network': 'lxdbr0'}}})
+        self.assertEqual(['config raw.idmap=both 0 0',
+                          'config security.privileged=1',
+                          'config security.syscalls.intercept.mount=true',
+                          'device g (type gpu)',
+                          'device ib (type infiniband)'],
+                         [what for what, why in found])
+
+    def test_masks(self):
+        config, devices = lxd_host.profile_masks([
+            {'config': {'raw.lxc': 'x', 'raw.seccomp': 'y',
+                        'security.privileged': 'true', 'limits.cpu': '1'},
+             'devices': {'g': {'type': 'gpu', 'productid': '20b0'}}},
+            {'config': {}, 'devices': {'ok': {'type': 'disk'}}}])
+        self.assertEqual({'raw.lxc': '# stripped by nova-lxd-accel',
+                          'security.privileged': 'false'}, config)
+        self.assertEqual(['g'], devices)

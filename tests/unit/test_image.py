@@ -14,13 +14,18 @@
 
 import io
 import os
+import subprocess
 import tarfile
 import tempfile
 
+import fixtures
 from nova import exception as nova_exception
 from nova import objects
+from oslo_config import cfg
 import testtools
 
+from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import exception
 from nova_lxd_accel import image as lxd_image
 
 IMAGE_ID = '5c7d6e2a-0b7e-4b8e-9d1a-2f3c4d5e6f70'
@@ -90,6 +95,70 @@ class SniffTest(testtools.TestCase):
                                   lxd_image.sniff_image, path, 'img')
         self.assertIn('unreadable tarball', str(error))
 
+    def test_every_compression_lxd_accepts(self):
+        for tool, fmt in (('gzip', []), ('bzip2', []), ('xz', []),
+                          ('xz', ['--format=lzma']), ('zstd', [])):
+            path = self.path('unified.tar')
+            _tarball(path, [('metadata.yaml', b'architecture: x86_64\n'),
+                            ('rootfs', None), ('rootfs/etc', None)], 'w')
+            subprocess.run([tool, '-q', '-f'] + fmt + [path], check=True)
+            out = [name for name in os.listdir(self.tmp)
+                   if name.startswith('unified.tar.')][0]
+            self.assertEqual(lxd_image.KIND_UNIFIED, lxd_image.sniff_image(
+                self.path(out), 'img'), (tool, fmt))
+            os.unlink(self.path(out))
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def test_truncated_after_metadata_refused(self):
+        # metadata.yaml comes first: only reading to the end finds the cut
+        # (LXD itself imports such a tarball, then fails to unpack it).
+        for tool in ('gzip', 'zstd'):
+            path = self.path('unified.tar')
+            _tarball(path, [('metadata.yaml', b'architecture: x86_64\n'),
+                            ('rootfs/big', os.urandom(300000))], 'w')
+            subprocess.run([tool, '-q', '-f', path], check=True)
+            if os.path.exists(path):
+                os.unlink(path)
+            path = self.path([name for name in os.listdir(self.tmp)
+                              if name.startswith('unified.tar.')][0])
+            with open(path, 'rb') as handle:
+                data = handle.read()
+            with open(path, 'wb') as handle:
+                handle.write(data[:len(data) * 2 // 3])
+            error = self.assertRaises(nova_exception.ImageUnacceptable,
+                                      lxd_image.sniff_image, path, 'img')
+            self.assertIn('unreadable tarball (%s)' % tool, str(error))
+            os.unlink(path)
+
+    def test_truncated_squashfs_refused(self):
+        source = self.path('tree')
+        os.makedirs(os.path.join(source, 'etc'))
+        with open(os.path.join(source, 'etc', 'data'), 'wb') as handle:
+            handle.write(os.urandom(200000))
+        path = self.path('rootfs.squashfs')
+        subprocess.run(['mksquashfs', source, path, '-noappend', '-quiet',
+                        '-no-progress'], check=True, stdout=subprocess.DEVNULL)
+        self.assertEqual(lxd_image.KIND_SQUASHFS,
+                         lxd_image.sniff_image(path, 'img'))
+        with open(path, 'rb') as handle:
+            data = handle.read()
+        with open(path, 'wb') as handle:
+            handle.write(data[:len(data) // 2])
+        error = self.assertRaises(nova_exception.ImageUnacceptable,
+                                  lxd_image.sniff_image, path, 'img')
+        self.assertIn('truncated squashfs', str(error))
+
+    def test_missing_decompressor_is_a_host_problem(self):
+        path = self.path('unified.tar')
+        _tarball(path, [('metadata.yaml', b'x')], 'w')
+        subprocess.run(['zstd', '-q', '-f', '--rm', path], check=True)
+        self.useFixture(fixtures.EnvironmentVariable('PATH', self.tmp))
+        error = self.assertRaises(exception.ImageToolMissing,
+                                  lxd_image.sniff_image, path + '.zst',
+                                  'img')
+        self.assertIn('apt-get install zstd', str(error))
+
     def test_generated_metadata_tarball(self):
         path = self.path('meta.tar.gz')
         lxd_image.write_metadata_tarball(path, 'aarch64', 'Glance image x')
@@ -125,3 +194,43 @@ class DiskFormatTest(testtools.TestCase):
         self.assertEqual('md5', lxd_image.image_checksum(meta))
         self.assertEqual('', lxd_image.image_checksum(
             objects.ImageMeta.from_dict({'id': IMAGE_ID})))
+
+
+class DownloadDirTest(testtools.TestCase):
+
+    def setUp(self):
+        super(DownloadDirTest, self).setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.conf = cfg.ConfigOpts()
+        lxd_conf.register_opts(self.conf)
+        self.conf.register_opt(cfg.StrOpt('state_path', default=self.tmp))
+        self.conf([], default_config_files=[])
+
+    def test_default_under_state_path(self):
+        self.assertEqual(os.path.join(self.tmp, 'lxd-image-downloads'),
+                         lxd_image.download_dir(self.conf))
+        # The [lxd] group object is shared by every ConfigOpts: undo.
+        self.addCleanup(self.conf.clear_override, 'image_download_dir',
+                        'lxd')
+        self.conf.set_override('image_download_dir', '/srv/dl', 'lxd')
+        self.assertEqual('/srv/dl', lxd_image.download_dir(self.conf))
+
+    def test_leftovers_removed(self):
+        path = lxd_image.download_dir(self.conf)
+        self.assertEqual([], lxd_image.clean_download_dir(self.conf))
+        os.makedirs(os.path.join(path, 'img.abc'))
+        with open(os.path.join(path, 'img.abc', 'image.part'), 'wb') as f:
+            f.write(b'partial')
+        with open(os.path.join(path, 'stray'), 'wb') as f:
+            f.write(b'x')
+        # A live process's download stays (pid 1 is always alive).
+        os.makedirs(os.path.join(path, 'img.1.xyz'))
+        dead = subprocess.Popen(['true'])
+        dead.wait()
+        os.makedirs(os.path.join(path, 'img.%d.xyz' % dead.pid))
+        os.makedirs(os.path.join(path, 'img.%d.xyz' % os.getpid()))
+        self.assertEqual(sorted(['img.%d.xyz' % dead.pid,
+                                 'img.%d.xyz' % os.getpid(), 'img.abc',
+                                 'stray']),
+                         sorted(lxd_image.clean_download_dir(self.conf)))
+        self.assertEqual(['img.1.xyz'], os.listdir(path))

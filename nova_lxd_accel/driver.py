@@ -28,6 +28,7 @@ from oslo_log import log as logging
 from nova_lxd_accel import accel
 from nova_lxd_accel.accel import binding as accel_binding
 from nova_lxd_accel.accel import cdi as accel_cdi
+from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import reconcile as accel_reconcile
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
@@ -74,6 +75,10 @@ class LXDDriver(driver.ComputeDriver):
             is_ours=lambda record: ownership.is_ours(
                 record, self._nodename, CONF.lxd.project))
         self._lifecycle.host_devices = self._accelerators.all_devices
+        self._accelerators.gate = gpu_gate.GpuGate(
+            CONF, self._client.list_containers,
+            self._accelerators.reported_gpus,
+            lambda: gpu_gate.nova_instance_projects(self._nodename))
         self._migration = migration.Migration(
             self._client, CONF, self._lifecycle, self._accelerators,
             networking=self._network, volumes=self._volumes)
@@ -136,6 +141,8 @@ class LXDDriver(driver.ComputeDriver):
         return nodename == self._nodename
 
     def get_available_resource(self, nodename):
+        # outside nova's resource tracker lock: probe the GPUs here
+        self._accelerators.gate.maybe_refresh()
         return self._available_resource(nodename, self._client.resources())
 
     def _available_resource(self, nodename, resources):
@@ -274,6 +281,9 @@ class LXDDriver(driver.ComputeDriver):
 
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
+        # its GPUs stay reserved until verified clean (accel.gpu_gate)
+        self._accelerators.gate.note_destroy(
+            self._lifecycle.guest(instance).record)
         self._lifecycle.destroy(instance)
         # Like libvirt's cleanup: a failed unplug is logged, never blocks
         # the deletion.

@@ -152,3 +152,10 @@ class ImageToolMissing(LXDAccelException):
                'with %(compression)s and this compute host has no '
                '`%(tool)s` command; install it (Debian/Ubuntu: apt-get '
                'install %(package)s)')
+
+
+class GpuHeld(LXDAccelException):
+    msg_fmt = ('GPU %(pci)s (resource provider %(provider)s) is held '
+               '(%(kind)s: %(reason)s) and is not bound; an operator '
+               'returns it with "nova-lxd-accel gpu release %(pci)s '
+               '--reason ..."')

@@ -151,3 +151,19 @@ class DaemonInfo:
         """``Incus 6.0.4 (450 API extensions)``."""
         return '%s %s (%d API extensions)' % (self.name, self.version,
                                               len(self.extensions))
+
+
+def cli_for(client, command, **values):
+    """:func:`cli` for the daemon behind a :class:`LXDClient`.
+
+    Falls back to LXD's form when the daemon cannot be asked (it is down,
+    or ``client`` is a test double without ``daemon_info``).
+    """
+    daemon_info = getattr(client, 'daemon_info', None)
+    server = SERVER_LXD
+    if daemon_info is not None:
+        try:
+            server = daemon_info().server
+        except Exception:  # noqa: B902 - only the message depends on it
+            pass
+    return cli(server, command, **values)

@@ -25,6 +25,7 @@ from oslo_utils import excutils
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
 from nova_lxd_accel import guest as lxd_guest
@@ -248,8 +249,10 @@ class Lifecycle(object):
             guest.delete()
         except exception.LXDAccelException as exc:
             LOG.error('Could not remove container %(name)s: %(exc)s; '
-                      'remove it with `lxc delete --force %(name)s`',
-                      {'name': guest.name, 'exc': exc},
+                      'remove it with `%(command)s`',
+                      {'name': guest.name, 'exc': exc,
+                       'command': lxd_daemon.cli_for(
+                           self._client, 'delete', name=guest.name)},
                       instance=guest.instance)
 
     def destroy(self, instance):

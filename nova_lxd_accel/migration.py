@@ -56,6 +56,7 @@ from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle as lxd_lifecycle
 
@@ -263,18 +264,23 @@ class Migration(object):
                 instance_id=migration.instance_uuid, dest=host,
                 reason='[lxd_migration] client_cert and client_key are not '
                        'set: this host has no certificate to present to '
-                       'the LXD of %s (%s); make one and trust it there '
-                       'with `lxc config trust add`' % (host, endpoint))
+                       'the daemon of %s (%s); make one and trust it there '
+                       'with `%s`' % (host, endpoint, lxd_daemon.cli_for(
+                           self._client, 'trust_add', file='<that file>')))
         remote = self._client.remote(
             endpoint, conf.client_cert, conf.client_key,
             conf.server_certs.get(host) or conf.verify)
-        auth = remote.server_info().get('auth')
+        info = remote.server_info()
+        auth = info.get('auth')
         if auth != 'trusted':
+            daemon = lxd_daemon.DaemonInfo.from_server_info(info)
             raise exception.MigrationFailed(
                 instance_id=migration.instance_uuid, dest=host,
-                reason='the LXD at %s does not trust %s (auth: %s); run '
-                       '`lxc config trust add <that file>` on %s' % (
-                           endpoint, conf.client_cert, auth, host))
+                reason='the %s at %s does not trust %s (auth: %s); run '
+                       '`%s` on %s' % (
+                           daemon.name, endpoint, conf.client_cert, auth,
+                           daemon.cli('trust_add', file='<that file>'),
+                           host))
         return remote
 
     def _source_address(self, migration):

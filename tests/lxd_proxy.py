@@ -68,6 +68,7 @@ import tempfile
 import threading
 import time
 from urllib import parse
+import uuid
 
 import fixtures
 
@@ -125,6 +126,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if url.path == '/_proxy/hidden':
             self._reply(200, json.dumps(proxy.hidden(project)).encode())
             return
+        answer = proxy.answer_locally(self.command, url.path, body)
+        if answer is not None:
+            self._reply(*answer)
+            return
         proxy.note_project(query)
         body = proxy.rewrite_request(self.command, url.path, project, body)
         headers = {k: v for k, v in self.headers.items()
@@ -163,14 +168,134 @@ def _is_faked(device):
     return (device or {}).get('type') in FAKED_DEVICE_TYPES
 
 
+# -- LXD 6.2's validation of a gpu device's CDI ``id`` ------------------------
+# Ported (not imported from the driver, which must not grade its own work)
+# from canonical/lxd tag lxd-6.2: lxd/device/gpu_physical.go validateConfig,
+# lxd/device/cdi/id.go ToCDI/ToVendor/ToClass, and the parser LXD uses,
+# tags.cncf.io/container-device-interface v0.8.0 pkg/parser/parser.go.
+# Go's %q is rendered with json.dumps (the same for these ASCII ids).
+
+_CDI_VENDORS = ('nvidia.com',)              # lxd-6.2: NVIDIA only
+_CDI_CLASSES = ('gpu', 'igpu', 'mig')
+
+
+def _q(text):
+    return json.dumps(text)
+
+
+def _is_letter(c):
+    return ('a' <= c <= 'z') or ('A' <= c <= 'Z')
+
+
+def _is_alnum(c):
+    return _is_letter(c) or ('0' <= c <= '9')
+
+
+def _vendor_or_class_error(name):
+    if not name:
+        return 'empty name'
+    if not _is_letter(name[0]):
+        return '%s, should start with letter' % _q(name)
+    for c in name[1:-1]:
+        if not (_is_alnum(c) or c in '_-.'):
+            return "invalid character '%s' in name %s" % (c, _q(name))
+    if not _is_alnum(name[-1]):
+        return '%s, should end with a letter or digit' % _q(name)
+    return None
+
+
+def _device_name_error(name):
+    if not name:
+        return 'invalid (empty) device name'
+    if not _is_alnum(name[0]):
+        return 'invalid class %s, should start with a letter or digit' % (
+            _q(name))
+    if len(name) == 1:
+        return None
+    for c in name[1:-1]:
+        if not (_is_alnum(c) or c in '_-.:'):
+            return "invalid character '%s' in device name %s" % (c, _q(name))
+    if not _is_alnum(name[-1]):
+        return 'invalid name %s, should end with a letter or digit' % _q(name)
+    return None
+
+
+def _parse_qualified_name(device):
+    """(vendor, class, name, error) like parser.ParseQualifiedName."""
+    vendor = cls = ''
+    name = device
+    if device and device[0] != '/':
+        key, sep, value = device.partition('=')
+        if sep and key and value:
+            qualifier, slash, rest = key.partition('/')
+            if slash and qualifier and rest:
+                vendor, cls, name = qualifier, rest, value
+    if not vendor:
+        return None, None, None, 'unqualified device %s, missing vendor' % (
+            _q(device))
+    if not cls:
+        return None, None, None, 'unqualified device %s, missing class' % (
+            _q(device))
+    if not name:
+        return None, None, None, ('unqualified device %s, missing device '
+                                  'name' % _q(device))
+    for what, error in (('vendor', _vendor_or_class_error(vendor)),
+                        ('class', _vendor_or_class_error(cls))):
+        if error:
+            return None, None, None, 'invalid device %s: invalid %s. %s' % (
+                _q(device), what, error)
+    error = _device_name_error(name)
+    if error:
+        return None, None, None, 'invalid device %s: %s' % (
+            _q(device), error)
+    return vendor, cls, name, None
+
+
+def cdi_device_error(device, config):
+    """LXD 6.2's validation error for one gpu device, or None.
+
+    :param config: the instance's config (``nvidia.*`` keys matter).
+    """
+    if (device or {}).get('type') != 'gpu' or \
+            device.get('gputype', 'physical') != 'physical':
+        return None
+    value = device.get('id') or ''
+    if not value:
+        return None
+    if value.lstrip('+-').isdigit():
+        return None                         # a DRM card id
+    vendor, cls, name, error = _parse_qualified_name(value)
+    if error:
+        return 'ID must be integer DRM ID or CDI ID: Invalid CDI ID: %s' % (
+            error)
+    if vendor not in _CDI_VENDORS:
+        return 'Invalid CDI vendor (%s)' % _q(vendor)
+    if cls not in _CDI_CLASSES:
+        return 'Invalid CDI class (%s)' % _q(cls)
+    for key, val in sorted((config or {}).items()):
+        if key.startswith('nvidia.') and str(val).lower() in (
+                '1', 'on', 'true', 'yes'):
+            return ('CDI mode is incompatible with any NVIDIA instance '
+                    'configuration option (%s)' % _q(key))
+    return None
+
+
 class Rewriter(object):
     """The proxy's state and rewriting rules (runs in the proxy process)."""
 
-    def __init__(self, resources_file, strip_devices, upstream):
+    def __init__(self, resources_file, strip_devices, upstream,
+                 server_info_file=None):
         self.resources_file = resources_file
         self.strip_devices = strip_devices
         self.upstream = upstream
         self._lock = threading.Lock()
+        # A recorded GET /1.0 of another daemon (LXD 6.2, ...) to present,
+        # and the creations/updates it refused (operation id -> answer).
+        self.server_info = None
+        if server_info_file:
+            with open(server_info_file) as f:
+                self.server_info = json.load(f)['metadata']
+        self._failed_operations = {}
         # (project, instance name) -> {'devices': {...}, 'config': {...}}
         self._devices = {}
         # projects this proxy's client used: all-projects listings show
@@ -265,8 +390,107 @@ class Rewriter(object):
             if isinstance(record.get(key), dict):
                 record[key].update(hidden.get('config', {}))
 
+    # -- a recorded daemon: identity and device validation ----------------
+
+    @property
+    def validates_cdi(self):
+        return 'gpu_cdi' in ((self.server_info or {}).get('api_extensions')
+                             or ())
+
+    def answer_locally(self, method, path, body):
+        """(status, body) of a request the proxy answers itself, or None.
+
+        The recorded daemon refuses invalid CDI ids the way LXD 6.2 does:
+        a creation (``POST /1.0/instances``) or a ``PUT`` is accepted as a
+        background operation that then fails with the validation error
+        (LXD validates devices inside the operation), a ``PATCH`` fails at
+        once; nothing reaches the real daemon.
+        """
+        path = path.rstrip('/')
+        parts = path.split('/')
+        if method == 'GET' and len(parts) in (4, 5) and \
+                parts[:3] == ['', '1.0', 'operations']:
+            with self._lock:
+                failed = self._failed_operations.get(parts[3])
+            if failed is not None:
+                return 200, json.dumps(failed).encode()
+            return None
+        if not self.validates_cdi or method not in ('POST', 'PUT', 'PATCH'):
+            return None
+        is_create = method == 'POST' and path in ('/1.0/instances',
+                                                  '/1.0/containers')
+        name = self._instance_name(path)
+        if not (is_create or (name and method in ('PUT', 'PATCH'))):
+            return None
+        try:
+            payload = json.loads(body or b'{}')
+        except ValueError:
+            return None
+        if not isinstance(payload, dict):
+            return None
+        name = payload.get('name') if is_create else name
+        error = None
+        for device_name, device in sorted(
+                (payload.get('devices') or {}).items()):
+            reason = cdi_device_error(device, payload.get('config'))
+            if reason:
+                error = 'Invalid devices: Device validation failed for ' \
+                        '%s: %s' % (_q(device_name), reason)
+                break
+        if error is None:
+            return None
+        if method == 'PATCH':
+            return 500, json.dumps({
+                'type': 'error', 'status': '', 'status_code': 0,
+                'operation': '', 'error_code': 500, 'error': error,
+                'metadata': None}).encode()
+        if is_create:
+            error = ('Failed creating instance record: Failed initialising '
+                     'instance: ' + error)
+        operation = str(uuid.uuid4())
+        now = time.strftime('%Y-%m-%dT%H:%M:%S.000000000Z', time.gmtime())
+        metadata = {
+            'id': operation, 'class': 'task',
+            'description': 'Creating instance' if is_create
+            else 'Updating instance',
+            'created_at': now, 'updated_at': now, 'status': 'Running',
+            'status_code': 103,
+            'resources': {'instances': ['/1.0/instances/%s' % name]},
+            'metadata': None, 'may_cancel': False, 'err': '',
+            'location': 'none'}
+        with self._lock:
+            self._failed_operations[operation] = {
+                'type': 'sync', 'status': 'Success', 'status_code': 200,
+                'operation': '', 'error_code': 0, 'error': '',
+                'metadata': dict(metadata, status='Failure',
+                                 status_code=400, err=error)}
+        return 202, json.dumps({
+            'type': 'async', 'status': 'Operation created',
+            'status_code': 100, 'operation': '/1.0/operations/' + operation,
+            'error_code': 0, 'error': '', 'metadata': metadata}).encode()
+
+    def _present_recorded_daemon(self, data):
+        """The real ``GET /1.0`` answer, as the recorded daemon gives it.
+
+        Its identity and capabilities (``environment.server``,
+        ``server_version``, ``api_extensions``, ...) are the recording's;
+        trust, addresses and certificate stay the real daemon's.
+        """
+        body = json.loads(data)
+        metadata = body.get('metadata') or {}
+        metadata['api_extensions'] = list(self.server_info['api_extensions'])
+        environment = metadata.setdefault('environment', {})
+        for key in ('server', 'server_version', 'server_lts', 'os_name',
+                    'os_version', 'driver', 'driver_version'):
+            if key in (self.server_info.get('environment') or {}):
+                environment[key] = self.server_info['environment'][key]
+        return json.dumps(body).encode()
+
     def rewrite_response(self, method, path, query, project, status, data):
         path = path.rstrip('/')
+        if method == 'GET' and status == 200 and path == '/1.0' and \
+                self.server_info:
+            return self._present_recorded_daemon(data)
         if method == 'DELETE' and status < 300 and \
                 self._instance_name(path):
             with self._lock:
@@ -318,11 +542,21 @@ class LXDProxy(fixtures.Fixture):
     :param strip_devices: hide gpu/infiniband devices from the real LXD.
     """
 
-    def __init__(self, resources=None, strip_devices=True, upstream=None):
+    def __init__(self, resources=None, strip_devices=True, upstream=None,
+                 server_info=None):
+        """See the class docstring.
+
+        :param server_info: a recorded ``GET /1.0`` answer (envelope
+            included) of the daemon to present, e.g. LXD 6.2 from
+            ``tests/unit/samples/daemons``; with ``gpu_cdi`` in it, gpu
+            devices are validated as LXD 6.2 does (see
+            :meth:`Rewriter.answer_locally`).
+        """
         super().__init__()
         self.resources = resources if resources is not None else {}
         self.strip_devices = strip_devices
         self.upstream = upstream or _lxd_socket()
+        self.server_info = server_info
 
     def _setUp(self):
         # Short path: unix socket paths are limited to 107 bytes.
@@ -336,6 +570,11 @@ class LXDProxy(fixtures.Fixture):
                    '--resources', self.resources_file]
         if not self.strip_devices:
             command.append('--no-strip')
+        if self.server_info is not None:
+            server_info_file = os.path.join(self.directory, 'server.json')
+            with open(server_info_file, 'w') as f:
+                json.dump(self.server_info, f)
+            command += ['--server-info', server_info_file]
         self._process = subprocess.Popen(command, cwd=REPO_ROOT)
         self.addCleanup(self._stop)
         deadline = time.monotonic() + 30
@@ -396,10 +635,11 @@ def main(argv=None):
     parser.add_argument('--upstream', default=_lxd_socket())
     parser.add_argument('--resources', required=True)
     parser.add_argument('--no-strip', action='store_true')
+    parser.add_argument('--server-info')
     args = parser.parse_args(argv)
     server = _Server(args.socket, _Handler)
     server.proxy = Rewriter(args.resources, not args.no_strip,
-                            args.upstream)
+                            args.upstream, args.server_info)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -339,3 +339,16 @@ class CommandsTest(testtools.TestCase):
         for command in lxd_daemon._COMMANDS['incus']:
             self.assertNotIn('lxc ', lxd_daemon._COMMANDS['incus'][command])
             self.assertNotIn('lxd ', lxd_daemon._COMMANDS['incus'][command])
+
+    def test_cli_for_the_daemon_behind_a_client(self):
+        incus = self.useFixture(RecordedDaemon(INCUS_604))
+        client = lxd_client.LXDClient(_conf(endpoint=incus.socket_path))
+        self.assertEqual('incus delete --force c1',
+                         lxd_daemon.cli_for(client, 'delete', name='c1'))
+        real = lxd_client.LXDClient(_conf(endpoint=real_lxd_socket()))
+        self.assertEqual('lxc delete --force c1',
+                         lxd_daemon.cli_for(real, 'delete', name='c1'))
+        # daemon down: the message still names a command
+        down = lxd_client.LXDClient(_conf(endpoint='/nonexistent/s'))
+        self.assertEqual('lxc delete --force c1',
+                         lxd_daemon.cli_for(down, 'delete', name='c1'))

@@ -53,7 +53,9 @@ class HostPolicy(object):
     allow_privileged: bool = False
     allow_nesting: bool = False
     default_process_limit: int = 0
-    cloud_init_keys: bool = True   # LXD has the ``cloud_init`` extension
+    # LXD has the ``cloud_init`` extension (user data no longer goes into
+    # config keys: see cloud_init_seed).
+    cloud_init_keys: bool = True
     # Unsafe content of [lxd] profiles each container overrides (see
     # nova_lxd_accel.host.check_profiles): (key, value) pairs of config,
     # and names of devices to mask.
@@ -178,13 +180,40 @@ def _meta_data(instance):
 
 
 def cloud_init(instance, flavor, image_meta, policy):
-    """Nova's metadata and user data, where cloud-init in the image looks."""
-    prefix = 'cloud-init.' if policy.cloud_init_keys else 'user.'
-    config = {'user.meta-data': _meta_data(instance)}
-    if instance.user_data:
-        config[prefix + 'user-data'] = base64.b64decode(
-            instance.user_data).decode('utf-8', 'replace')
-    return {'config': config}
+    """Nova's metadata, for the templates of LXD images (nocloud-net).
+
+    User data never goes into LXD config: a config value is a string, so
+    gzip or binary user data would be cut at the first NUL or mangled.
+    It reaches cloud-init byte for byte through :func:`cloud_init_seed`.
+    """
+    return {'config': {'user.meta-data': _meta_data(instance)}}
+
+
+#: cloud-init's NoCloud seed directory. cloud-init reads it before the
+#: ``nocloud-net`` one that LXD image templates write, and before LXD's
+#: own datasource.
+SEED_DIR = '/var/lib/cloud/seed/nocloud'
+
+
+def user_data_bytes(instance):
+    """The instance's user data exactly as the user gave it, or None."""
+    if not instance.user_data:
+        return None
+    return base64.b64decode(instance.user_data)
+
+
+def cloud_init_seed(instance):
+    """[(path, bytes, mode)]: the NoCloud seed that carries user data.
+
+    Pushed into the container before its first start. Empty without user
+    data: then cloud-init keeps reading what the image's templates write.
+    """
+    data = user_data_bytes(instance)
+    if data is None:
+        return []
+    return [(SEED_DIR + '/meta-data', _meta_data(instance).encode('utf-8'),
+             0o600),
+            (SEED_DIR + '/user-data', data, 0o600)]
 
 
 def _quota(extra_specs, key):

@@ -92,14 +92,19 @@ class Guest(object):
             source={'type': 'image', 'alias': alias})
 
     def push_files(self, files):
-        """Write nova's injected files into the (stopped) container."""
-        for path, contents in files:
+        """Write files into the (stopped) container.
+
+        :param files: (path, contents) pairs (nova's injected files), or
+            (path, contents, mode) triples.
+        """
+        for path, contents, *mode in files:
             parent = path.rsplit('/', 1)[0]
             if parent:
                 self._make_parents(parent)
             if isinstance(contents, str):
                 contents = contents.encode('utf-8')
-            self._client.push_file(self.name, path, contents)
+            self._client.push_file(self.name, path, contents,
+                                   mode=mode[0] if mode else 0o644)
 
     def _make_parents(self, directory):
         current = ''

@@ -190,7 +190,9 @@ class Lifecycle(object):
                                         alias, profiles, allocations,
                                         device_for_provider, network_info,
                                         block_device_info)
-            guest.push_files(injected_files or [])
+            # User data byte for byte, as cloud-init's NoCloud seed.
+            guest.push_files(lxd_config.cloud_init_seed(instance) +
+                             list(injected_files or []))
             if power_on:
                 self._start(guest, network_info)
         except Exception:

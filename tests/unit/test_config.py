@@ -13,6 +13,7 @@
 """The pure instance + flavor + image -> LXD container translation."""
 
 import base64
+import gzip
 import json
 
 from nova import objects
@@ -148,12 +149,30 @@ class BuildContainerTest(testtools.TestCase):
             user_data=base64.b64encode(b'#cloud-config\n').decode(),
             key_data='ssh-ed25519 AAAA test')
         config = _build(instance)['config']
-        self.assertEqual('#cloud-config\n', config['cloud-init.user-data'])
         self.assertEqual(['ssh-ed25519 AAAA test'],
                          json.loads(config['user.meta-data'])['public-keys'])
-        old_lxd = lxd_config.HostPolicy(host='cmp1', cloud_init_keys=False)
-        self.assertEqual('#cloud-config\n', _build(instance, policy=old_lxd)[
-            'config']['user.user-data'])
+        # User data is in the NoCloud seed only, never in a config string.
+        self.assertEqual([], [key for key in config if 'user-data' in key])
+
+    def test_user_data_seed_is_byte_exact(self):
+        for data in (b'#cloud-config\nhostname: x\n',
+                     gzip.compress(b'#!/bin/sh\necho hi\n'),
+                     bytes(range(256)) * 4, 'h\u00e9llo \u2603\n'.encode()):
+            instance = _instance(user_data=base64.b64encode(data).decode(),
+                                 key_data='ssh-ed25519 AAAA k')
+            seed = lxd_config.cloud_init_seed(instance)
+            self.assertEqual(
+                ['/var/lib/cloud/seed/nocloud/meta-data',
+                 '/var/lib/cloud/seed/nocloud/user-data'],
+                [path for path, _data, _mode in seed])
+            self.assertEqual(data, seed[1][1])
+            self.assertEqual({0o600}, {mode for _p, _d, mode in seed})
+            meta = json.loads(seed[0][1])
+            self.assertEqual(UUID, meta['instance-id'])
+            self.assertEqual(['ssh-ed25519 AAAA k'], meta['public-keys'])
+
+    def test_no_user_data_no_seed(self):
+        self.assertEqual([], lxd_config.cloud_init_seed(_instance()))
 
     def test_container_names(self):
         self.assertEqual('nova-%s' % UUID,

@@ -159,6 +159,10 @@ def verify_setting(value):
     return text
 
 
+#: What LXD says when another update of the instance is under way.
+_BUSY_UPDATE = 'non-reusable operation'
+
+
 def _lxd_error(exc):
     """The message LXD put in an error response, else the exception text."""
     response = getattr(exc, 'response', None)
@@ -497,6 +501,17 @@ class LXDClient(object):
                     LOG.debug('Instance %(name)s changed while we updated '
                               'it (attempt %(n)d); reading it again',
                               {'name': name, 'n': attempt})
+                    continue
+                except exception.LXDOperationFailed as exc:
+                    # LXD runs one update of an instance at a time and
+                    # refuses another meanwhile ("A matching non-reusable
+                    # operation ..."): the same as a stale ETag
+                    if _BUSY_UPDATE not in str(exc):
+                        raise
+                    LOG.debug('Instance %(name)s is being updated by '
+                              'another writer (attempt %(n)d); reading it '
+                              'again', {'name': name, 'n': attempt})
+                    time.sleep(0.05 * attempt)
                     continue
                 return record
         raise exception.LXDConcurrentUpdate(

@@ -335,15 +335,25 @@ class Networking(object):
         if record is None:
             raise nova_exception.InstanceNotFound(instance_id=instance.uuid)
         self._plug(instance, vif)
+        # devices its profiles give it (their interface names are taken)
+        from_profiles = {
+            key: dev for key, dev in
+            (record.get('expanded_devices') or {}).items()
+            if key not in (record.get('devices') or {})}
+        added = {}
+
+        def add_nic(config, devices):
+            taken = dict(from_profiles)
+            taken.update(devices)
+            taken.pop(device_name(vif), None)
+            added['nic'] = nic_device(vif, _free_ifname(taken))
+            devices[device_name(vif)] = added['nic']
+
         try:
-            devices = dict(record.get('devices') or {})
-            expanded = dict(record.get('expanded_devices') or {})
-            expanded.update(devices)
-            expanded.pop(device_name(vif), None)
-            devices[device_name(vif)] = nic_device(vif,
-                                                   _free_ifname(expanded))
-            record['devices'] = devices
-            self._client.put_container(name, record)
+            # only this NIC's key, read-modify-write with the ETag
+            if self._client.modify_container(name, add_nic) is None:
+                raise nova_exception.InstanceNotFound(
+                    instance_id=instance.uuid)
         except Exception as exc:
             LOG.error('Attaching port %(port)s failed: %(exc)s',
                       {'port': vif['id'], 'exc': exc}, instance=instance)
@@ -356,26 +366,29 @@ class Networking(object):
                 instance_uuid=instance.uuid)
         LOG.info('Attached port %(port)s as %(ifname)s',
                  {'port': vif['id'],
-                  'ifname': devices[device_name(vif)]['name']},
+                  'ifname': added['nic']['name']},
                  instance=instance)
 
     def detach_interface(self, instance, vif):
         """Hot-remove the port's NIC (LXD deletes the veth), then unplug."""
         name = self._container_name(instance)
-        record = self._client.get_container(name)
-        devices = dict((record or {}).get('devices') or {})
-        if device_name(vif) in devices:
+        found = []
+
+        def remove_nic(config, devices):
+            if device_name(vif) not in devices:
+                return False
             del devices[device_name(vif)]
-            record['devices'] = devices
-            try:
-                self._client.put_container(name, record)
-            except exception.LXDAccelException as exc:
-                LOG.error('Detaching port %(port)s failed: %(exc)s',
-                          {'port': vif['id'], 'exc': exc},
-                          instance=instance)
-                raise nova_exception.InterfaceDetachFailed(
-                    instance_uuid=instance.uuid)
-        else:
+            found.append(True)
+
+        try:
+            # only this NIC's key, read-modify-write with the ETag
+            self._client.modify_container(name, remove_nic)
+        except exception.LXDAccelException as exc:
+            LOG.error('Detaching port %(port)s failed: %(exc)s',
+                      {'port': vif['id'], 'exc': exc}, instance=instance)
+            raise nova_exception.InterfaceDetachFailed(
+                instance_uuid=instance.uuid)
+        if not found:
             LOG.warning('Container %(name)s has no NIC for port %(port)s; '
                         'removing only the host side',
                         {'name': name, 'port': vif['id']},

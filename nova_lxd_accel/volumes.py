@@ -45,7 +45,6 @@ from nova import exception as nova_exception
 from nova import utils as nova_utils
 from nova.virt import driver as virt_driver
 from os_brick.initiator import connector as brick_connector
-from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import excutils
 
@@ -259,17 +258,19 @@ class Volumes(object):
         name = device_name(connection_info, mountpoint)
         path, device_info = self._connect(connection_info, encryption)
         device = lxd_device(path, mountpoint, name)
+
+        def add_volume(config, devices):
+            if name in devices:
+                raise nova_exception.VolumeAttachFailed(
+                    volume_id=volume_id_of(connection_info),
+                    reason='container %s already has device %s' %
+                    (guest.name, name))
+            devices[name] = device
+
         try:
-            with lockutils.lock(devices_lock_name(instance)):
-                record = guest.require_record()
-                if name in (record.get('devices') or {}):
-                    raise nova_exception.VolumeAttachFailed(
-                        volume_id=volume_id_of(connection_info),
-                        reason='container %s already has device %s' %
-                        (guest.name, name))
-                # LXD merges a PATCH's devices into the container's.
-                self._client.update_container(guest.name,
-                                              devices={name: device})
+            # only this volume's key, read-modify-write with the ETag
+            if self._client.modify_container(guest.name, add_volume) is None:
+                guest.require_record()
         except exception.LXDOperationFailed as exc:
             self._disconnect_quietly(connection_info, instance, device_info)
             raise nova_exception.VolumeAttachFailed(
@@ -299,29 +300,33 @@ class Volumes(object):
         """Remove the volume's device from the container, then disconnect."""
         guest = lxd_guest.Guest(self._client, self._conf, instance)
         name = device_name(connection_info, mountpoint)
-        with lockutils.lock(devices_lock_name(instance)):
-            record = guest.record()
-            devices = dict((record or {}).get('devices') or {})
+        removed = []
+
+        def remove_volume(config, devices):
             found = self._find_device(devices, name, connection_info,
                                       mountpoint)
             if found is None:
-                LOG.warning('Container %(container)s has no device for '
-                            'volume %(volume)s; disconnecting it from the '
-                            'host only', {'container': guest.name,
-                                          'volume': volume_id_of(
-                                              connection_info)},
-                            instance=instance)
-            else:
-                del devices[found]
-                record['devices'] = devices
-                try:
-                    # PUT, not PATCH: a PATCH cannot remove a device.
-                    self._client.put_container(guest.name, record)
-                except exception.LXDOperationFailed as exc:
-                    raise nova_exception.DeviceDetachFailed(
-                        device=mountpoint or found, reason=str(exc))
-                LOG.info('Removed LXD device %(name)s (volume %(volume)s)',
-                         {'name': found,
-                          'volume': volume_id_of(connection_info)},
-                         instance=instance)
+                return False
+            del devices[found]
+            removed[:] = [found]
+
+        try:
+            # only this volume's key, read-modify-write with the ETag (a
+            # whole-record PUT: a PATCH cannot remove a device)
+            self._client.modify_container(guest.name, remove_volume)
+        except exception.LXDOperationFailed as exc:
+            raise nova_exception.DeviceDetachFailed(
+                device=mountpoint or name, reason=str(exc))
+        if removed:
+            LOG.info('Removed LXD device %(name)s (volume %(volume)s)',
+                     {'name': removed[0],
+                      'volume': volume_id_of(connection_info)},
+                     instance=instance)
+        else:
+            LOG.warning('Container %(container)s has no device for '
+                        'volume %(volume)s; disconnecting it from the '
+                        'host only', {'container': guest.name,
+                                      'volume': volume_id_of(
+                                          connection_info)},
+                        instance=instance)
         self._disconnect(connection_info)

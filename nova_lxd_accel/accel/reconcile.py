@@ -74,17 +74,20 @@ def placement_mismatches(units, allocations):
 
 
 def release(client, record):
-    """Remove a container's accelerator devices and binding record."""
-    units = binding.recorded_units(record.get('config'))
-    names = {u.get('name') for u in units}
-    devices = {name: dev for name, dev in (record.get('devices') or
-                                           {}).items()
-               if name not in names}
-    config = dict(record.get('config') or {})
-    config.pop(binding.DEVICES_KEY, None)
-    # PUT, not PATCH: LXD's PATCH merges devices and cannot remove one.
-    client.put_container(record['name'], dict(record, config=config,
-                                              devices=devices))
+    """Remove a container's accelerator devices and binding record.
+
+    Only those keys, read-modify-write with the container's ETag: a NIC or
+    volume attached meanwhile is kept.
+    """
+    def drop_binding(config, devices):
+        units = binding.recorded_units(config)
+        if not units:
+            return False
+        for unit in units:
+            devices.pop(unit.get('name'), None)
+        config.pop(binding.DEVICES_KEY, None)
+
+    client.modify_container(record['name'], drop_binding)
 
 
 def reconcile(client, host, instance_uuids, consumer_allocations=None):

@@ -164,8 +164,8 @@ class ConcurrentClaimTest(ClaimTestBase):
         self.assertEqual(['ACTIVE'] * 8, [s['status'] for s in final],
                          [s.get('fault') for s in final])
         bound = self.bound_units()
-        self.assertEqual(sorted(MIG_UUIDS + VF_NETDEVS), sorted(bound))
         self.assertEqual({}, {u: n for u, n in bound.items() if len(n) > 1})
+        self.assertEqual(sorted(MIG_UUIDS + VF_NETDEVS), sorted(bound))
         # each container's record says what it holds, and only that
         for server in final:
             record = json.loads(self.container_of(server)['config'][
@@ -273,6 +273,18 @@ class ForeignHolderTest(ClaimTestBase):
         self.assertIn('%s/cli-mig' % self.other.name, log)
         self.assertIn('%s/cli-ib' % self.other.name, log)
         # the first free units in binding order are the held ones
+        server = self.boot(self.flavor(**{
+            'resources1:%s' % MIG_RC: '1', 'resources2:%s' % VF_RC: '1',
+            'group_policy': 'none'}))
+        self.assertEqual(sorted([MIG_UUIDS[1], VF_NETDEVS[1]]),
+                         self.units_of(server))
+        self._delete_server(server)
+
+    def test_claim_skips_foreign_units_placement_does_not_know(self):
+        # no periodic run since the foreign instances appeared: Placement
+        # still offers every unit, the claim alone must skip theirs
+        inventory = self._get_provider_inventory(self.rp(MIG_RP))
+        self.assertEqual(0, inventory[MIG_RC]['reserved'])
         server = self.boot(self.flavor(**{
             'resources1:%s' % MIG_RC: '1', 'resources2:%s' % VF_RC: '1',
             'group_policy': 'none'}))

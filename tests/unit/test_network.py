@@ -32,6 +32,7 @@ import testtools
 
 from nova_lxd_accel import exception
 from nova_lxd_accel import network
+from tests.unit import seam_helpers
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 PORT1 = '0bf13d99-5925-4fe3-8be6-532cd7e6a7ef'
@@ -97,6 +98,9 @@ class FakeClient(object):
             return None
         return {key: (dict(value) if isinstance(value, dict) else value)
                 for key, value in self.record.items()}
+
+    def modify_container(self, name, change):
+        return seam_helpers.modify_via_put(self, name, change)
 
     def put_container(self, name, record):
         if self.fail_put:

@@ -27,6 +27,7 @@ import testtools
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
 from nova_lxd_accel import volumes
+from tests.unit import seam_helpers
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 NAME = 'nova-' + UUID
@@ -57,6 +58,9 @@ class FakeClient(object):
             raise exception.LXDOperationFailed(action='update', target=name,
                                                reason=self.fail)
         self.records[name]['devices'].update(devices)
+
+    def modify_container(self, name, change):
+        return seam_helpers.modify_via_put(self, name, change)
 
     def put_container(self, name, record):
         self.calls.append(('put', name, record['devices']))
@@ -177,7 +181,8 @@ class AttachTest(VolumesTestCase):
         self.volumes.attach(None, _info(), self.instance, '/dev/vdb')
         self.brick.connect_volume.assert_called_once_with(
             {'device_path': '/dev/loop7', 'volume_id': VOL})
-        self.assertEqual([('patch', NAME, {'vol-' + VOL: {
+        # one ETag-guarded read-modify-write of the container
+        self.assertEqual([('put', NAME, {'vol-' + VOL: {
             'type': 'unix-block', 'source': '/dev/loop7',
             'path': '/dev/vdb'}})], self.client.calls)
 

@@ -20,6 +20,7 @@ from oslotest import base
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import reconcile
 from nova_lxd_accel import config as lxd_config
+from tests.unit import seam_helpers
 
 GPU_RP = 'rp-gpu'
 
@@ -53,6 +54,12 @@ class FakeClient(object):
 
     def list_containers(self):
         return self.records
+
+    def get_container(self, name):
+        return next((r for r in self.records if r['name'] == name), None)
+
+    def modify_container(self, name, change):
+        return seam_helpers.modify_via_put(self, name, change)
 
     def put_container(self, name, record):
         self.puts.append((name, record))

@@ -89,16 +89,28 @@ def _socket_problem(path):
     return None
 
 
-def _unix_client(path, lxd_conf):
+def _guess_server(path):
+    """The daemon a socket path most likely belongs to (for messages)."""
+    return (lxd_daemon.SERVER_INCUS if 'incus' in (path or '')
+            else lxd_daemon.SERVER_LXD)
+
+
+def _unreachable(path, reason, server=None):
+    server = server or _guess_server(path)
+    return exception.DaemonUnreachable(
+        daemon=lxd_daemon.display_name(server), endpoint=path,
+        reason=reason, check=lxd_daemon.cli(server, 'info'))
+
+
+def _unix_client(path, lxd_conf, server=None):
     problem = _socket_problem(path)
     if problem:
-        raise exception.LXDUnreachable(endpoint=path, reason=problem)
+        raise _unreachable(path, problem, server)
     try:
         return pylxd.Client(endpoint=path, timeout=lxd_conf.timeout,
                             project=lxd_conf.project)
     except lxd_exceptions.ClientConnectionFailed as exc:
-        raise exception.LXDUnreachable(endpoint=path,
-                                       reason=str(exc) or 'refused')
+        raise _unreachable(path, str(exc) or 'refused', server)
 
 
 def _identity(client):
@@ -120,7 +132,7 @@ def discover(lxd_conf, environ=None, well_known=WELL_KNOWN_SOCKETS):
     answering, failures, seen = [], [], set()
     for server, path in candidates:
         try:
-            client = _unix_client(path, lxd_conf)
+            client = _unix_client(path, lxd_conf, server)
         except exception.LXDUnreachable as exc:
             failures.append('%s: %s' % (path, exc.kwargs.get('reason')))
             continue
@@ -134,11 +146,11 @@ def discover(lxd_conf, environ=None, well_known=WELL_KNOWN_SOCKETS):
     if not answering:
         tried = '; '.join(failures) or 'none of %s exists' % ', '.join(
             path for _, path in well_known)
-        raise exception.LXDUnreachable(
-            endpoint='the local LXD or Incus socket',
-            reason='no daemon answers (%s). Start LXD (lxd waitready) or '
-                   'Incus (incus admin waitready), or set [lxd] endpoint'
-                   % tried)
+        raise exception.DaemonUnreachable(
+            daemon='LXD or Incus', endpoint='its local unix socket',
+            reason='no daemon answers (%s); start LXD (`lxd waitready`) or '
+                   'Incus (`incus admin waitready`), or set [lxd] endpoint'
+                   % tried, check='lxc info` or `incus info')
     found = ['%s %s at %s' % (
         lxd_daemon.display_name((c.host_info.get('environment') or {}).get(
             'server')),
@@ -243,8 +255,9 @@ class LXDClient(object):
                 lxd_exceptions.ClientConnectionFailed) as exc:
             # Drop the session: the daemon may come back on a new socket.
             self._client = None
-            raise exception.LXDUnreachable(endpoint=self.endpoint,
-                                           reason=str(exc))
+            daemon = self._daemon
+            raise _unreachable(self.endpoint, str(exc),
+                               daemon.server if daemon else None)
         except requests.exceptions.Timeout:
             raise exception.LXDOperationTimeout(
                 action=action, target=target,

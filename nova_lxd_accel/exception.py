@@ -159,3 +159,11 @@ class GpuHeld(LXDAccelException):
                '(%(kind)s: %(reason)s) and is not bound; an operator '
                'returns it with "nova-lxd-accel gpu release %(pci)s '
                '--reason ..."')
+
+
+class DaemonUnreachable(LXDUnreachable):
+    """LXDUnreachable that names the daemon and its own check command."""
+
+    msg_fmt = ('Cannot reach the %(daemon)s daemon at %(endpoint)s: '
+               '%(reason)s. Check that it runs (`%(check)s`) and that [lxd] '
+               'endpoint in nova.conf points at it.')

@@ -13,7 +13,10 @@
 """``nova-lxd-accel inventory``: the providers this host would report.
 
 It runs the driver's own code path (``AcceleratorInventory.
-update_provider_tree``) on a scratch provider tree, from the local LXD and
+update_provider_tree``) on a scratch provider tree, from the local LXD or
+Incus (found and reached through the driver's own seam,
+:class:`nova_lxd_accel.client.LXDClient`, so ``[lxd] endpoint`` and the
+same discovery apply) and
 ``nvidia-smi`` or from saved files, and prints the result. It never talks
 to Placement.
 """
@@ -45,7 +48,8 @@ def register(subparsers):
     parser.add_argument(
         '--resources-file', metavar='FILE',
         help='JSON of LXD /1.0/resources (whole, or holding only "gpu" '
-             'and/or "network"); default: ask the local LXD')
+             'and/or "network"); default: ask the daemon nova-compute '
+             'uses ([lxd] endpoint, else the local LXD or Incus)')
     parser.add_argument(
         '--nvidia-smi-list', metavar='FILE',
         help='saved output of "nvidia-smi -L"; default: run the configured '
@@ -144,12 +148,11 @@ def _load_conf(config_files):
     return conf
 
 
-def _local_resources():
-    import pylxd
+def _local_resources(conf):
+    """``/1.0/resources`` of the daemon nova-compute would use."""
+    from nova_lxd_accel import client as lxd_client
 
-    client = pylxd.Client()
-    # A fresh GET: Client.resources caches for the client's lifetime.
-    return client.api.resources.get().json()['metadata']
+    return lxd_client.LXDClient(conf).resources()
 
 
 def compute(resources, mig_text, nodename, conf):
@@ -207,9 +210,9 @@ def _run(args):
         return EXIT_BAD_INPUT
     if resources is None:
         try:
-            resources = _local_resources()
+            resources = _local_resources(conf)
         except Exception as exc:
-            _error('cannot read /1.0/resources from the local LXD: %s; '
+            _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)
             return EXIT_LXD
     nodename = args.nodename or socket.gethostname()

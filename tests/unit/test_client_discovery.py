@@ -352,3 +352,16 @@ class CommandsTest(testtools.TestCase):
         down = lxd_client.LXDClient(_conf(endpoint='/nonexistent/s'))
         self.assertEqual('lxc delete --force c1',
                          lxd_daemon.cli_for(down, 'delete', name='c1'))
+
+    def test_unreachable_names_the_daemon_and_its_command(self):
+        incus = lxd_client.LXDClient(_conf(endpoint='/srv/incus/unix.socket'))
+        error = self.assertRaises(exception.LXDUnreachable,
+                                  lambda: incus.api)
+        self.assertEqual(
+            'Cannot reach the Incus daemon at /srv/incus/unix.socket: the '
+            'socket does not exist. Check that it runs (`incus info`) and '
+            'that [lxd] endpoint in nova.conf points at it.', str(error))
+        lxd = lxd_client.LXDClient(_conf(endpoint='/srv/lxd/unix.socket'))
+        error = self.assertRaises(exception.LXDUnreachable, lambda: lxd.api)
+        self.assertIn('Cannot reach the LXD daemon', str(error))
+        self.assertIn('(`lxc info`)', str(error))

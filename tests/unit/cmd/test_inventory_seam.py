@@ -1,0 +1,94 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``nova-lxd-accel inventory`` reaches the daemon through the seam.
+
+It honours ``[lxd] endpoint`` of nova.conf (here: the recorded-hardware
+proxy in front of the real LXD) and the same discovery as the driver;
+and no module but ``client`` imports pylxd.
+"""
+
+import ast
+import io
+import json
+import os
+
+import fixtures
+from oslotest import base
+
+import nova_lxd_accel
+from nova_lxd_accel.cmd import main
+from tests import lxd_proxy
+from tests.unit.accel import utils
+
+PACKAGE = os.path.dirname(nova_lxd_accel.__file__)
+
+
+class InventoryThroughTheSeamTest(base.BaseTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.stdout = io.StringIO()
+        self.stderr = io.StringIO()
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
+
+    def _run(self, conf_text):
+        path = os.path.join(self.tmp, 'nova.conf')
+        with open(path, 'w') as f:
+            f.write(conf_text)
+        return main.main(['inventory', '--config-file', path,
+                          '--nodename', 'cmp1', '--format', 'json',
+                          '--nvidia-smi-list', utils.sample_path(
+                              'nvsmi-h100-80gb-mig-4slices-L.txt')])
+
+    def test_configured_endpoint_is_used(self):
+        resources = utils.load_json('handmade-lxd-h100-mig-host.json')
+        proxy = self.useFixture(lxd_proxy.LXDProxy(
+            {'gpu': resources['gpu']}))
+        self.assertEqual(0, self._run('[lxd]\nendpoint = %s\n'
+                                      % proxy.socket_path))
+        names = [p['name'] for p in
+                 json.loads(self.stdout.getvalue())['providers']]
+        # the recorded H100 came through the proxy: this host has no GPU
+        self.assertIn('cmp1_gpu_0000_00_09_0', names)
+
+    def test_unreachable_endpoint_named(self):
+        self.assertEqual(1, self._run('[lxd]\nendpoint = /nonexistent/s\n'))
+        error = self.stderr.getvalue()
+        self.assertIn('/nonexistent/s', error)
+        self.assertIn('the socket does not exist', error)
+
+
+class OnlyClientImportsPylxdTest(base.BaseTestCase):
+
+    def test_only_client_imports_pylxd(self):
+        importers = []
+        for directory, _, files in os.walk(PACKAGE):
+            for name in files:
+                if not name.endswith('.py'):
+                    continue
+                path = os.path.join(directory, name)
+                with open(path) as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        modules = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom):
+                        modules = [node.module or '']
+                    else:
+                        continue
+                    if any(m == 'pylxd' or m.startswith('pylxd.')
+                           for m in modules):
+                        importers.append(os.path.relpath(path, PACKAGE))
+        self.assertEqual(['client.py'], sorted(set(importers)))

@@ -214,7 +214,9 @@ class DurableClaimTest(ClaimTestBase):
                              inventory.device_for_provider,
                              inventory.all_devices(),
                              project=self.lxd.name)
-        self.compute = self.restart_compute_service(self.compute)
+        # a new driver, as a new process would have (nothing kept in memory)
+        self.compute = self.restart_compute_service(
+            self.compute, keep_hypervisor_state=False)
         server = self.boot(self.flavor(**{'resources:%s' % MIG_RC: '1'}))
         taken = first.units[0].device['mig.uuid']
         self.assertEqual(MIG_UUIDS[0], taken)

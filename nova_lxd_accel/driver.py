@@ -247,10 +247,8 @@ class LXDDriver(driver.ComputeDriver):
     # -- inventory of instances -------------------------------------------
 
     def _owned_records(self):
-        return [record for record in self._client.list_containers()
-                if record.get('config', {}).get(lxd_config.KEY_HOST) ==
-                self._nodename and
-                not record['config'].get(lxd_config.KEY_RESCUE_OF)]
+        return ownership.instances(self._client.list_containers(),
+                                   self._nodename)
 
     def list_instances(self):
         return [record['name'] for record in self._owned_records()]

@@ -24,9 +24,9 @@ from nova.compute import power_state
 from nova.virt import event as virtevent
 from oslo_log import log as logging
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest
+from nova_lxd_accel import ownership
 
 LOG = logging.getLogger(__name__)
 
@@ -50,14 +50,8 @@ def lifecycle_event(old_state, new_state):
 
 def owned_states(records, host):
     """{instance uuid: power state} of the containers this host owns."""
-    states = {}
-    for record in records:
-        config = record.get('config', {})
-        uuid = config.get(lxd_config.KEY_INSTANCE_UUID)
-        if uuid and config.get(lxd_config.KEY_HOST) == host and \
-                not config.get(lxd_config.KEY_RESCUE_OF):
-            states[uuid] = guest.power_state_of(record)
-    return states
+    return {ownership.instance_uuid(record): guest.power_state_of(record)
+            for record in ownership.instances(records, host)}
 
 
 class LifecycleWatcher(object):

@@ -33,13 +33,13 @@ answer there would strip devices from live instances.
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
-from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import ownership
 
 LOG = logging.getLogger(__name__)
 
 
 def _instance_uuid(record):
-    return (record.get('config') or {}).get(lxd_config.KEY_INSTANCE_UUID)
+    return ownership.instance_uuid(record)
 
 
 def double_bindings(records):
@@ -101,7 +101,7 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
     :returns: names of the containers whose bindings were released.
     """
     records = [r for r in client.list_containers()
-               if (r.get('config') or {}).get(lxd_config.KEY_HOST) == host]
+               if ownership.is_ours(r, host)]
     for key, names in sorted(double_bindings(records).items()):
         by_name = {r['name']: _instance_uuid(r) for r in records}
         LOG.error('Accelerator %(unit)s is bound to more than one container: '

@@ -20,11 +20,12 @@ that returns the process exit status.
 import argparse
 import sys
 
+from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel.cmd import gpu
 from nova_lxd_accel.cmd import inventory
 from nova_lxd_accel.cmd import sandbox
 
-_SUBCOMMANDS = (inventory, sandbox, gpu)
+_SUBCOMMANDS = (inventory, sandbox, gpu, flavors)
 
 
 def build_parser():

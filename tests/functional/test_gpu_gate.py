@@ -67,7 +67,8 @@ def app_row(pci, pid, name, mib):
                                                 name, mib)
 
 
-class TestGpuGate(base.LXDFunctionalTestCase):
+class GpuHostTestCase(base.LXDFunctionalTestCase):
+    """The recorded H100 (MIG) + GT 730 host, nvidia-smi answering."""
 
     compute_hosts = (HOST,)
 
@@ -138,6 +139,9 @@ class TestGpuGate(base.LXDFunctionalTestCase):
             networks='none')})
         return self._wait_for_state_change(server, expected,
                                            max_retries=100)
+
+
+class TestGpuGate(GpuHostTestCase):
 
     def test_unhealthy_gpu_is_reserved_until_an_operator_releases_it(self):
         healthy = {'CUSTOM_MIG_3G_40GB': (1, 0), 'CUSTOM_MIG_2G_20GB': (1, 0),

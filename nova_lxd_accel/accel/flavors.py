@@ -1,0 +1,191 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""GPU flavors from the discovered inventory, with ``Accelerator:*`` keys.
+
+The federation tools read these flavor properties:
+
+* cASO 5.2.2 (``caso/extract/openstack/nova.py``) makes an
+  ``AcceleratorRecord`` when ``Accelerator:Type``, ``:Vendor``, ``:Model``
+  and ``:Number`` are all set; the record's ``Model`` is ``"<Vendor>
+  <Model>"`` and its ``Count`` is ``Accelerator:Number`` (a pydantic
+  ``int``: a fraction such as ``0.14`` is refused).
+* cloud-info-provider 1.2.0 (``providers/openstack.py``) publishes a GLUE2
+  ``CloudComputingVirtualAccelerator`` of type ``GPU`` for a flavor with
+  ``Accelerator:Number`` (an ``int`` in its model), taking vendor and model
+  from the same keys and reading ``Accelerator:Memory`` and
+  ``Accelerator:VirtualizationType``.
+
+MIG convention (both tools want a whole number): a MIG flavor counts
+**slices**, not GPUs. ``Accelerator:Number`` is the number of MIG devices,
+``Accelerator:Model`` is ``<GPU model> MIG <profile>`` (so cASO's record
+reads ``NVIDIA A100-SXM4-80GB MIG 1g.10gb``: which GPU and which fraction
+of it), ``Accelerator:Memory`` is the slice's memory in MiB (from the
+profile: ``10gb`` -> 10240) and ``Accelerator:VirtualizationType`` is
+``MIG``. A whole GPU is ``passthrough`` (the container gets the GPU's
+device nodes) with the GPU's memory.
+"""
+
+import dataclasses
+import re
+import typing
+
+from nova_lxd_accel.accel import devices
+
+VENDORS = {'10de': 'NVIDIA', '1002': 'AMD', '8086': 'Intel'}
+TYPE_GPU = 'GPU'
+VIRT_PASSTHROUGH = 'passthrough'
+VIRT_MIG = 'MIG'
+
+#: Every ``Accelerator:`` key a flavor may carry (see extra_specs_accel).
+KEYS = ('Accelerator:Type', 'Accelerator:Vendor', 'Accelerator:Model',
+        'Accelerator:Number', 'Accelerator:Memory',
+        'Accelerator:VirtualizationType')
+
+_PROFILE = re.compile(r'^(?P<compute>\d+)g\.(?P<mem>\d+)gb', re.I)
+_MODEL_MEMORY = re.compile(r'(\d+)\s*GB', re.I)
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """One flavor to create."""
+
+    name: str
+    vcpus: int
+    ram: int
+    disk: int
+    description: str
+    extra_specs: typing.Dict[str, str]
+    #: GPUs of the host this flavor fits (PCI addresses)
+    gpus: typing.Tuple[str, ...] = ()
+
+
+def vendor_name(gpu):
+    return VENDORS.get((gpu.vendor_id or '').lower()) or (
+        gpu.vendor or 'UNKNOWN').split(' ')[0]
+
+
+def model_name(gpu):
+    """The GPU model without its vendor word (``H100 80GB HBM3``)."""
+    model = gpu.model or gpu.product or gpu.product_id or 'unknown'
+    vendor = vendor_name(gpu)
+    if model.upper().startswith(vendor.upper() + ' '):
+        model = model[len(vendor) + 1:]
+    return model.strip()
+
+
+def _slug(text):
+    return re.sub(r'[^a-z0-9.]+', '-', text.lower()).strip('-')
+
+
+def _mig_memory_mib(profile):
+    match = _PROFILE.match(profile)
+    return int(match.group('mem')) * 1024 if match else None
+
+
+def _gpu_memory_mib(gpu, memory_mib):
+    if memory_mib:
+        return memory_mib
+    match = _MODEL_MEMORY.search(model_name(gpu))
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _model_trait(gpu):
+    if not gpu.model:
+        return None
+    return 'CUSTOM_GPU_MODEL_%s' % devices.normalise_name(gpu.model)
+
+
+def _base_specs(gpu, rc, count, model, memory, virt):
+    specs = {'resources:%s' % rc: str(count)}
+    trait = _model_trait(gpu)
+    if trait:
+        specs['trait:%s' % trait] = 'required'
+    if gpu.is_nvidia:
+        specs['lxd:gpu_runtime'] = 'nvidia'
+    specs.update({'Accelerator:Type': TYPE_GPU,
+                  'Accelerator:Vendor': vendor_name(gpu),
+                  'Accelerator:Model': model,
+                  'Accelerator:Number': str(count),
+                  'Accelerator:VirtualizationType': virt})
+    if memory:
+        specs['Accelerator:Memory'] = str(memory)
+    return specs
+
+
+def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
+            count=1, prefix='g1'):
+    """Flavors for the GPUs of one host (one per GPU model or MIG profile).
+
+    :param gpus: :class:`devices.Gpu` list, as the inventory reports them.
+    :param memory_by_pci: PCI address -> memory MiB (from the probe).
+    :returns: list of :class:`Proposal`, sorted by name.
+    """
+    memory_by_pci = memory_by_pci or {}
+    out = {}
+    for gpu in gpus:
+        model = model_name(gpu)
+        vendor = vendor_name(gpu)
+        if gpu.mig_devices:
+            for mig in gpu.mig_devices:
+                name = '%s.%s-%s' % (prefix, _slug(model), mig.profile.lower())
+                if count != 1:
+                    name += '.x%d' % count
+                if name in out:
+                    out[name] = dataclasses.replace(
+                        out[name], gpus=tuple(sorted(
+                            set(out[name].gpus) | {gpu.pci_address})))
+                    continue
+                memory = _mig_memory_mib(mig.profile)
+                total = _gpu_memory_mib(gpu, memory_by_pci.get(
+                    gpu.pci_address))
+                share = ''
+                match = _PROFILE.match(mig.profile)
+                if match:
+                    share = ': %s of the GPU\'s compute slices and %s GB' % (
+                        match.group('compute'), match.group('mem'))
+                    if total:
+                        share += ' of its %d GB' % round(total / 1024)
+                description = (
+                    '%d MIG slice%s %s of an %s %s%s, in an LXD container '
+                    'with %d vCPUs and %d GiB of RAM.' % (
+                        count, '' if count == 1 else 's', mig.profile,
+                        vendor, model, share, vcpus, ram // 1024))
+                out[name] = Proposal(
+                    name=name, vcpus=vcpus, ram=ram, disk=disk,
+                    description=description,
+                    extra_specs=_base_specs(
+                        gpu, mig.resource_class, count,
+                        '%s MIG %s' % (model, mig.profile), memory,
+                        VIRT_MIG),
+                    gpus=(gpu.pci_address,))
+            continue
+        name = '%s.%s' % (prefix, _slug(model))
+        if count != 1:
+            name += '.x%d' % count
+        if name in out:
+            out[name] = dataclasses.replace(out[name], gpus=tuple(sorted(
+                set(out[name].gpus) | {gpu.pci_address})))
+            continue
+        memory = _gpu_memory_mib(gpu, memory_by_pci.get(gpu.pci_address))
+        description = ('%d whole %s %s GPU%s%s, in an LXD container with %d '
+                       'vCPUs and %d GiB of RAM.' % (
+                           count, vendor, model, '' if count == 1 else 's',
+                           ' (%d GB each)' % round(memory / 1024) if memory
+                           else '', vcpus, ram // 1024))
+        out[name] = Proposal(
+            name=name, vcpus=vcpus, ram=ram, disk=disk,
+            description=description,
+            extra_specs=_base_specs(gpu, 'PGPU', count, model, memory,
+                                    VIRT_PASSTHROUGH),
+            gpus=(gpu.pci_address,))
+    return [out[name] for name in sorted(out)]

@@ -1,0 +1,200 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``nova-lxd-accel flavors``: propose or create GPU flavors.
+
+From the inventory this host reports (the same code path as
+``nova-lxd-accel inventory``) it proposes one flavor per GPU model and MIG
+profile: a readable name, the Placement request, a description in plain
+words and the ``Accelerator:*`` properties cASO and cloud-info-provider
+read (see :mod:`nova_lxd_accel.accel.flavors`). ``--create`` creates the
+missing ones through the compute API (openstacksdk, credentials from
+``--os-cloud`` / ``OS_*``), at microversion 2.86 so that nova checks every
+extra spec.
+"""
+
+import json
+import socket
+import sys
+
+from nova_lxd_accel.accel import flavors as accel_flavors
+from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.cmd import gpu as gpu_cmd
+from nova_lxd_accel.cmd import inventory
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        'flavors', help='propose or create GPU flavors',
+        description='Propose (print) or create GPU flavors for the GPUs '
+                    'and MIG slices this host reports, with the '
+                    'Accelerator:* properties of cASO and '
+                    'cloud-info-provider.')
+    parser.add_argument('--resources-file', metavar='FILE',
+                        help='saved LXD /1.0/resources JSON (default: ask '
+                             'the local daemon)')
+    parser.add_argument('--nvidia-smi-list', metavar='FILE',
+                        help='saved "nvidia-smi -L" output (default: run '
+                             'nvidia-smi)')
+    parser.add_argument('--query-gpu', metavar='FILE',
+                        help='saved "nvidia-smi --query-gpu=... '
+                             '--format=csv" output, for GPU memory '
+                             '(default: run nvidia-smi)')
+    parser.add_argument('--vcpus', type=int, default=4)
+    parser.add_argument('--ram', type=int, default=16384, help='MiB')
+    parser.add_argument('--disk', type=int, default=20, help='GiB')
+    parser.add_argument('--count', type=int, default=1,
+                        help='GPUs or MIG slices per flavor (default 1)')
+    parser.add_argument('--prefix', default='g1',
+                        help='flavor name prefix (default g1)')
+    parser.add_argument('--format', choices=('table', 'json'),
+                        default='table')
+    parser.add_argument('--create', action='store_true',
+                        help='create the flavors that do not exist yet')
+    parser.add_argument('--os-cloud', metavar='NAME', default=None,
+                        help='clouds.yaml entry for --create (default: '
+                             'OS_* environment variables)')
+    parser.add_argument('--config-file', metavar='FILE', action='append',
+                        default=None, help='nova configuration file')
+    parser.set_defaults(func=_run)
+
+
+def _error(message):
+    print('nova-lxd-accel flavors: error: %s' % message, file=sys.stderr)
+
+
+def discovered_gpus(resources, mig_text, conf):
+    """The GPUs the driver reports for these inputs."""
+    from nova.compute import provider_tree
+
+    from nova_lxd_accel import accel
+
+    tree = provider_tree.ProviderTree()
+    tree.new_root('host', inventory._ROOT_UUID)
+    inv = accel.AcceleratorInventory(
+        lambda: resources, None if mig_text is None else (lambda: mig_text),
+        conf, provider_allocations=lambda rp_uuid: {})
+    inv.update_provider_tree(tree, 'host', allocations={})
+    return inv.reported_gpus()
+
+
+def _memory(args, conf):
+    if args.query_gpu:
+        with open(args.query_gpu, encoding='utf-8') as f:
+            text = f.read()
+        gpus = gpu_probe.parse_query_gpu(text) if text.strip() else {}
+    else:
+        gpus = gpu_probe.HostProbe.from_conf(conf).snapshot().gpus
+    return {pci: g.memory_total_mib for pci, g in gpus.items()
+            if g.memory_total_mib}
+
+
+def format_table(proposals):
+    if not proposals:
+        return 'no GPU: no GPU flavor to propose'
+    lines = []
+    for p in proposals:
+        lines.append('%s  (%d vCPU, %d MiB RAM, %d GiB disk; GPUs %s)' % (
+            p.name, p.vcpus, p.ram, p.disk, ', '.join(p.gpus)))
+        lines.append('    %s' % p.description)
+        for key, value in sorted(p.extra_specs.items()):
+            lines.append('    %s=%s' % (key, value))
+    return '\n'.join(lines)
+
+
+def as_dict(proposal):
+    return {'name': proposal.name, 'vcpus': proposal.vcpus,
+            'ram': proposal.ram, 'disk': proposal.disk,
+            'description': proposal.description,
+            'extra_specs': proposal.extra_specs,
+            'gpus': list(proposal.gpus)}
+
+
+class SdkFlavors(object):
+    """Flavors through openstacksdk (the ``--create`` path)."""
+
+    def __init__(self, cloud=None):
+        import openstack
+
+        self._conn = openstack.connect(cloud=cloud)
+        self._conn.compute.default_microversion = '2.86'
+
+    def existing(self):
+        return {f.name for f in self._conn.compute.flavors()}
+
+    def create(self, proposal):
+        flavor = self._conn.compute.create_flavor(
+            name=proposal.name, vcpus=proposal.vcpus, ram=proposal.ram,
+            disk=proposal.disk, description=proposal.description)
+        self._conn.compute.create_flavor_extra_specs(
+            flavor, proposal.extra_specs)
+        return flavor.id
+
+
+def create(proposals, api):
+    """Create the proposals ``api`` does not have; returns created names."""
+    existing = api.existing()
+    created = []
+    for proposal in proposals:
+        if proposal.name in existing:
+            continue
+        api.create(proposal)
+        created.append(proposal.name)
+    return created
+
+
+def _run(args):
+    try:
+        conf = gpu_cmd.load_conf(args)
+        resources = mig_text = None
+        if args.resources_file:
+            resources = inventory.load_resources_file(args.resources_file)
+        if args.nvidia_smi_list:
+            mig_text = inventory.load_nvidia_smi_file(args.nvidia_smi_list)
+    except (gpu_cmd.InputError, inventory.InputError) as exc:
+        _error(exc)
+        return EXIT_BAD_INPUT
+    if resources is None:
+        from nova_lxd_accel import client as lxd_client
+        try:
+            resources = lxd_client.LXDClient(conf).resources()
+        except Exception as exc:
+            _error('cannot read /1.0/resources from the local daemon: %s; '
+                   'give --resources-file' % exc)
+            return EXIT_ERROR
+    gpus = discovered_gpus(resources, mig_text, conf)
+    try:
+        memory = _memory(args, conf)
+    except (OSError, ValueError) as exc:
+        _error(exc)
+        return EXIT_BAD_INPUT
+    proposals = accel_flavors.propose(
+        gpus, memory, vcpus=args.vcpus, ram=args.ram, disk=args.disk,
+        count=args.count, prefix=args.prefix)
+    if args.format == 'json':
+        print(json.dumps([as_dict(p) for p in proposals], indent=2,
+                         sort_keys=True))
+    else:
+        print(format_table(proposals))
+    if args.create and proposals:
+        try:
+            created = create(proposals, SdkFlavors(args.os_cloud))
+        except Exception as exc:
+            _error('cannot create the flavors on %s: %s' % (
+                args.os_cloud or socket.gethostname(), exc))
+            return EXIT_ERROR
+        print('created: %s' % (', '.join(created) or 'none (all exist)'))
+    return EXIT_OK

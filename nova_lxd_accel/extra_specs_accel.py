@@ -1,0 +1,72 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Validators for the ``Accelerator:`` flavor extra specs.
+
+Registered through nova's ``nova.api.extra_spec_validators`` entry point
+(name ``accelerator``): from API microversion 2.86 a typo in the key
+(``Accelerator:Numbr``) or a bad value (``Accelerator:Number=0.5``) gets
+HTTP 400. The keys are the ones cASO and cloud-info-provider read; see
+:mod:`nova_lxd_accel.accel.flavors` for their meaning and the MIG
+convention.
+"""
+
+from nova_lxd_accel.extra_specs import LXDExtraSpecValidator
+
+EXTRA_SPEC_VALIDATORS = [
+    LXDExtraSpecValidator(
+        name='Accelerator:Type',
+        description='Kind of accelerator, for accounting (cASO) and the '
+                    'information system (cloud-info-provider).',
+        value={'type': str, 'enum': ['GPU', 'FPGA', 'TPU', 'NPU', 'other'],
+               'description': 'GPU, FPGA, TPU, NPU or other'},
+    ),
+    LXDExtraSpecValidator(
+        name='Accelerator:Vendor',
+        description='Accelerator vendor, e.g. NVIDIA.',
+        value={'type': str, 'pattern': r'\S.{0,63}',
+               'description': 'a name of 1 to 64 characters'},
+    ),
+    LXDExtraSpecValidator(
+        name='Accelerator:Model',
+        description='Accelerator model without the vendor, e.g. '
+                    '"A100-SXM4-80GB" or, for a MIG slice, '
+                    '"A100-SXM4-80GB MIG 1g.10gb".',
+        value={'type': str, 'pattern': r'\S.{0,127}',
+               'description': 'a name of 1 to 128 characters'},
+    ),
+    LXDExtraSpecValidator(
+        name='Accelerator:Number',
+        description='How many accelerators (whole GPUs, or MIG slices for '
+                    'a MIG flavor) an instance gets; a whole number, as '
+                    'cASO and cloud-info-provider require.',
+        value={'type': int, 'min': 1, 'max': 64,
+               'description': 'an integer from 1 to 64'},
+    ),
+    LXDExtraSpecValidator(
+        name='Accelerator:Memory',
+        description='Memory of one accelerator (or MIG slice) in MiB.',
+        value={'type': int, 'min': 1,
+               'description': 'a positive integer (MiB)'},
+    ),
+    LXDExtraSpecValidator(
+        name='Accelerator:VirtualizationType',
+        description='How the instance gets the accelerator: passthrough '
+                    '(whole device), MIG (a MIG slice), vGPU or SR-IOV.',
+        value={'type': str, 'enum': ['passthrough', 'MIG', 'vGPU', 'SR-IOV'],
+               'description': 'passthrough, MIG, vGPU or SR-IOV'},
+    ),
+]
+
+
+def register():
+    return EXTRA_SPEC_VALIDATORS

@@ -1,0 +1,78 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""GPU flavor proposals from recorded hosts, and the Accelerator: keys."""
+
+from nova.api.validation.extra_specs import validators
+from nova import exception
+import testtools
+
+from nova_lxd_accel.accel import flavors
+from nova_lxd_accel.cmd import flavors as flavors_cmd
+from nova_lxd_accel.cmd import gpu as gpu_cmd
+from tests.unit.accel import utils
+
+
+def _gpus(resources, mig_text):
+    class Args(object):
+        config_file = ['/dev/null']
+        state_dir = None
+    conf = gpu_cmd.load_conf(Args())
+    return flavors_cmd.discovered_gpus(utils.load_json(resources),
+                                       utils.load_text(mig_text), conf)
+
+
+class TestPropose(testtools.TestCase):
+
+    def test_a100_mig_host(self):
+        gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
+                     'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+        by_name = {p.name: p for p in flavors.propose(gpus)}
+        mig = by_name['g1.a100-sxm4-80gb-1g.10gb']
+        self.assertEqual('A100-SXM4-80GB MIG 1g.10gb',
+                         mig.extra_specs['Accelerator:Model'])
+        self.assertEqual('1', mig.extra_specs['Accelerator:Number'])
+        self.assertEqual('10240', mig.extra_specs['Accelerator:Memory'])
+        self.assertEqual('MIG', mig.extra_specs[
+            'Accelerator:VirtualizationType'])
+        self.assertEqual('1', mig.extra_specs['resources:CUSTOM_MIG_1G_10GB'])
+        self.assertIn('1 MIG slice 1g.10gb of an NVIDIA A100-SXM4-80GB',
+                      mig.description)
+
+    def test_count_and_whole_gpu(self):
+        gpus = _gpus('lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json',
+                     'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+        [p] = flavors.propose([g for g in gpus if g.model], count=2)
+        self.assertEqual('g1.geforce-gt-730.x2', p.name)
+        self.assertEqual({'resources:PGPU': '2', 'Accelerator:Number': '2',
+                          'Accelerator:Type': 'GPU',
+                          'Accelerator:Vendor': 'NVIDIA',
+                          'Accelerator:Model': 'GeForce GT 730',
+                          'Accelerator:VirtualizationType': 'passthrough',
+                          'lxd:gpu_runtime': 'nvidia',
+                          'trait:CUSTOM_GPU_MODEL_GEFORCE_GT_730':
+                              'required'}, p.extra_specs)
+
+    def test_no_gpu(self):
+        self.assertEqual([], flavors.propose([]))
+        self.assertEqual('no GPU: no GPU flavor to propose',
+                         flavors_cmd.format_table([]))
+
+    def test_proposals_pass_the_validators(self):
+        validators.load_validators()
+        gpus = _gpus('handmade-lxd-h100-mig-host.json',
+                     'nvsmi-h100-80gb-mig-4slices-L.txt')
+        for proposal in flavors.propose(gpus):
+            for key, value in proposal.extra_specs.items():
+                validators.validate(key, value)
+        self.assertRaises(exception.ValidationError, validators.validate,
+                          'Accelerator:Numbr', '1')

@@ -19,7 +19,9 @@ console), ``lifecycle`` (spawn/destroy/rescue/snapshot), ``image`` (Glance
 to LXD.
 """
 
+from nova.compute import utils as compute_utils
 import nova.conf
+from nova import context as nova_context
 from nova import objects
 from nova.virt import driver
 from nova.virt import hardware
@@ -98,11 +100,33 @@ class LXDDriver(driver.ComputeDriver):
         accel_cdi.set_host_mode(accel_cdi.resolve(
             CONF.lxd_accelerators.nvidia_binding, daemon))
         LOG.info('%s', lxd_host.startup_line(daemon, CONF))
+        self._remove_interrupted_builds(host)
         self._reconcile_accelerators(host)
         self._watcher = events.LifecycleWatcher(
             self._client, host, CONF.lxd.lifecycle_poll_interval,
             self.emit_event)
         self._watcher.start()
+
+    def _remove_interrupted_builds(self, host):
+        # Before the accelerator check: their containers hold devices.
+        context = nova_context.get_admin_context()
+        try:
+            instances = objects.InstanceList.get_by_host(
+                context, host, expected_attrs=[])
+        except Exception as exc:
+            LOG.warning('Cannot list the instances nova has on %(host)s '
+                        '(%(exc)s): containers of builds interrupted by '
+                        'a restart are not removed this time',
+                        {'host': host, 'exc': exc})
+            return
+        for instance, fault in self._lifecycle.remove_interrupted_builds(
+                instances, host):
+            try:
+                compute_utils.add_instance_fault_from_exc(
+                    context, instance, fault)
+            except Exception:
+                LOG.exception('Cannot record the fault of the interrupted '
+                              'build', instance=instance)
 
     def _reconcile_accelerators(self, host):
         # LXD's container configs say who holds which device; compare them

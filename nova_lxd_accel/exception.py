@@ -167,3 +167,9 @@ class DaemonUnreachable(LXDUnreachable):
     msg_fmt = ('Cannot reach the %(daemon)s daemon at %(endpoint)s: '
                '%(reason)s. Check that it runs (`%(check)s`) and that [lxd] '
                'endpoint in nova.conf points at it.')
+
+
+class SpawnInterrupted(LXDAccelException):
+    msg_fmt = ('nova-compute on %(host)s stopped (killed or restarted) '
+               'while it was building this instance; at its restart it '
+               '%(cleanup)s. Delete the server and create it again.')

@@ -18,6 +18,8 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 
 import os
 
+from nova.compute import task_states
+from nova.compute import vm_states
 from nova import exception as nova_exception
 from oslo_log import log as logging
 from oslo_utils import excutils
@@ -118,6 +120,13 @@ def _message(exc):
     if isinstance(exc, nova_exception.NovaException):
         return exc.format_message()
     return str(exc)
+
+
+def _is_interrupted_build(instance):
+    """Whether nova-compute died while building (or rebuilding) it."""
+    return (instance.vm_state == vm_states.BUILDING or
+            instance.task_state in (task_states.SPAWNING,
+                                    task_states.REBUILD_SPAWNING))
 
 
 def _has_root_volume(block_device_info):
@@ -262,6 +271,42 @@ class Lifecycle(object):
         if not guest.delete():
             LOG.warning('Container %s is already gone', guest.name,
                         instance=instance)
+
+    # -- restart of nova-compute -----------------------------------------
+
+    def remove_interrupted_builds(self, instances, host):
+        """Remove the containers of builds a dead nova-compute left.
+
+        nova-compute killed during a spawn leaves its instance BUILDING
+        (or rebuilding) and perhaps a half-made container, holding its
+        accelerators; at the restart nova sets such an instance to ERROR
+        without a word. Its container is removed here (LXD operations on
+        it are waited for or cancelled), and the returned exception says
+        what happened, for the instance's fault.
+
+        :param instances: nova's instances on this host.
+        :returns: [(instance, SpawnInterrupted)] for each interrupted build.
+        """
+        interrupted = []
+        for instance in instances:
+            if not _is_interrupted_build(instance):
+                continue
+            guest = self.guest(instance)
+            try:
+                removed = guest.delete()
+            except exception.LXDAccelException as exc:
+                LOG.error('Cannot remove the container of the interrupted '
+                          'build: %s', exc, instance=instance)
+                cleanup = ('could not remove its container %s (%s)' % (
+                    guest.name, exc.format_message()))
+            else:
+                cleanup = ('removed the half-made container %s' % guest.name
+                           if removed else 'found no container of it')
+            LOG.warning('Build interrupted by the restart of nova-compute; '
+                        '%s', cleanup, instance=instance)
+            interrupted.append((instance, exception.SpawnInterrupted(
+                host=host, cleanup=cleanup)))
+        return interrupted
 
     # -- rescue -----------------------------------------------------------
 

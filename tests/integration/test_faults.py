@@ -23,9 +23,16 @@ container is left in the test's LXD project.
 import gzip
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 
 from nova.compute import power_state
+from nova.compute import task_states
+from nova.compute import vm_states
 from nova import exception as nova_exception
 
 from nova_lxd_accel import exception
@@ -60,6 +67,15 @@ class _FaultTestCase(base.DriverTestCase):
     def broken_image(self):
         return self.create_image(image_without_init(),
                                  checksum='no-init-%s' % self.project.name)
+
+    def wait_for_console(self, instance, text):
+        """Read the console until the guest has written ``text``."""
+        for attempt in range(200):
+            if text in self.driver.get_console_output(self.context,
+                                                      instance):
+                return
+            time.sleep(0.05)
+        self.fail('%r never appeared on the console' % text)
 
     def assertNothingLeft(self):
         self.assertEqual([], self.container_names())
@@ -166,8 +182,7 @@ class ConsoleTest(_FaultTestCase):
         instance = self.make_instance()
         self.driver.spawn(self.context, instance, self.tiny_image(), [],
                           None, {})
-        self.assertIn(b'tiny init started', self.driver.get_console_output(
-            self.context, instance))
+        self.wait_for_console(instance, b'tiny init started')
         self.driver._client.push_file(self.container_name(instance),
                                       '/sbin/init', SILENT_INIT, mode=0o755)
         self.driver.reboot(self.context, instance, None, 'HARD')
@@ -270,3 +285,79 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
                                             mig, None, True)
         self.assertEqual([instance.uuid], self.driver.list_instance_uuids())
         self.assertEqual('Running', self.container(instance)['status'])
+
+
+class KilledComputeTest(_FaultTestCase):
+    """nova-compute killed with SIGKILL in the middle of a spawn."""
+
+    def test_restart_removes_the_half_made_container(self):
+        image = self.tiny_image()
+        # The image is in LXD already, as on a host that booted it before.
+        self.driver._images.ensure(self.context, image)
+        instance = self.make_instance(vm_state=vm_states.BUILDING,
+                                      task_state=task_states.SPAWNING)
+        name = self.container_name(instance)
+        child = subprocess.Popen(
+            [sys.executable, '-m', 'tests.integration.test_faults',
+             self.project.name, instance.uuid, json.dumps(
+                 image.obj_to_primitive()['nova_object.data'])],
+            cwd=lxd_fixtures.REPO_ROOT)
+        self.addCleanup(_reap, child)
+        # Kill it as soon as LXD has the container: LXD is then still
+        # unpacking its root file system (or starting it).
+        while name not in self.container_names():
+            self.assertIsNone(child.poll(), 'the spawn ended before the '
+                              'container appeared')
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+        # The restarted nova-compute finds the instance still BUILDING.
+        interrupted = self.driver._lifecycle.remove_interrupted_builds(
+            [instance, self.make_instance()], self.host)
+        self.assertEqual([instance.uuid],
+                         [i.uuid for i, _fault in interrupted])
+        fault = interrupted[0][1]
+        self.assertIn('stopped (killed or restarted)', str(fault))
+        self.assertIn('removed the half-made container %s' % name,
+                      str(fault))
+        self.assertIn('Delete the server and create it again', str(fault))
+        self.assertNothingLeft()
+
+
+def _reap(child):
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+
+
+def _spawn_in_this_process(project, instance_uuid, image_data):
+    """The child of KilledComputeTest: one spawn, as nova-compute runs it."""
+    import nova.conf
+    from nova import context as nova_context
+    from nova import objects
+    from nova.tests.unit import fake_instance
+    from nova.virt import driver as virt_driver
+
+    from nova_lxd_accel import conf as lxd_conf
+
+    objects.register_all()
+    conf = nova.conf.CONF
+    conf([], project='nova')
+    lxd_conf.register_opts(conf)
+    conf.set_override('project', project, group='lxd')
+    conf.set_override('lifecycle_poll_interval', 0, group='lxd')
+    context = nova_context.get_admin_context()
+    driver = virt_driver.load_compute_driver(None, 'lxd_accel.LXDDriver')
+    flavor = objects.Flavor(
+        id=1, name='m1.tiny', flavorid='1', memory_mb=128, vcpus=1,
+        root_gb=0, ephemeral_gb=0, swap=0, rxtx_factor=1.0, vcpu_weight=1,
+        disabled=False, is_public=True, extra_specs={}, projects=[])
+    instance = fake_instance.fake_instance_obj(
+        context, uuid=instance_uuid, flavor=flavor, hostname='tiny')
+    image = objects.ImageMeta.from_dict(json.loads(image_data))
+    driver.spawn(context, instance, image, [], None, {})
+
+
+if __name__ == '__main__':
+    _spawn_in_this_process(*sys.argv[1:4])

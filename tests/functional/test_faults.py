@@ -1,0 +1,278 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Faults through the real Nova API (issue 11), against the real LXD.
+
+What the user sees (server status, fault, instance actions, console,
+diagnostics) and what is left behind (containers, Placement usage) when
+LXD refuses a container, the daemon is down, nova-compute dies in the
+middle of a build, or a guest writes nothing to its console.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from nova.compute import task_states
+from nova.compute import vm_states
+import nova.conf
+from nova import context as nova_context
+from nova import objects
+
+from nova_lxd_accel import conf as lxd_conf
+from tests.functional import base
+from tests.functional import test_resize_migrate
+from tests.integration import test_faults as it_faults
+from tests import lxd_proxy
+
+ZERO = {'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0}
+
+
+class _FaultTestCase(base.LXDFunctionalTestCase):
+
+    def flavor(self, **extra_spec):
+        return self._create_flavor(memory_mb=128, vcpu=1, disk=0,
+                                   ephemeral=0, extra_spec=extra_spec or None)
+
+    def boot(self, image_id=None, flavor_id=None):
+        return self.api.post_server({'server': self._build_server(
+            image_uuid=image_id or self.image_id,
+            flavor_id=flavor_id or self.flavor(), networks='none')})
+
+    def assertNothingLeft(self, server):
+        self.assertEqual([], self.container_names())
+        self.assertEqual({}, self._get_allocations_by_server_uuid(
+            server['id']))
+        for host in self.compute_hosts:
+            self.assertEqual(ZERO, self._get_provider_usages(
+                self._get_provider_uuid_by_host(host)))
+
+    def compute_attempts(self, server):
+        """Hosts that tried to build the server, from its actions."""
+        actions = self.api.get_instance_actions(server['id'])
+        create = [a for a in actions if a['action'] == 'create'][0]
+        events = self.api.get_instance_action_details(
+            server['id'], create['request_id'])['events']
+        return [e['host'] for e in events
+                if e['event'] == 'compute__do_build_and_run_instance']
+
+
+class BuildAbortTest(_FaultTestCase):
+    """Refusals every host would repeat abort the build at once."""
+
+    compute_hosts = ('compute1', 'compute2')
+
+    def setUp(self):
+        # Two nova-compute services in one process need a node of their
+        # own each (nova keeps a node's uuid in a file of state_path).
+        test_resize_migrate.per_host_node_uuids(self)
+        super(BuildAbortTest, self).setUp()
+
+    def test_image_lxd_cannot_start(self):
+        image_id = self._create_tiny_image(data=it_faults.image_without_init())
+        server = self._wait_for_state_change(self.boot(image_id), 'ERROR',
+                                             max_retries=60)
+        fault = server['fault']['message']
+        self.assertIn('aborted', fault)
+        self.assertIn('refused to start', fault)
+        self.assertIn('forkstart', fault)
+        self.assertNotIn('Exceeded maximum number of retries', fault)
+        self.assertEqual(1, len(self.compute_attempts(server)))
+        self.assertEqual([], self.container_names())
+        self._delete_server(server)
+        self.assertNothingLeft(server)
+
+    def test_device_lxd_rejects(self):
+        profile = 'nova-lxd-accel-%s' % self.lxd.name
+        self.lxd.admin.api.profiles.post(json={
+            'name': profile, 'config': {},
+            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
+                                 'pci': '0000:ff:1f.7'}}})
+        self.addCleanup(self.lxd.admin.api.profiles[profile].delete)
+        self.flags(profiles=[profile], group='lxd')
+        server = self._wait_for_state_change(self.boot(), 'ERROR',
+                                             max_retries=60)
+        fault = server['fault']['message']
+        self.assertIn('Invalid PCI address', fault)
+        self.assertIn('0000:ff:1f.7', fault)
+        self.assertNotIn('Exceeded maximum number of retries', fault)
+        self.assertEqual(1, len(self.compute_attempts(server)))
+        self._delete_server(server)
+        self.assertNothingLeft(server)
+
+    def test_flavor_the_operator_forbids(self):
+        # Microversion 2.1 skips nova's extra spec validation, as the
+        # CLI's default 2.61 does: the compute host must refuse it.
+        flavor_id = self.flavor(**{'lxd:privileged': 'true'})
+        server = self._wait_for_state_change(
+            self.boot(flavor_id=flavor_id), 'ERROR', max_retries=60)
+        fault = server['fault']['message']
+        self.assertIn('allow_privileged_containers', fault)
+        self.assertNotIn('Exceeded maximum number of retries', fault)
+        self.assertEqual(1, len(self.compute_attempts(server)))
+        self._delete_server(server)
+        self.assertNothingLeft(server)
+
+
+class _ProxiedTestCase(_FaultTestCase):
+    """nova-compute reaches LXD through tests.lxd_proxy (pass-through).
+
+    Stopping the proxy makes the socket refuse connections exactly as a
+    stopped daemon does, without stopping the daemon others share;
+    :meth:`lxd_up` starts it again on the same socket.
+    """
+
+    def setUp(self):
+        lxd_conf.register_opts(nova.conf.CONF)
+        self.proxy = self.useFixture(lxd_proxy.LXDProxy(strip_devices=False))
+        self.flags(endpoint=self.proxy.socket_path, group='lxd')
+        super(_ProxiedTestCase, self).setUp()
+
+    def lxd_down(self):
+        self.proxy._stop()
+
+    def lxd_up(self):
+        if os.path.exists(self.proxy.socket_path):
+            os.unlink(self.proxy.socket_path)
+        self.proxy._process = subprocess.Popen(
+            [sys.executable, '-m', 'tests.lxd_proxy',
+             '--socket', self.proxy.socket_path,
+             '--upstream', self.proxy.upstream,
+             '--resources', self.proxy.resources_file, '--no-strip'],
+            cwd=lxd_proxy.REPO_ROOT)
+        for attempt in range(600):
+            if os.path.exists(self.proxy.socket_path):
+                return
+            time.sleep(0.05)
+        self.fail('the LXD proxy did not come back')
+
+
+class StartWhileLXDDownTest(_ProxiedTestCase):
+
+    def test_start_fails_visibly(self):
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=self.flavor(),
+                                     networks='none')
+        server = self._stop_server(server)
+        self.lxd_down()
+        self.api.post_server_action(server['id'], {'os-start': None})
+        # 2.84: the event carries the error's message ("details").
+        latest, self.api.microversion = self.api.microversion, '2.84'
+        event = self._wait_for_action_fail_completion(
+            server, 'start', 'compute_start_instance')
+        self.api.microversion = latest
+        self.assertIn('Cannot reach the LXD daemon at %s'
+                      % self.proxy.socket_path, event['details'])
+        server = self._wait_for_state_change(server, 'SHUTOFF')
+        self.assertIsNone(server['OS-EXT-STS:task_state'])
+        # The fault is recorded (the API shows it for ERROR servers only).
+        fault = self._instance_fault(server)
+        self.assertIn('Cannot reach the LXD daemon at %s'
+                      % self.proxy.socket_path, fault.message)
+
+        self.lxd_up()
+        server = self._start_server(server)
+        self.assertEqual('Running', self.container_of(server)['status'])
+        self._delete_server(server)
+        self.assertNothingLeft(server)
+
+    def _instance_fault(self, server):
+        context = nova_context.get_admin_context()
+        mapping = objects.InstanceMapping.get_by_instance_uuid(
+            context, server['id'])
+        with nova_context.target_cell(context, mapping.cell_mapping) as cctx:
+            return objects.InstanceFault.get_latest_for_instance(
+                cctx, server['id'])
+
+
+class ComputeKilledDuringBuildTest(_FaultTestCase):
+
+    def test_restart_removes_container_and_explains(self):
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=self.flavor(),
+                                     networks='none')
+        compute = self.computes['compute1']
+        compute.stop()
+        # What nova-compute killed in the middle of this build leaves: the
+        # instance still BUILDING/spawning in nova, its container in LXD.
+        self._set_build_state(server)
+        self.assertEqual(['nova-%s' % server['id']], self.container_names())
+        self.computes['compute1'] = self.restart_compute_service(compute)
+
+        server = self._wait_for_state_change(server, 'ERROR')
+        fault = server['fault']['message']
+        self.assertIn('nova-compute on compute1 stopped (killed or '
+                      'restarted)', fault)
+        self.assertIn('removed the half-made container nova-%s'
+                      % server['id'], fault)
+        self.assertEqual([], self.container_names())
+        self._delete_server(server)
+        self.assertNothingLeft(server)
+
+    def _set_build_state(self, server):
+        context = nova_context.get_admin_context()
+        mapping = objects.InstanceMapping.get_by_instance_uuid(
+            context, server['id'])
+        with nova_context.target_cell(context, mapping.cell_mapping) as cctx:
+            instance = objects.Instance.get_by_uuid(cctx, server['id'])
+            instance.vm_state = vm_states.BUILDING
+            instance.task_state = task_states.SPAWNING
+            instance.save()
+
+
+class ConsoleAndDiagnosticsTest(_FaultTestCase):
+
+    def test_console_after_hard_reboot_of_a_silent_guest(self):
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=self.flavor(),
+                                     networks='none')
+        for attempt in range(200):
+            output = self.api.post_server_action(
+                server['id'], {'os-getConsoleOutput': {}})['output']
+            if 'tiny init started' in output:
+                break
+            time.sleep(0.05)
+        self.assertIn('tiny init started', output)
+        self.lxd.client.api.instances['nova-%s' % server['id']].files.post(
+            params={'path': '/sbin/init'}, data=it_faults.SILENT_INIT,
+            headers={'X-LXD-type': 'file', 'X-LXD-mode': '0755',
+                     'X-LXD-uid': '0', 'X-LXD-gid': '0',
+                     'X-LXD-write': 'overwrite'})
+        server = self._reboot_server(server, hard=True)
+        # LXD alone answers 500 here; the API must not.
+        output = self.api.post_server_action(
+            server['id'], {'os-getConsoleOutput': {}})['output']
+        self.assertIn('tiny init started', output)
+        self._delete_server(server)
+        self.assertNothingLeft(server)
+
+    def test_diagnostics_at_2_48(self):
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=self.flavor(),
+                                     networks='none')
+        latest, self.api.microversion = self.api.microversion, '2.48'
+        diags = self.api.get_server_diagnostics(server['id'])
+        self.api.microversion = latest
+        self.assertEqual('running', diags['state'])
+        self.assertEqual('libvirt', diags['driver'])
+        self.assertEqual('lxd', diags['hypervisor'])
+        self.assertEqual('linux', diags['hypervisor_os'])
+        self.assertIsInstance(diags['uptime'], int)
+        self.assertFalse(diags['config_drive'])
+        self.assertEqual(128, diags['memory_details']['maximum'])
+        self.assertEqual(1, diags['num_cpus'])
+        self.assertGreater(diags['cpu_details'][0]['time'], 0)
+        self.assertEqual(1, diags['num_disks'])
+        self.assertEqual(0, diags['num_nics'])
+        self._delete_server(server)
+        self.assertNothingLeft(server)

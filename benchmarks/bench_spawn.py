@@ -12,8 +12,9 @@
 
 """Driver spawn/destroy against raw pylxd create+start/delete, one run.
 
-Measures, on the real local LXD and the same tiny image (already cached,
-as for every boot after the first):
+Measures, on each real local daemon (LXD and Incus: every one whose
+socket answers, or those named with --daemon) and the same tiny image
+(already cached, as for every boot after the first):
 
 * driver: ``Lifecycle.spawn`` (what ``LXDDriver.spawn`` delegates to:
   config translation, image cache check, create, start) and
@@ -21,9 +22,16 @@ as for every boot after the first):
 * raw: pylxd ``instances.create(..., wait=True)`` + ``start(wait=True)``
   and ``stop(force)`` + ``delete``.
 
-Prints medians and the driver/raw ratios. Usage::
+Prints medians and the driver/raw ratios per daemon, then one line per
+daemon with both ratios; ``--max-ratio 1.10`` exits 1 when a ratio is
+above it (the driver must stay within 10% of the raw calls). Usage::
 
     python benchmarks/bench_spawn.py [--rounds 10] [--image tiny.tar.gz]
+        [--daemon lxd=/var/lib/lxd/unix.socket] [--daemon incus]
+        [--max-ratio 1.10]
+
+The sockets default to $LXD_DIR/unix.socket (/var/lib/lxd) and
+$INCUS_DIR/unix.socket (/var/lib/incus).
 """
 
 import argparse
@@ -68,30 +76,33 @@ def _instance(flavor):
                             key_data=None, user_data=None, flavor=flavor)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--rounds', type=int, default=10)
-    parser.add_argument('--image', default=os.environ.get(
-        'NOVA_LXD_ACCEL_TEST_IMAGE'))
-    args = parser.parse_args()
-    objects.register_all()
-    conf = nova.conf.CONF
-    lxd_conf.register_opts(conf)
-    conf([], project='nova')
+def default_sockets():
+    return {
+        'lxd': os.path.join(os.environ.get('LXD_DIR', '/var/lib/lxd'),
+                            'unix.socket'),
+        'incus': os.path.join(os.environ.get('INCUS_DIR',
+                                             '/var/lib/incus'),
+                              'unix.socket'),
+    }
+
+
+def answering(socket):
+    try:
+        pylxd.Client(endpoint=socket).api.get()
+        return True
+    except Exception:
+        return False
+
+
+def bench(conf, socket, rounds, image_path):
+    """{measure: [seconds]} for one daemon."""
     project = 'bench-%s' % uuid.uuid4().hex[:8]
     conf.set_override('project', project, group='lxd')
-
-    tmp = tempfile.mkdtemp()
-    image_path = args.image
-    if not image_path:
-        image_path = os.path.join(tmp, 'tiny.tar.gz')
-        subprocess.run([os.path.join(REPO, 'tools', 'build-tiny-image.sh'),
-                        image_path], check=True, stdout=subprocess.DEVNULL)
-
-    admin = pylxd.Client()
+    conf.set_override('endpoint', socket, group='lxd')
+    admin = pylxd.Client(endpoint=socket)
     admin.api.projects.post(json={'name': project, 'config': {
         'features.images': 'true', 'features.profiles': 'false'}})
-    raw = pylxd.Client(project=project)
+    raw = pylxd.Client(endpoint=socket, project=project)
     client = lxd_client.LXDClient(conf)
     images = lxd_image.ImageCache(client, image_api=LocalImageAPI(image_path))
     life = lifecycle.Lifecycle(client, conf, images)
@@ -102,12 +113,11 @@ def main():
         'container_format': 'bare', 'checksum': 'bench'})
     flavor = objects.Flavor(name='bench', vcpus=1, memory_mb=128, root_gb=0,
                             ephemeral_gb=0, swap=0, extra_specs={})
-    alias = images.ensure(context, image_meta)   # warm the cache
-
     timings = {'driver spawn': [], 'raw create+start': [],
                'driver destroy': [], 'raw stop+delete': []}
     try:
-        for _ in range(args.rounds):
+        alias = images.ensure(context, image_meta)   # warm the cache
+        for _ in range(rounds):
             instance = _instance(flavor)
             start = time.perf_counter()
             life.spawn(context, instance, image_meta, [], policy)
@@ -138,18 +148,78 @@ def main():
         for image in raw.images.all():
             image.delete(wait=True)
         admin.api.projects[project].delete()
+    return timings
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--rounds', type=int, default=10)
+    parser.add_argument('--image', default=os.environ.get(
+        'NOVA_LXD_ACCEL_TEST_IMAGE'))
+    parser.add_argument('--daemon', action='append', default=[],
+                        metavar='NAME[=SOCKET]',
+                        help='lxd or incus, optionally with its socket; '
+                             'repeat for both (default: every daemon whose '
+                             'default socket answers)')
+    parser.add_argument('--max-ratio', type=float, default=None,
+                        help='exit 1 when a driver/raw ratio exceeds it')
+    args = parser.parse_args()
+    sockets = default_sockets()
+    if args.daemon:
+        daemons = []
+        for item in args.daemon:
+            name, _sep, socket = item.partition('=')
+            daemons.append((name, socket or sockets[name]))
+    else:
+        daemons = [(name, socket) for name, socket in sockets.items()
+                   if answering(socket)]
+    if not daemons:
+        sys.exit('no daemon answers on %s' % ', '.join(sockets.values()))
+
+    objects.register_all()
+    conf = nova.conf.CONF
+    lxd_conf.register_opts(conf)
+    conf([], project='nova')
+
+    tmp = tempfile.mkdtemp()
+    try:
+        image_path = args.image
+        if not image_path:
+            image_path = os.path.join(tmp, 'tiny.tar.gz')
+            subprocess.run(
+                [os.path.join(REPO, 'tools', 'build-tiny-image.sh'),
+                 image_path], check=True, stdout=subprocess.DEVNULL)
+        ratios = []
+        for name, socket in daemons:
+            server = pylxd.Client(endpoint=socket).host_info['environment']
+            label = '%s %s' % (server.get('server', name),
+                               server.get('server_version'))
+            timings = bench(conf, socket, args.rounds, image_path)
+            medians = {measure: statistics.median(values)
+                       for measure, values in timings.items()}
+            print('%s (%s): %d rounds, tiny busybox image, cached' % (
+                label, socket, args.rounds))
+            for measure, value in medians.items():
+                print('  %-18s median %7.1f ms' % (measure, value * 1000))
+            ratios.append((
+                label,
+                medians['driver spawn'] / medians['raw create+start'],
+                medians['driver destroy'] / medians['raw stop+delete']))
+    finally:
         shutil.rmtree(tmp)
 
-    medians = {name: statistics.median(values)
-               for name, values in timings.items()}
-    print('rounds: %d (tiny busybox image, cached)' % args.rounds)
-    for name, value in medians.items():
-        print('%-18s median %7.1f ms' % (name, value * 1000))
-    print('spawn ratio   driver/raw = %.2f' % (
-        medians['driver spawn'] / medians['raw create+start']))
-    print('destroy ratio driver/raw = %.2f' % (
-        medians['driver destroy'] / medians['raw stop+delete']))
+    failed = False
+    for label, spawn, destroy in ratios:
+        verdict = ''
+        if args.max_ratio is not None:
+            over = spawn > args.max_ratio or destroy > args.max_ratio
+            failed = failed or over
+            verdict = '  %s (max %.2f)' % ('OVER' if over else 'ok',
+                                           args.max_ratio)
+        print('%-14s spawn/raw %.2f  destroy/raw %.2f%s' % (
+            label, spawn, destroy, verdict))
+    return 1 if failed else 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

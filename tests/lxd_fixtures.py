@@ -62,27 +62,41 @@ _DEFAULTS = {
 }
 
 
+#: The environment as the test process started: DaemonEnvironment changes
+#: LXD_DIR and INCUS_DIR during each test, the run's settings stay.
+_ENVIRON = {key: value for key, value in os.environ.items()
+            if key.startswith(('LXD_', 'INCUS_', 'NOVA_LXD_ACCEL_'))}
+
+
 def daemon():
     """``lxd`` or ``incus``: the kind of daemon this test run uses.
 
     $NOVA_LXD_ACCEL_TEST_DAEMON when set; else ``incus`` when only
     $INCUS_DIR is set, ``lxd`` otherwise.
     """
-    chosen = os.environ.get('NOVA_LXD_ACCEL_TEST_DAEMON')
+    chosen = _ENVIRON.get('NOVA_LXD_ACCEL_TEST_DAEMON')
     if chosen:
         if chosen not in _DEFAULTS:
             raise ValueError('NOVA_LXD_ACCEL_TEST_DAEMON=%s: use lxd or '
                              'incus' % chosen)
         return chosen
-    if 'INCUS_DIR' in os.environ and 'LXD_DIR' not in os.environ:
+    if 'INCUS_DIR' in _ENVIRON and 'LXD_DIR' not in _ENVIRON:
         return 'incus'
     return 'lxd'
 
 
-def _setting(key):
-    kind = daemon()
-    return os.environ.get('%s_%s' % (kind.upper(), key),
-                          _DEFAULTS[kind][key])
+def _setting(key, kind=None):
+    kind = kind or daemon()
+    return _ENVIRON.get('%s_%s' % (kind.upper(), key),
+                        _DEFAULTS[kind][key])
+
+
+def socket_of(kind):
+    """The unix socket of the main LXD or Incus daemon, whichever the run.
+
+    The LXD-to-Incus tests use both.
+    """
+    return os.path.join(_setting('DIR', kind), 'unix.socket')
 
 
 def daemon_dir():
@@ -247,18 +261,25 @@ def execute_ok(client, name, command, **kwargs):
 class LXDProject(fixtures.Fixture):
     """A fresh LXD project, removed with everything in it afterwards."""
 
-    def __init__(self, prefix='t'):
+    def __init__(self, prefix='t', socket=None, name=None):
+        """A project on the run's daemon, or on another one.
+
+        :param socket: another daemon than the run's (its unix socket).
+        :param name: the project's name (default: prefix-<random>).
+        """
         super(LXDProject, self).__init__()
-        self.name = '%s-%s' % (prefix, uuid.uuid4().hex[:12])
+        self.name = name or '%s-%s' % (prefix, uuid.uuid4().hex[:12])
+        self.socket = socket
 
     def _setUp(self):
         self.useFixture(DaemonEnvironment())
-        self.admin = pylxd.Client(endpoint=lxd_socket())
+        socket = self.socket or lxd_socket()
+        self.admin = pylxd.Client(endpoint=socket)
         self.admin.api.projects.post(json={
             'name': self.name,
             'config': {'features.images': 'true',
                        'features.profiles': 'false'}})
-        self.client = pylxd.Client(endpoint=lxd_socket(), project=self.name)
+        self.client = pylxd.Client(endpoint=socket, project=self.name)
         self.addCleanup(self._remove)
 
     def instances(self):

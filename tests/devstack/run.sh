@@ -199,6 +199,7 @@ scenario_debian_host_without_accelerators() {
     assert_ran "sudo groupadd --system lxd"
     assert_ran "add_user_to_group stack lxd"
     assert_ran "sudo lxc storage create default dir"
+    assert_not_ran "incus"
     assert_not_ran "project create"
     assert_ran "setup_develop $WORK/src"
 
@@ -251,6 +252,78 @@ scenario_debian_host_without_accelerators() {
     phase clean
     assert_ran "sudo lxc delete --force --project default nova-1b2c"
     [[ ! -e "$DATA_DIR/nova-lxd-accel" ]] || fail "clean left the data dir"
+}
+
+scenario_debian12_incus_backend() {
+    LXD_BACKEND=incus
+    os_CODENAME=bookworm
+    INCUS_DAEMON=$WORK/no-incusd
+    load_plugin_settings
+    printf '[Service]\nUser = stack\n' > "$SYSTEMD_DIR/devstack@n-cpu.service"
+    stack
+
+    assert_ran "sudo tee /etc/apt/sources.list.d/bookworm-backports.sources"
+    assert_ran "sudo apt-get install -y --no-install-recommends -t bookworm-backports incus-base incus-client busybox-static"
+    assert_ran "sudo systemctl enable --now incus.socket incus.service"
+    assert_ran "sudo incus admin waitready --timeout=120"
+    assert_ran "sudo groupadd --system incus-admin"
+    assert_ran "add_user_to_group stack incus-admin"
+    assert_ran "sudo incus storage create default dir"
+    assert_not_ran "sudo lxc "
+    assert_not_ran "lxd waitready"
+    assert_not_ran "install_package lxd"
+    assert_not_ran "snap"
+    assert_documented "^sudo (apt-get install|systemctl enable|incus .* create|incus admin)"
+    assert_ini "$NOVA_CONF" lxd endpoint /var/lib/incus/unix.socket
+    assert_ini "$NOVA_CONF" lxd storage_pool default
+    assert_ini "$SYSTEMD_DIR/devstack@n-cpu.service" Service \
+        SupplementaryGroups incus-admin
+    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 lxd.small"
+
+    FAKE_CONTAINERS=$'nova-1b2c\nhandmade'
+    phase unstack
+    assert_ran "sudo incus stop --force --project default nova-1b2c"
+    phase clean
+    assert_ran "sudo incus delete --force --project default nova-1b2c"
+    assert_not_ran "handmade"
+}
+
+scenario_debian13_picks_incus_and_keeps_an_installed_one() {
+    # auto on Debian 13 (its LXD is frozen): Incus, here already installed.
+    os_VENDOR=Debian
+    os_RELEASE=13
+    os_CODENAME=trixie
+    unset -f lxc
+    incus() { _fake_daemon_cli "$@"; }
+    INCUS_DAEMON=$(command -v python3)
+    echo "storage default" > "$LXD_STATE"
+    load_plugin_settings
+    stack
+
+    assert_not_ran "apt-get"
+    assert_not_ran "install_package"
+    assert_ran "sudo incus admin waitready --timeout=120"
+    assert_ini "$NOVA_CONF" lxd endpoint /var/lib/incus/unix.socket
+    assert_not_ran "storage create"
+}
+
+scenario_lxd_backend_is_the_default_on_debian12() {
+    os_RELEASE=12
+    load_plugin_settings
+    stack
+    assert_ran "install_package lxd lxd-client busybox-static"
+    assert_not_ran "incus"
+    assert_ini "$NOVA_CONF" lxd endpoint "<unset>"
+}
+
+scenario_unknown_backend_stops_the_phase() {
+    LXD_BACKEND=docker
+    load_plugin_settings
+    if (phase stack pre-install) 2>/dev/null; then
+        fail "pre-install passed with LXD_BACKEND=docker"
+    fi
+    assert_ran "die LXD_BACKEND must be lxd, incus or auto, not 'docker'"
+    assert_not_ran "install_package"
 }
 
 scenario_ubuntu_snap_host_with_two_gpus() {

@@ -117,6 +117,15 @@ getent() {
 # A fake LXD: pools and projects in $LXD_STATE, containers from
 # $FAKE_CONTAINERS (one name per line).
 lxc() {
+    _fake_daemon_cli "$@"
+}
+
+# A fake Incus, the same as the fake LXD ("incus admin ..." does nothing).
+incus() {
+    _fake_daemon_cli "$@"
+}
+
+_fake_daemon_cli() {
     case "$1 $2" in
         "storage show"|"project show")
             grep -qx "$1 $3" "$LXD_STATE"

@@ -244,6 +244,11 @@ class LXDDriver(driver.ComputeDriver):
             image_meta, resize_instance, allocations, block_device_info,
             power_on)
 
+    def delete_instance_files(self, instance):
+        # nova calls this on the source of a failed migration once the
+        # server is deleted: its kept original container is all there is.
+        return self._migration.delete_kept_original(instance)
+
     def confirm_migration(self, context, migration, instance, network_info):
         self._migration.confirm_migration(context, migration, instance,
                                           network_info)

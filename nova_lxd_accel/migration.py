@@ -441,37 +441,60 @@ class Migration(object):
                          block_device_info, power_on)
         except Exception:
             with excutils.save_and_reraise_exception():
-                self._undo_finish(instance, guest, migration, network_info,
-                                  block_device_info)
+                self._undo_finish(context, instance, guest, migration,
+                                  network_info, block_device_info)
 
-    def _undo_finish(self, instance, guest, migration, network_info,
-                     block_device_info):
-        """Remove the half-made destination; the source stays as it is.
+    def _undo_finish(self, context, instance, guest, migration,
+                     network_info, block_device_info):
+        """Remove the half-made destination; the source stays as it was.
 
-        The original is the source host's kept container (the backup), so
+        The original is the source's kept container (the backup), so
         removing this container (and with it its accelerator binding) and
-        the NICs and volumes plugged here loses nothing.
+        the NICs and volumes plugged here loses nothing. On the same host
+        the original is then put back in place, stopped, as it was before
+        the resize (nova sets the instance's flavor back to the old one);
+        on another host it stays on the source as the backup, which the
+        source removes once the server is deleted
+        (:meth:`delete_kept_original`).
         """
         _name, backup = self._names(instance)
+        same_host = migration.source_compute == migration.dest_compute
+        if same_host:
+            where = 'is put back in place, stopped'
+        else:
+            where = 'stays on %s as %s' % (migration.source_compute, backup)
         LOG.error('Finishing the %(what)s failed: removing the half-made '
-                  'container %(name)s here; the original stays on '
-                  '%(source)s as %(backup)s', {
-                      'what': 'resize' if migration.source_compute ==
-                      migration.dest_compute else 'migration',
-                      'name': guest.name, 'source': migration.source_compute,
-                      'backup': backup}, instance=instance)
+                  'container %(name)s; the original %(where)s', {
+                      'what': 'resize' if same_host else 'migration',
+                      'name': guest.name, 'where': where},
+                  instance=instance)
         try:
             self._client.remove_container(guest.name)
-        except Exception:
-            LOG.exception('Could not remove the half-made container %s',
-                          guest.name, instance=instance)
-        try:
             self._release_host_side(instance, network_info,
                                     block_device_info)
+            if same_host:
+                record = self._client.get_container(backup)
+                if record is not None:
+                    self._client.rename_container(backup, guest.name)
+                    self._restore(context, instance,
+                                  dict(record, name=guest.name),
+                                  migration.source_compute, network_info,
+                                  block_device_info)
         except Exception:
-            LOG.exception('Could not release the NICs or volumes plugged '
-                          'for the failed resize or migration',
+            LOG.exception('Undoing the failed resize or migration failed; '
+                          'the original is container %s', backup,
                           instance=instance)
+
+    def delete_kept_original(self, instance):
+        """Remove the kept original of a deleted instance (a failed move).
+
+        :returns: whether nothing of the instance is left here.
+        """
+        _name, backup = self._names(instance)
+        if self._client.remove_container(backup):
+            LOG.info('Removed %s, kept for a migration that failed',
+                     backup, instance=instance)
+        return True
 
     def _finish(self, context, instance, guest, record, host, network_info,
                 image_meta, allocations, block_device_info, power_on):

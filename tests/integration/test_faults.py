@@ -235,7 +235,6 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
     def test_failed_finish_removes_destination_keeps_source(self):
         instance = self.spawn(vcpus=1, memory_mb=128)
         name = self.container_name(instance)
-        backup = migration.backup_name('nova-', instance.uuid)
         mig = self.migration(instance, self.host, self.host)
         disk_info = self.driver.migrate_disk_and_power_off(
             self.context, instance, '127.0.0.1', self.new_flavor(), None,
@@ -249,13 +248,21 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
             exception.LXDOperationFailed, self.driver.finish_migration,
             self.context, mig, instance, disk_info, None, self.image, True,
             {}, None, True)
-        # The half-made destination is gone; the original is kept.
-        self.assertEqual([backup], self.container_names())
-        self.assertEqual('128MiB', self.project.instance(backup)['config'][
-            'limits.memory'])
-
-        # Reverting restores it, and reverting again changes nothing.
+        # The half-made container is gone; on the same host the original
+        # is back in place, stopped, as it was (nova sets the instance's
+        # flavor back to the old one).
+        self.assertEqual([name], self.container_names())
+        record = self.container(instance)
+        self.assertEqual('Stopped', record['status'])
+        self.assertEqual('128MiB', record['config']['limits.memory'])
+        self.assertNotIn(migration.KEY_BACKUP_OF, record['config'])
+        self.assertEqual([instance.uuid], self.driver.list_instance_uuids())
         instance.flavor = instance.old_flavor
+        self.driver.power_on(self.context, instance, None)
+        self.assertEqual('Running', self.container(instance)['status'])
+
+        # A revert (nova retrying one) finds it in place, as often as it
+        # runs.
         for attempt in range(2):
             self.driver.finish_revert_migration(self.context, instance,
                                                 None, mig, None, True)
@@ -266,6 +273,42 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
             self.assertEqual([instance.uuid],
                              self.driver.list_instance_uuids())
         self.driver.destroy(self.context, instance, None)
+        self.assertEqual([], self.container_names())
+
+    def test_failed_finish_on_other_host_keeps_source(self):
+        test_migration.require_peer(self)
+        peer = self.useFixture(test_migration.PeerProject(self.project.name))
+        peer_host = self.host + '-b'
+        test_migration.migration_flags(self, {
+            self.host: (test_migration.MAIN_URL, test_migration.MAIN_DIR),
+            peer_host: (test_migration.PEER_URL, test_migration.PEER_DIR)})
+        self.flags(endpoint=test_migration.PEER_SOCKET, group='lxd')
+        peer_driver = self.driver.__class__(None)
+        peer_driver.init_host(peer_host)
+        self.addCleanup(peer_driver.cleanup_host, peer_host)
+        self.flags(endpoint=None, group='lxd')
+
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        name = self.container_name(instance)
+        backup = migration.backup_name('nova-', instance.uuid)
+        mig = self.migration(instance, self.host, peer_host)
+        disk_info = self.driver.migrate_disk_and_power_off(
+            self.context, instance, '127.0.0.1', instance.flavor, None,
+            None, 5, 1)
+        peer.client.api.instances[name].files.delete(
+            params={'path': '/sbin/init'})
+        instance.host = peer_host
+        self.assertRaises(
+            exception.LXDOperationFailed, peer_driver.finish_migration,
+            self.context, mig, instance, disk_info, None, self.image, False,
+            {}, None, True)
+        # Nothing on the destination; the source keeps the original.
+        self.assertEqual([], sorted(r['name'] for r in peer.instances()))
+        self.assertEqual([backup], self.container_names())
+        self.assertEqual('128MiB', self.project.instance(backup)['config'][
+            'limits.memory'])
+        # Once the server is deleted, nova has the source remove it.
+        self.assertTrue(self.driver.delete_instance_files(instance))
         self.assertEqual([], self.container_names())
 
     def test_revert_interrupted_after_rename(self):

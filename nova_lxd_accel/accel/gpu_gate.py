@@ -456,9 +456,14 @@ class GpuGate(object):
                                     reason=hold.get('reason'))
 
 
-def idle_units(state, conf, now):
-    """Bound units of running instances idle for ``idle_report_after``."""
-    after = conf.lxd_accelerators.idle_report_after
+def idle_units(state, conf, now, after=None):
+    """Bound units of running instances idle for ``idle_report_after``.
+
+    :param after: seconds, instead of ``[lxd_accelerators]
+        idle_report_after``.
+    """
+    if after is None:
+        after = conf.lxd_accelerators.idle_report_after
     if not after:
         return []
     out = []

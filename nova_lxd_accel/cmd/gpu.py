@@ -56,6 +56,11 @@ def load_conf(args):
     from nova_lxd_accel import conf as accel_conf
 
     conf = cfg.ConfigOpts()
+    # groups of this ConfigOpts only: an override set on the shared group
+    # objects would leak into every other ConfigOpts of the process
+    for group, _ in accel_conf.list_opts():
+        conf.register_group(cfg.OptGroup(group.name, title=group.title,
+                                         help=group.help))
     accel_conf.register_opts(conf)
     files = args.config_file or cfg.find_config_files(
         project='nova', prog='nova-compute')

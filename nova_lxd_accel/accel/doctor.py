@@ -1,0 +1,369 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Checks of a compute host: what is wrong and how to fix it.
+
+Every check is a pure function of a :class:`HostView` (what
+``nova-lxd-accel doctor`` gathered: the daemon's ``GET /1.0`` answer, its
+``/1.0/resources``, a GPU probe snapshot, ``nvidia-smi -L``, the GPU state
+file, and files under a root directory: ``/proc``, ``/sys``, ``/etc/cdi``)
+and returns :class:`Finding` objects. A recorded host is a directory tree
+plus saved answers, so every check is tested on recorded host states.
+"""
+
+import dataclasses
+import glob
+import os
+import typing
+
+from nova_lxd_accel.accel import discovery
+from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel import lxd_resources
+from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel import daemon as lxd_daemon
+
+OK = 'ok'
+INFO = 'info'
+WARN = 'warning'
+ERROR = 'error'
+_RANK = {OK: 0, INFO: 0, WARN: 1, ERROR: 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str
+    message: str
+    fix: str = ''
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class HostView:
+    """What the checks look at.
+
+    :ivar root: prefix of ``/proc``, ``/sys``, ``/etc`` paths ('/' live).
+    :ivar server_info: ``GET /1.0`` metadata, or None.
+    :ivar server_error: why the daemon could not be asked, or None.
+    :ivar pool_error: why the storage pool is unusable, or None (not
+        checked when ``pool_checked`` is False).
+    """
+
+    conf: object
+    root: str = '/'
+    server_info: typing.Optional[dict] = None
+    server_error: typing.Optional[str] = None
+    pool_checked: bool = False
+    pool_error: typing.Optional[str] = None
+    resources: typing.Optional[dict] = None
+    snapshot: object = None
+    mig_text: typing.Optional[str] = None
+    state: typing.Optional[dict] = None
+    now: float = 0.0
+
+    def path(self, *parts):
+        return os.path.join(self.root, *[p.lstrip('/') for p in parts])
+
+    def exists(self, *parts):
+        return os.path.exists(self.path(*parts))
+
+    def read(self, *parts):
+        try:
+            with open(self.path(*parts), encoding='utf-8',
+                      errors='replace') as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def gpus(self):
+        return lxd_resources.parse_gpus(self.resources or {})
+
+    def nvidia_gpus(self):
+        return [g for g in self.gpus() if g.is_nvidia]
+
+    def ib_cards(self):
+        return lxd_resources.parse_ib_cards(self.resources or {})
+
+
+def check_daemon(view):
+    if view.server_error:
+        return [Finding('daemon', ERROR, 'the LXD daemon is not reachable: '
+                        '%s' % view.server_error,
+                        'start it (systemctl start snap.lxd.daemon or lxd) '
+                        'or set [lxd] endpoint')]
+    info = view.server_info or {}
+    daemon = lxd_daemon.DaemonInfo.from_server_info(info)
+    out = [Finding('daemon', OK, '%s %s reachable' % (daemon.name,
+                                                      daemon.version))]
+    missing = daemon.missing_required()
+    if missing:
+        out.append(Finding(
+            'daemon-extensions', ERROR, 'API extensions missing: %s' %
+            ', '.join('%s (first in %s)' % m for m in missing),
+            'upgrade %s to 5.0 or later' % daemon.name))
+    else:
+        out.append(Finding('daemon-extensions', OK,
+                           'every required API extension is present'))
+    if view.pool_checked:
+        if view.pool_error:
+            out.append(Finding('storage-pool', ERROR, view.pool_error,
+                               'create the pool or set [lxd] storage_pool'))
+        else:
+            out.append(Finding('storage-pool', OK, 'storage pool "%s" exists'
+                               % view.conf.lxd.storage_pool))
+    subuid = view.read('/etc/subuid')
+    if subuid is None:
+        out.append(Finding('idmap', INFO, 'no /etc/subuid: the daemon uses '
+                           'its own default user-id map'))
+    elif not any(line.split(':')[0] in ('root', 'lxd')
+                 for line in subuid.splitlines()):
+        out.append(Finding(
+            'idmap', WARN, '/etc/subuid has no range for root: unprivileged '
+            'containers get a small default map',
+            'add "root:1000000:1000000000" to /etc/subuid and /etc/subgid'))
+    else:
+        out.append(Finding('idmap', OK, '/etc/subuid has a range for root'))
+    return out
+
+
+def _nvidia_driver(view):
+    version = view.read('/proc/driver/nvidia/version')
+    if version:
+        first = version.splitlines()[0]
+        return ' '.join(first.split()[:8])
+    if view.exists('/sys/module/nvidia'):
+        return 'nvidia module %s' % (
+            (view.read('/sys/module/nvidia/version') or 'loaded').strip())
+    return None
+
+
+def _cdi_specs(view):
+    found = []
+    for directory in ('/etc/cdi', '/var/run/cdi'):
+        for path in sorted(glob.glob(view.path(directory, '*'))):
+            try:
+                with open(path, encoding='utf-8', errors='replace') as f:
+                    if 'nvidia.com/gpu' in f.read():
+                        found.append('%s/%s' % (directory,
+                                                os.path.basename(path)))
+            except OSError:
+                continue
+    return found
+
+
+def check_nvidia(view):
+    gpus = view.nvidia_gpus()
+    if not view.gpus():
+        return [Finding('gpu', INFO, 'no GPU: this host has no GPU, nothing '
+                        'to check for GPUs')]
+    if not gpus:
+        return [Finding('gpu', INFO, '%d GPU(s), none from NVIDIA' %
+                        len(view.gpus()))]
+    out = [Finding('gpu', OK, '%d NVIDIA GPU(s): %s' % (
+        len(gpus), ', '.join('%s %s' % (g.pci_address, g.model or
+                                        g.product or g.product_id or '?')
+                             for g in gpus)))]
+    driver = _nvidia_driver(view)
+    if driver:
+        out.append(Finding('nvidia-driver', OK, driver))
+    else:
+        out.append(Finding('nvidia-driver', ERROR,
+                           'NVIDIA GPUs but no NVIDIA kernel driver loaded',
+                           'install the NVIDIA driver and load it '
+                           '(modprobe nvidia)'))
+    specs = _cdi_specs(view)
+    toolkit = any(view.exists(d, 'nvidia-container-cli')
+                  for d in ('/usr/bin', '/usr/local/bin'))
+    if specs:
+        out.append(Finding('nvidia-cdi', OK, 'CDI spec: %s' %
+                           ', '.join(specs)))
+    elif toolkit:
+        out.append(Finding('nvidia-cdi', OK, 'NVIDIA container toolkit '
+                           '(nvidia-container-cli) for nvidia.runtime'))
+    else:
+        out.append(Finding(
+            'nvidia-cdi', WARN, 'no CDI spec in /etc/cdi or /var/run/cdi and '
+            'no nvidia-container-cli: containers cannot get the NVIDIA user '
+            'space (lxd:gpu_runtime=nvidia, MIG devices)',
+            'install nvidia-container-toolkit and run "nvidia-ctk cdi '
+            'generate --output=/etc/cdi/nvidia.yaml"'))
+    snapshot = view.snapshot
+    if snapshot is None or not snapshot.available:
+        out.append(Finding(
+            'nvidia-smi', ERROR, 'nvidia-smi did not answer (%s): health, '
+            'release verification and usage are unknown' % (
+                getattr(snapshot, 'error', None) or 'not run'),
+            'install the NVIDIA driver utilities or set [lxd_accelerators] '
+            'nvidia_smi_path'))
+        return out
+    listed = nvidia_smi.parse_list(view.mig_text or '')
+    slices = sum(len(g.mig_devices) for g in listed)
+    for pci, facts in sorted(snapshot.gpus.items()):
+        mode = (facts.mig_mode or '').lower()
+        if mode == 'enabled':
+            mine = [g for g in listed if g.uuid == facts.uuid]
+            count = sum(len(g.mig_devices) for g in mine) if mine else slices
+            if not count:
+                out.append(Finding(
+                    'mig', WARN, 'GPU %s is in MIG mode with no MIG device: '
+                    'nothing of it can be scheduled' % pci,
+                    'create GPU and compute instances (nvidia-smi mig -cgi '
+                    '<profiles> -C) or disable MIG (nvidia-smi -i %s -mig 0)'
+                    % pci))
+            else:
+                out.append(Finding('mig', OK, 'GPU %s: MIG mode, %d MIG '
+                                   'device(s)' % (pci, count)))
+    if not view.conf.lxd_accelerators.report_mig and slices:
+        out.append(Finding(
+            'nova-conf', WARN, '%d MIG devices exist but [lxd_accelerators] '
+            'report_mig = false: their GPUs are offered whole and cannot be '
+            'bound' % slices, 'set [lxd_accelerators] report_mig = true'))
+    return out
+
+
+def check_iommu_and_vfs(view):
+    groups = glob.glob(view.path('/sys/kernel/iommu_groups', '*'))
+    vfs = [vf for card in view.ib_cards() for vf in card.vfs]
+    vfs += [vf for gpu in view.gpus() for vf in gpu.vfs]
+    if groups:
+        return [Finding('iommu', OK, 'IOMMU on (%d groups); %d SR-IOV VF(s)'
+                        % (len(groups), len(vfs)))]
+    if vfs:
+        return [Finding('iommu', WARN, '%d SR-IOV VF(s) but no IOMMU group' %
+                        len(vfs), 'boot with intel_iommu=on iommu=pt (or '
+                        'amd_iommu=on)')]
+    return [Finding('iommu', INFO, 'IOMMU off; no SR-IOV VF in use')]
+
+
+def check_infiniband(view):
+    cards = view.ib_cards()
+    if not cards:
+        return [Finding('infiniband', INFO, 'no InfiniBand card')]
+    out = []
+    if not view.exists('/sys/module/ib_core'):
+        out.append(Finding('infiniband', ERROR, '%d InfiniBand card(s) but '
+                           'ib_core is not loaded' % len(cards),
+                           'modprobe ib_core ib_uverbs mlx5_ib'))
+    if not view.exists('/sys/module/ib_uverbs'):
+        out.append(Finding('infiniband', WARN, 'ib_uverbs is not loaded: '
+                           'containers get no verbs device',
+                           'modprobe ib_uverbs'))
+    ports = [p for c in cards for p in c.ports]
+    bindable = [p for p in ports if p.netdev]
+    if not bindable and not any(v.netdevs for c in cards for v in c.vfs):
+        out.append(Finding('infiniband', WARN, 'no InfiniBand port or VF has '
+                           'a network device: nothing can be bound',
+                           'load the IPoIB driver (modprobe ib_ipoib)'))
+    if not out:
+        out.append(Finding('infiniband', OK, '%d card(s), %d port(s) with a '
+                           'network device' % (len(cards), len(bindable))))
+    return out
+
+
+def check_cgroup(view):
+    controllers = view.read('/sys/fs/cgroup/cgroup.controllers')
+    if controllers is None:
+        return [Finding('cgroup', WARN, 'cgroup v1: device control by the '
+                        'devices controller only',
+                        'boot with systemd.unified_cgroup_hierarchy=1')]
+    return [Finding('cgroup', OK, 'cgroup v2 (device control by eBPF); '
+                    'controllers: %s' % controllers.strip())]
+
+
+def check_nova_conf(view):
+    out = []
+    group = view.conf.lxd_accelerators
+    present = {g.pci_address for g in view.gpus()}
+    present |= {c.pci_address for c in view.ib_cards()}
+    present |= {vf.pci_address for c in view.ib_cards() for vf in c.vfs}
+    options = discovery.Options.from_conf(view.conf)
+    for address in sorted(options.excluded_pci_addresses - present):
+        out.append(Finding('nova-conf', WARN, '[lxd_accelerators] '
+                           'excluded_pci_addresses lists %s, which this host '
+                           'does not have' % address,
+                           'remove it from excluded_pci_addresses'))
+    ignored = sorted({g.vendor_id for g in view.gpus()
+                      if g.vendor_id in ('10de', '1002')} -
+                     options.gpu_vendor_ids)
+    if ignored:
+        out.append(Finding('nova-conf', WARN, 'GPUs of vendor(s) %s are '
+                           'present but not in [lxd_accelerators] '
+                           'gpu_vendor_ids: not reported' % ', '.join(
+                               ignored), 'add them to gpu_vendor_ids'))
+    if view.nvidia_gpus() and group.report_mig and view.snapshot is not None \
+            and view.snapshot.error == 'no nvidia-smi: no GPU':
+        out.append(Finding('nova-conf', ERROR, '[lxd_accelerators] '
+                           'nvidia_smi_path %s does not exist' %
+                           group.nvidia_smi_path,
+                           'set nvidia_smi_path to the nvidia-smi binary'))
+    if not out:
+        out.append(Finding('nova-conf', OK, 'nova.conf agrees with the host'))
+    return out
+
+
+def check_gpu_states(view):
+    state = view.state or {}
+    pcis = [g.pci_address for g in view.gpus()]
+    if not pcis and not state.get('holds'):
+        return []
+    out = []
+    for pci, hold in sorted(state.get('holds', {}).items()):
+        users = sorted({u.get('instance') for u in state.get(
+            'bound', {}).values() if u.get('pci') == pci})
+        on = ('; instances still on it: %s' % ', '.join(users)) if users \
+            else ''
+        if hold.get('kind') == 'unhealthy':
+            out.append(Finding('gpu-health', ERROR, 'GPU %s is unhealthy: %s'
+                               '%s' % (pci, hold.get('reason'), on),
+                               'repair or reset it (nvidia-smi -r -i %s), '
+                               'then "nova-lxd-accel gpu release %s --reason '
+                               '..."' % (pci, pci)))
+        else:
+            out.append(Finding('gpu-held', INFO, 'GPU %s is held: %s%s' % (
+                pci, hold.get('reason'), on), '"nova-lxd-accel gpu release '
+                '%s --reason ..." when done' % pci))
+    for key, unit in sorted(state.get('dirty', {}).items()):
+        out.append(Finding('gpu-dirty', WARN, '%s of GPU %s (released by '
+                           'instance %s) is not clean: %s' % (
+                               key, unit.get('pci'), unit.get('instance'),
+                               unit.get('holding')),
+                           'end the process nvidia-smi shows on it, or '
+                           'recreate the MIG device; it is schedulable again '
+                           'once clean'))
+    for unit in gpu_gate.idle_units(state, view.conf, view.now):
+        out.append(Finding('gpu-idle', WARN, 'GPU %s of instance %s '
+                           '(project %s) idle for %.1f h' % (
+                               unit['pci'], unit['instance'],
+                               unit['project'], unit['idle_s'] / 3600.0),
+                           'ask the project whether it still needs it'))
+    if not out:
+        out.append(Finding('gpu-states', OK, 'no GPU held, dirty, unhealthy '
+                           'or idle'))
+    return out
+
+
+CHECKS = (check_daemon, check_nvidia, check_iommu_and_vfs, check_infiniband,
+          check_cgroup, check_nova_conf, check_gpu_states)
+
+
+def run(view):
+    findings = []
+    for check in CHECKS:
+        findings.extend(check(view))
+    return findings
+
+
+def worst(findings):
+    return max((f.status for f in findings), key=lambda s: _RANK[s],
+               default=OK)

@@ -1,0 +1,191 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``nova-lxd-accel usage``, ``idle`` and ``metrics``.
+
+All three read the GPU state file nova-compute's probe keeps
+(:mod:`nova_lxd_accel.accel.gpu_state`); none talks to a service.
+
+* ``usage``: GPU-hours allocated against GPU-hours busy, per instance or
+  per project (``--by``), as a table or JSON;
+* ``idle``: GPUs bound to running instances with no compute use for
+  ``[lxd_accelerators] idle_report_after`` seconds;
+* ``metrics``: the Prometheus text nova-compute writes to
+  ``[lxd_accelerators] metrics_file`` (``--output FILE`` writes it).
+"""
+
+import json
+import sys
+import time
+
+from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel import gpu_metrics
+from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.cmd import gpu as gpu_cmd
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        'usage', help='GPU-hours allocated and busy per instance or project',
+        description='GPU-hours allocated against GPU-hours busy (a compute '
+                    'process or utilisation seen by the probe), per '
+                    'instance or per project.')
+    parser.add_argument('--by', choices=('instance', 'project'),
+                        default='instance')
+    parser.add_argument('--format', choices=('table', 'json'),
+                        default='table')
+    gpu_cmd.add_common(parser)
+    parser.set_defaults(func=_usage)
+
+    parser = subparsers.add_parser(
+        'idle', help='GPUs of running instances with no compute use',
+        description='GPUs bound to running instances that showed no compute '
+                    'use for [lxd_accelerators] idle_report_after seconds.')
+    parser.add_argument('--format', choices=('table', 'json'),
+                        default='table')
+    parser.add_argument('--after', type=int, default=None, metavar='SECONDS',
+                        help='override [lxd_accelerators] idle_report_after')
+    parser.add_argument('--at', type=float, default=None, metavar='TIME',
+                        help='evaluate at this UNIX time (default: now)')
+    gpu_cmd.add_common(parser)
+    parser.set_defaults(func=_idle)
+
+    parser = subparsers.add_parser(
+        'metrics', help='GPU states and usage in Prometheus text format',
+        description='Print (or write, for node_exporter\'s textfile '
+                    'collector) the GPU metrics.')
+    parser.add_argument('--output', metavar='FILE',
+                        help='write the file atomically instead of printing')
+    parser.add_argument('--at', type=float, default=None, metavar='TIME',
+                        help='evaluate at this UNIX time (default: now)')
+    gpu_cmd.add_common(parser)
+    parser.set_defaults(func=_metrics)
+
+
+def _load(args, name):
+    try:
+        conf = gpu_cmd.load_conf(args)
+    except gpu_cmd.InputError as exc:
+        print('nova-lxd-accel %s: error: %s' % (name, exc), file=sys.stderr)
+        return None, None
+    try:
+        return conf, gpu_state.StateStore.from_conf(conf).load()
+    except (OSError, ValueError) as exc:
+        print('nova-lxd-accel %s: error: %s' % (name, exc), file=sys.stderr)
+        return conf, None
+
+
+def usage_rows(state, by='instance'):
+    """Rows of GPU-hours, sorted by key."""
+    rows = {}
+    for instance, usage in state.get('usage', {}).items():
+        project = usage.get('project') or '-'
+        key = instance if by == 'instance' else project
+        row = rows.setdefault(key, {
+            by: key, 'project': project, 'instances': set(),
+            'gpus': set(), 'allocated_h': 0.0, 'busy_h': 0.0})
+        row['instances'].add(instance)
+        for unit in usage.get('units', {}).values():
+            row['gpus'].add(unit.get('pci'))
+            row['allocated_h'] += unit.get('allocated_s', 0) / 3600.0
+            row['busy_h'] += unit.get('busy_s', 0) / 3600.0
+    out = []
+    for key in sorted(rows):
+        row = rows[key]
+        alloc = row['allocated_h']
+        out.append({by: key, 'project': row['project'],
+                    'instances': len(row['instances']),
+                    'gpus': sorted(row['gpus']),
+                    'allocated_gpu_hours': round(alloc, 3),
+                    'busy_gpu_hours': round(row['busy_h'], 3),
+                    'busy_percent': round(100.0 * row['busy_h'] / alloc, 1)
+                    if alloc else None})
+    return out
+
+
+def format_usage(rows, by):
+    if not rows:
+        return 'No GPU usage recorded (no GPU, or no instance held one).'
+    lines = ['%-38s %-34s %9s %9s %6s' % (by.upper(), 'PROJECT' if by ==
+                                          'instance' else 'INSTANCES',
+                                          'ALLOC GPU-h', 'BUSY GPU-h',
+                                          'BUSY%')]
+    for row in rows:
+        lines.append('%-38s %-34s %11.2f %10.2f %6s' % (
+            row[by], row['project'] if by == 'instance'
+            else row['instances'], row['allocated_gpu_hours'],
+            row['busy_gpu_hours'], '-' if row['busy_percent'] is None
+            else '%.1f' % row['busy_percent']))
+    return '\n'.join(lines)
+
+
+def _usage(args):
+    conf, state = _load(args, 'usage')
+    if state is None:
+        return EXIT_BAD_INPUT if conf is None else EXIT_ERROR
+    rows = usage_rows(state, args.by)
+    if args.format == 'json':
+        print(json.dumps(rows, indent=2, sort_keys=True))
+    else:
+        print(format_usage(rows, args.by))
+    return EXIT_OK
+
+
+def _idle(args):
+    conf, state = _load(args, 'idle')
+    if state is None:
+        return EXIT_BAD_INPUT if conf is None else EXIT_ERROR
+    after = args.after
+    if after is None:
+        after = conf.lxd_accelerators.idle_report_after
+    now = args.at if args.at is not None else time.time()
+    idle = gpu_gate.idle_units(state, conf, now, after=after)
+    if args.format == 'json':
+        print(json.dumps(idle, indent=2, sort_keys=True))
+        return EXIT_OK
+    if not after:
+        print('Idle reporting is off ([lxd_accelerators] '
+              'idle_report_after = 0).')
+    elif not idle:
+        print('No GPU of a running instance has been idle for %s seconds '
+              'or more.' % after)
+    for unit in idle:
+        print('%s  instance %s  project %s  %s  idle since %s (%.1f h)' % (
+            unit['pci'], unit['instance'], unit['project'] or '-',
+            unit['unit'], gpu_cmd.when(unit['idle_since']),
+            unit['idle_s'] / 3600.0))
+    return EXIT_OK
+
+
+def _metrics(args):
+    conf, state = _load(args, 'metrics')
+    if state is None:
+        return EXIT_BAD_INPUT if conf is None else EXIT_ERROR
+    pcis = set(state.get('baseline', {})) | {
+        u.get('pci') for u in state.get('bound', {}).values()} | {
+        u.get('pci') for u in state.get('dirty', {}).values()}
+    text = gpu_metrics.render(state, sorted(p for p in pcis if p), conf,
+                              args.at if args.at is not None else time.time())
+    if args.output:
+        try:
+            gpu_metrics.write_textfile(args.output, text)
+        except OSError as exc:
+            print('nova-lxd-accel metrics: error: %s' % exc,
+                  file=sys.stderr)
+            return EXIT_ERROR
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK

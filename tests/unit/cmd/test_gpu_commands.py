@@ -1,0 +1,211 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""doctor, usage, idle, metrics and gpu on recorded host states.
+
+The hosts are ``samples/doctor/*`` (see its README); the commands run
+through ``nova-lxd-accel``'s own entry point.
+"""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+
+import fixtures
+import testtools
+
+from nova_lxd_accel.cmd import main
+
+SAMPLES = os.path.join(os.path.dirname(__file__), 'samples', 'doctor')
+AT = '1784100000'
+IDLE = '7c1d3e2a-5b4f-4e6d-9a8b-0c1d2e3f4a5b'
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main.main(list(argv) + ['--config-file', '/dev/null'])
+    return rc, out.getvalue(), err.getvalue()
+
+
+class RecordedHost(testtools.TestCase):
+
+    def host(self, name):
+        """A private copy of a recorded host (tests may change it)."""
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path, name)
+        shutil.copytree(os.path.join(SAMPLES, name), path)
+        return path
+
+    def doctor(self, path):
+        rc, out, _ = run('doctor', '--recorded', path, '--format', 'json',
+                         '--at', AT)
+        data = json.loads(out)
+        return rc, data['status'], {(f['check'], f['status'])
+                                    for f in data['findings']}, data
+
+
+class TestDoctor(RecordedHost):
+
+    def test_cpu_only_host_says_no_gpu_and_passes(self):
+        rc, status, found, _ = self.doctor(self.host('cpu-only-lxd502'))
+        self.assertEqual(0, rc)
+        self.assertIn(('gpu', 'info'), found)
+        rc, out, _ = run('doctor', '--recorded', self.host(
+            'cpu-only-lxd502'))
+        self.assertEqual(0, rc)
+        self.assertIn('no GPU', out)
+
+    def test_h100_mig_host(self):
+        rc, status, found, data = self.doctor(self.host('h100-mig-cdi'))
+        self.assertEqual((0, 'warning'), (rc, status))
+        for check in ('daemon', 'daemon-extensions', 'nvidia-driver',
+                      'nvidia-cdi', 'mig', 'iommu', 'cgroup', 'nova-conf'):
+            self.assertIn((check, 'ok'), found)
+        self.assertIn(('gpu-dirty', 'warning'), found)
+        self.assertIn(('gpu-idle', 'warning'), found)
+
+    def test_unhealthy_gpu_is_an_error(self):
+        rc, status, found, data = self.doctor(self.host(
+            'a100-unhealthy-no-cdi'))
+        self.assertEqual((1, 'error'), (rc, status))
+        self.assertIn(('gpu-health', 'error'), found)
+        self.assertIn(('nvidia-cdi', 'warning'), found)
+        [health] = [f for f in data['findings']
+                    if f['check'] == 'gpu-health']
+        self.assertIn('nova-lxd-accel gpu release 0000:07:00.0',
+                      health['fix'])
+
+    def test_unreachable_daemon(self):
+        path = self.host('cpu-only-lxd502')
+        os.unlink(os.path.join(path, 'server.json'))
+        rc, status, found, _ = self.doctor(path)
+        self.assertEqual(1, rc)
+        self.assertIn(('daemon', 'error'), found)
+
+    def test_nvidia_without_driver(self):
+        path = self.host('h100-mig-cdi')
+        shutil.rmtree(os.path.join(path, 'root', 'proc'))
+        shutil.rmtree(os.path.join(path, 'root', 'sys', 'module'))
+        rc, _, found, _ = self.doctor(path)
+        self.assertEqual(1, rc)
+        self.assertIn(('nvidia-driver', 'error'), found)
+
+    def test_mig_mode_without_slices(self):
+        path = self.host('h100-mig-cdi')
+        with open(os.path.join(path, 'nvidia-smi-L.txt'), 'w') as f:
+            f.write('GPU 0: NVIDIA H100 80GB HBM3 (UUID: '
+                    'GPU-00000000-0000-0000-0000-000000000000)\n')
+        _, _, found, _ = self.doctor(path)
+        self.assertIn(('mig', 'warning'), found)
+
+    def test_nvidia_gpu_without_nvidia_smi(self):
+        path = self.host('h100-mig-cdi')
+        os.unlink(os.path.join(path, 'query-gpu.csv'))
+        rc, _, found, _ = self.doctor(path)
+        self.assertEqual(1, rc)
+        self.assertIn(('nvidia-smi', 'error'), found)
+        self.assertIn(('nova-conf', 'error'), found)
+
+    def test_infiniband_without_modules(self):
+        path = self.host('cpu-only-lxd502')
+        with open(os.path.join(os.path.dirname(__file__), '..', 'accel',
+                               'samples',
+                               'maas-lp1939456-connectx3-infiniband.json')) \
+                as f:
+            network = json.load(f)['network']
+        with open(os.path.join(path, 'resources.json'), 'w') as f:
+            json.dump({'gpu': {'cards': []}, 'network': network}, f)
+        _, _, found, _ = self.doctor(path)
+        self.assertIn(('infiniband', 'error'), found)
+        self.assertIn(('cgroup', 'warning'), found)
+
+
+class TestUsageIdleMetrics(RecordedHost):
+
+    def state_dir(self, name='h100-mig-cdi'):
+        return os.path.join(self.host(name), 'state')
+
+    def test_usage_per_instance_and_project(self):
+        rc, out, _ = run('usage', '--state-dir', self.state_dir(),
+                         '--format', 'json')
+        self.assertEqual(0, rc)
+        rows = {r['instance']: r for r in json.loads(out)}
+        self.assertEqual((26.0, 2.0, 7.7),
+                         (rows[IDLE]['allocated_gpu_hours'],
+                          rows[IDLE]['busy_gpu_hours'],
+                          rows[IDLE]['busy_percent']))
+        rc, out, _ = run('usage', '--state-dir', self.state_dir(), '--by',
+                         'project', '--format', 'json')
+        [row] = json.loads(out)
+        self.assertEqual((2, 36.0, 11.167),
+                         (row['instances'], row['allocated_gpu_hours'],
+                          row['busy_gpu_hours']))
+        rc, out, _ = run('usage', '--state-dir', self.state_dir())
+        self.assertIn(IDLE, out)
+
+    def test_usage_without_gpus(self):
+        rc, out, _ = run('usage', '--state-dir', self.state_dir(
+            'cpu-only-lxd502'))
+        self.assertEqual(0, rc)
+        self.assertIn('No GPU usage recorded', out)
+
+    def test_idle(self):
+        rc, out, _ = run('idle', '--state-dir', self.state_dir(), '--at',
+                         AT, '--format', 'json')
+        [unit] = json.loads(out)
+        self.assertEqual((IDLE, '0000:00:09.0', 92800.0),
+                         (unit['instance'], unit['pci'], unit['idle_s']))
+        rc, out, _ = run('idle', '--state-dir', self.state_dir(), '--at',
+                         AT, '--after', '100000')
+        self.assertIn('No GPU of a running instance', out)
+
+    def test_metrics_file(self):
+        out_file = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                                'gpu.prom')
+        rc, _, _ = run('metrics', '--state-dir', self.state_dir(), '--at',
+                       AT, '--output', out_file)
+        self.assertEqual(0, rc)
+        with open(out_file) as f:
+            text = f.read()
+        self.assertIn('nova_lxd_accel_gpu_state{pci="0000:00:09.0",'
+                      'state="reserved-dirty"} 1', text)
+        self.assertIn('nova_lxd_accel_gpu_dirty_units{pci="0000:00:09.0"} 1',
+                      text)
+        self.assertIn('nova_lxd_accel_gpu_idle_seconds{instance="%s"' % IDLE,
+                      text)
+
+
+class TestGpuCommand(RecordedHost):
+
+    def test_hold_list_release(self):
+        state = self.state_dir()
+        self.assertEqual(0, run('gpu', 'hold', '00:09.0', '--reason',
+                                'firmware update', '--state-dir', state)[0])
+        rc, out, _ = run('gpu', 'list', '--state-dir', state)
+        self.assertIn('0000:00:09.0   operator', out)
+        self.assertIn('firmware update', out)
+        rc, out, _ = run('gpu', 'release', '0000:00:09.0', '--reason', 'done',
+                         '--state-dir', state)
+        self.assertIn('released (was operator: firmware update)', out)
+        rc, out, _ = run('gpu', 'release', '0000:00:09.0', '--reason', 'x',
+                         '--state-dir', state)
+        self.assertIn('was not held', out)
+
+    def test_bad_address(self):
+        rc, _, err = run('gpu', 'hold', 'gpu0', '--reason', 'x',
+                         '--state-dir', self.state_dir())
+        self.assertEqual(2, rc)
+        self.assertIn('not a PCI address', err)
+
+    state_dir = TestUsageIdleMetrics.state_dir

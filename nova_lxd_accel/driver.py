@@ -86,6 +86,7 @@ class LXDDriver(driver.ComputeDriver):
             networking=self._network, volumes=self._volumes)
         self._nodename = CONF.host
         self._server_info = {}
+        self._resource = None
         self._profile_masks = None
         self._watcher = None
 
@@ -167,7 +168,12 @@ class LXDDriver(driver.ComputeDriver):
     def get_available_resource(self, nodename):
         # outside nova's resource tracker lock: probe the GPUs here
         self._accelerators.gate.maybe_refresh()
-        return self._available_resource(nodename, self._client.resources())
+        # and read the host for update_provider_tree, which runs under
+        # that lock (for every instance claim too) and reads nothing
+        snapshot = self._accelerators.refresh()
+        self._resource = self._available_resource(nodename,
+                                                  snapshot.resources)
+        return self._resource
 
     def _available_resource(self, nodename, resources):
         return lxd_host.available_resource(
@@ -175,10 +181,11 @@ class LXDDriver(driver.ComputeDriver):
             self._client.server_info(), resources)
 
     def update_provider_tree(self, provider_tree, nodename, allocations=None):
-        # One read of /1.0/resources (a full sysfs scan in LXD) serves both
-        # the root provider and the accelerator children.
-        resources = self._client.resources()
-        resource = self._available_resource(nodename, resources)
+        # Under nova's resource tracker lock: no read of the host here,
+        # only what get_available_resource read last (accel.Snapshot).
+        snapshot = self._accelerators.snapshot()
+        resource = self._resource or self._available_resource(
+            nodename, snapshot.resources)
         inventory = lxd_host.root_inventory(
             resource, self._get_reserved_host_disk_gb_from_config(),
             self._get_allocation_ratios(provider_tree.data(
@@ -189,7 +196,7 @@ class LXDDriver(driver.ComputeDriver):
         lxd_host.apply_daemon_traits(provider_tree, nodename,
                                      self._client.daemon_info())
         self._accelerators.update_provider_tree(
-            provider_tree, nodename, allocations, resources=resources)
+            provider_tree, nodename, allocations, snapshot=snapshot)
 
     def get_host_ip_addr(self):
         return CONF.my_ip

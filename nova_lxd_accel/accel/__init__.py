@@ -23,6 +23,8 @@ filtering), :mod:`.provider_tree` (providers and applying them).
 """
 
 import dataclasses
+import time
+import typing
 
 from oslo_log import log as logging
 
@@ -47,6 +49,27 @@ def _placement_allocations(rp_uuid):
     info = client.get_allocations_for_resource_provider(
         nova_context.get_admin_context(), rp_uuid)
     return info.allocations
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the host looked like when it was last read.
+
+    :ivar taken_at: ``time.monotonic()`` of the read.
+    :ivar resources: the ``/1.0/resources`` answer.
+    :ivar mig_text: ``nvidia-smi -L`` output.
+    :ivar records: every instance of the daemon (all projects), or None
+        when the inventory does not look at holders.
+    """
+
+    taken_at: float
+    resources: dict
+    mig_text: str
+    records: typing.Optional[list]
+
+    def age(self):
+        """Seconds since the host was read."""
+        return time.monotonic() - self.taken_at
 
 
 class AcceleratorInventory(object):
@@ -91,6 +114,7 @@ class AcceleratorInventory(object):
         self._list_instances = list_instances
         self._is_ours = is_ours or (lambda record: False)
         self._foreign_logged = None
+        self._snapshot = None
 
     def _run_nvidia_smi(self):
         group = self._conf.lxd_accelerators
@@ -106,18 +130,52 @@ class AcceleratorInventory(object):
         self._last_mig_text = text
         return text
 
-    def desired_providers(self, nodename, resources=None):
-        """Read the host and return the child providers it should have.
+    def refresh(self):
+        """Read the host now and keep what was read as the snapshot.
+
+        Reads ``/1.0/resources``, ``nvidia-smi -L`` and (when the inventory
+        was given ``list_instances``) every instance of the daemon. Call it
+        outside nova's resource tracker lock: the driver does so from
+        ``get_available_resource``, which nova's periodic task calls before
+        it takes that lock, so :meth:`update_provider_tree`, which runs
+        under it (for every instance claim too), reads nothing.
+
+        After the first call, :meth:`update_provider_tree` always works
+        from the last snapshot; until then (the ``inventory`` command, a
+        caller without a refresher) it reads the host itself each time.
+
+        :returns: the new :class:`Snapshot`.
+        """
+        self._snapshot = self._read_host()
+        return self._snapshot
+
+    def _read_host(self):
+        options = discovery.Options.from_conf(self._conf)
+        resources = self._read_resources() or {}
+        mig_text = self._mig_text(options)
+        records = (self._list_instances()
+                   if self._list_instances is not None else None)
+        return Snapshot(time.monotonic(), resources, mig_text, records)
+
+    def snapshot(self):
+        """The last :class:`Snapshot`, or a fresh read when none was made."""
+        return self._snapshot or self._read_host()
+
+    def desired_providers(self, nodename, resources=None, mig_text=None):
+        """The child providers the host should have.
 
         :param resources: a ``/1.0/resources`` answer the caller has just
             read; None reads a fresh one.
+        :param mig_text: ``nvidia-smi -L`` output read with it; None reads
+            it now.
         :returns: dict provider name -> DesiredProvider.
         """
         options = discovery.Options.from_conf(self._conf)
         if resources is None:
             resources = self._read_resources()
         resources = resources or {}
-        mig_text = self._mig_text(options)
+        if mig_text is None or not options.report_mig:
+            mig_text = self._mig_text(options)
         inputs = (nodename, options, resources.get('gpu'),
                   resources.get('network'), mig_text)
         if inputs == self._last_inputs:
@@ -128,7 +186,8 @@ class AcceleratorInventory(object):
         return desired
 
     def update_provider_tree(self, provider_tree, nodename,
-                             allocations=None, resources=None):
+                             allocations=None, resources=None,
+                             snapshot=None):
         """Add, update or remove the accelerator children of ``nodename``.
 
         Only children named ``<nodename>_gpu_*`` / ``<nodename>_ib_*`` are
@@ -141,15 +200,27 @@ class AcceleratorInventory(object):
             inventory, and a provider is never deleted while that answer is
             missing).
         :param resources: a fresh ``/1.0/resources`` answer the caller has
-            already read (the driver reads it once per period), else None.
+            already read; None: the host is not read here, the last
+            :class:`Snapshot` (``snapshot`` or :meth:`snapshot`) is used:
+            see :meth:`refresh`.
         """
-        desired = self.desired_providers(nodename, resources)
+        records = None
+        if resources is None:
+            snapshot = snapshot or self.snapshot()
+            LOG.debug('Accelerator inventory from the host as read %.1f s '
+                      'ago', snapshot.age())
+            resources, mig_text = snapshot.resources, snapshot.mig_text
+            records = snapshot.records
+            desired = self.desired_providers(nodename, resources, mig_text)
+        else:
+            desired = self.desired_providers(nodename, resources)
+            if self._list_instances is not None:
+                records = self._list_instances()
+        if records is not None:
+            desired = self.with_foreign_reserved(desired, records)
         if self.gate is not None:
             # held, unhealthy and not yet verified units (accel.gpu_gate)
             desired = self.gate.apply(desired)
-        if self._list_instances is not None:
-            desired = self.with_foreign_reserved(desired,
-                                                 self._list_instances())
         state = self._states.setdefault(nodename, accel_tree.TreeState())
         state.apply(provider_tree, nodename, desired,
                     self._usage_lookup(allocations))
@@ -174,8 +245,10 @@ class AcceleratorInventory(object):
                 if not taken or rc not in inventory:
                     continue
                 inventory = dict(inventory)
+                # on top of what is reserved already (a held GPU, ...)
                 inventory[rc] = dict(inventory[rc], reserved=min(
-                    len(taken), inventory[rc]['total']))
+                    inventory[rc].get('reserved', 0) + len(taken),
+                    inventory[rc]['total']))
                 logged.extend((k, name, tuple(sorted(
                     binding.holders_of(held, k)))) for k in taken)
             out[name] = dataclasses.replace(want, inventory=inventory)

@@ -23,7 +23,8 @@ Incus the way the conversion keeps them, and checks that a driver on Incus
 recognises the instance, its accelerator binding record and its volume.
 
 Needs both daemons (tools/lxd-up.sh and tools/incus-up.sh; the sockets of
-$LXD_DIR and $INCUS_DIR), whichever daemon the run uses otherwise.
+$LXD_DIR and $INCUS_DIR), whichever daemon the run uses otherwise; tox runs
+it in integration-incus only (integration leaves it out).
 """
 
 import json

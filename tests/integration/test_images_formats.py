@@ -19,7 +19,9 @@ host (tools/run-tests.sh installs them).
 
 import hashlib
 import os
+import signal
 import subprocess
+import sys
 import tarfile
 
 import fixtures
@@ -29,6 +31,36 @@ from nova import objects
 from nova_lxd_accel import image as lxd_image
 from tests.integration import base
 from tests import lxd_fixtures
+
+# Run in a child process: start a download through ImageCache and stop
+# in its middle until killed.
+_KILLED_DOWNLOAD = """
+import sys, time
+import nova.conf
+from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import image as lxd_image
+CONF = nova.conf.CONF
+lxd_conf.register_opts(CONF)
+CONF([], default_config_files=[])
+CONF.set_override('image_download_dir', sys.argv[1], 'lxd')
+
+
+class StuckGlance(object):
+    def download(self, context, image_id, dest_path):
+        with open(dest_path, 'wb') as part:
+            part.write(b'half an image')
+            part.flush()
+            print('downloading', flush=True)
+            time.sleep(3600)
+
+
+class Meta(object):
+    id = 'img-killed'
+
+
+lxd_image.ImageCache(None, image_api=StuckGlance(), conf=CONF)._import(
+    None, Meta(), 'checksum', None)
+"""
 
 _COMPRESS = {
     'tar': [],
@@ -216,6 +248,25 @@ class DownloadDirTest(ImageTestCase):
         self.assertEqual(self.downloads,
                          os.path.dirname(os.path.dirname(seen[0])))
         self.assertTrue(seen[0].endswith('.part'), seen[0])
+        self.assertEqual([], os.listdir(self.downloads))
+
+    def test_download_of_a_kill_9ed_process_removed_at_init_host(self):
+        # A real process downloads through ImageCache into the directory,
+        # and is killed with SIGKILL in the middle of the download.
+        child = subprocess.Popen(
+            [sys.executable, '-c', _KILLED_DOWNLOAD, self.downloads],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(child.wait)
+        self.addCleanup(lambda: child.poll() is None and child.kill())
+        self.assertEqual(b'downloading\n', child.stdout.readline())
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        left = [os.path.join(root, name)
+                for root, _dirs, files in os.walk(self.downloads)
+                for name in files]
+        self.assertEqual(1, len(left))
+        self.assertTrue(left[0].endswith('/image.part'), left)
+        self.driver.init_host(self.host)
         self.assertEqual([], os.listdir(self.downloads))
 
     def test_init_host_removes_leftovers_of_a_killed_compute(self):

@@ -51,6 +51,8 @@ class _FaultTestCase(base.LXDFunctionalTestCase):
 
     def assertNothingLeft(self, server):
         self.assertEqual([], self.container_names())
+        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+                                                           server['id']))
         self.assertEqual({}, self._get_allocations_by_server_uuid(
             server['id']))
         for host in self.compute_hosts:

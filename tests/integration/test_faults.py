@@ -62,6 +62,13 @@ def image_without_init():
     return out.getvalue()
 
 
+def containers_anywhere(project, instance_uuid):
+    """URLs of the daemon's instances, in every project, naming the uuid."""
+    urls = project.admin.api.instances.get(
+        params={'all-projects': 'true'}).json()['metadata']
+    return [url for url in urls if instance_uuid in url]
+
+
 class _FaultTestCase(base.DriverTestCase):
 
     def broken_image(self):
@@ -77,8 +84,12 @@ class _FaultTestCase(base.DriverTestCase):
             time.sleep(0.05)
         self.fail('%r never appeared on the console' % text)
 
-    def assertNothingLeft(self):
+    def assertNothingLeft(self, *instances):
+        # Nothing in the test's project, nor anywhere on the daemon.
         self.assertEqual([], self.container_names())
+        for instance in instances:
+            self.assertEqual([], containers_anywhere(self.project,
+                                                     instance.uuid))
 
 
 class SpawnFaultTest(_FaultTestCase):
@@ -94,7 +105,7 @@ class SpawnFaultTest(_FaultTestCase):
             self.context, instance, self.broken_image(), [], None, {})
         self.assertIn('refused to start', str(error))
         self.assertIn('forkstart', str(error))
-        self.assertNothingLeft()
+        self.assertNothingLeft(instance)
 
     def test_destroy_right_after_a_failed_start(self):
         instance = self.make_instance()
@@ -105,7 +116,7 @@ class SpawnFaultTest(_FaultTestCase):
                           self.driver.power_on, self.context, instance, None)
         # At once, while LXD still runs the stop hook of the failed start.
         self.driver.destroy(self.context, instance, None)
-        self.assertNothingLeft()
+        self.assertNothingLeft(instance)
         self.assertFalse(self.driver.instance_exists(instance))
 
     def test_destroy_frozen_container(self):
@@ -114,7 +125,7 @@ class SpawnFaultTest(_FaultTestCase):
                           None, {})
         self.driver.pause(instance)
         self.driver.destroy(self.context, instance, None)
-        self.assertNothingLeft()
+        self.assertNothingLeft(instance)
 
     def test_rejected_device_aborts_with_lxd_reason(self):
         profile = 'nova-lxd-accel-%s' % self.project.name
@@ -130,7 +141,7 @@ class SpawnFaultTest(_FaultTestCase):
             self.context, instance, self.tiny_image(), [], None, {})
         self.assertIn('Invalid PCI address', str(error))
         self.assertIn('0000:ff:1f.7', str(error))
-        self.assertNothingLeft()
+        self.assertNothingLeft(instance)
 
     def test_forbidden_flavor_aborts(self):
         instance = self.make_instance(extra_specs={'lxd:privileged': 'true'})
@@ -138,7 +149,7 @@ class SpawnFaultTest(_FaultTestCase):
             nova_exception.BuildAbortException, self.driver.spawn,
             self.context, instance, self.tiny_image(), [], None, {})
         self.assertIn('allow_privileged_containers', str(error))
-        self.assertNothingLeft()
+        self.assertNothingLeft(instance)
 
     def test_daemon_down_is_host_local(self):
         # A stopped daemon is this host's problem: nova must reschedule,
@@ -365,7 +376,7 @@ class KilledComputeTest(_FaultTestCase):
         self.assertIn('removed the half-made container %s' % name,
                       str(fault))
         self.assertIn('Delete the server and create it again', str(fault))
-        self.assertNothingLeft()
+        self.assertNothingLeft(instance)
 
 
 def _reap(child):

@@ -66,40 +66,12 @@ if [ "$need_incus" = 1 ]; then
         --no-install-recommends -t bookworm-backports incus-base incus-client
 fi
 
-step "LXD daemon"
-export LXD_DIR=${LXD_DIR:-/var/lib/lxd}
+# What this script started, it stops on exit (whatever fails).
 lxd_was_running=1
-lxc info >/dev/null 2>&1 || lxd_was_running=0
-"$repo/tools/lxd-up.sh"
-
-step "Open vSwitch (userspace datapath)"
 ovs_was_running=1
-ovs-vsctl --timeout=5 show >/dev/null 2>&1 || ovs_was_running=0
-"$repo/tools/ovs-up.sh"
-# The networking tests fail (not skip) when OVS is missing.
-export NOVA_LXD_ACCEL_REQUIRE_OVS=1
-
-step "Peer LXD daemon (migration tests)"
-# A second daemon (LXD_DIR=/var/lib/lxd-peer, https://127.0.0.1:8444) that
-# trusts the main one, which it makes listen on https://127.0.0.1:8443.
-# The migration tests fail (not skip) without it.
 peer_was_running=1
-LXD_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer} lxc info >/dev/null 2>&1 ||
-    peer_was_running=0
-"$repo/tools/lxd-peer-up.sh"
-
 incus_was_running=1
 incus_peer_was_running=1
-if [ "$with_incus" = 1 ]; then
-    step "Incus daemon and its peer (migration tests)"
-    export INCUS_DIR=${INCUS_DIR:-/var/lib/incus}
-    incus info >/dev/null 2>&1 || incus_was_running=0
-    INCUS_DIR=${INCUS_PEER_DIR:-/var/lib/incus-peer} incus info \
-        >/dev/null 2>&1 || incus_peer_was_running=0
-    "$repo/tools/incus-up.sh"
-    "$repo/tools/incus-peer-up.sh"
-fi
-
 stop_daemons() {
     if [ "$incus_peer_was_running" = 0 ]; then
         step "Stopping the peer Incus daemon this script started"
@@ -123,6 +95,35 @@ stop_daemons() {
     fi
 }
 trap stop_daemons EXIT
+
+step "LXD daemon"
+export LXD_DIR=${LXD_DIR:-/var/lib/lxd}
+lxc info >/dev/null 2>&1 || lxd_was_running=0
+"$repo/tools/lxd-up.sh"
+
+step "Open vSwitch (userspace datapath)"
+ovs-vsctl --timeout=5 show >/dev/null 2>&1 || ovs_was_running=0
+"$repo/tools/ovs-up.sh"
+# The networking tests fail (not skip) when OVS is missing.
+export NOVA_LXD_ACCEL_REQUIRE_OVS=1
+
+step "Peer LXD daemon (migration tests)"
+# A second daemon (LXD_DIR=/var/lib/lxd-peer, https://127.0.0.1:8444) that
+# trusts the main one, which it makes listen on https://127.0.0.1:8443.
+# The migration tests fail (not skip) without it.
+LXD_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer} lxc info >/dev/null 2>&1 ||
+    peer_was_running=0
+"$repo/tools/lxd-peer-up.sh"
+
+if [ "$with_incus" = 1 ]; then
+    step "Incus daemon and its peer (migration tests)"
+    export INCUS_DIR=${INCUS_DIR:-/var/lib/incus}
+    incus info >/dev/null 2>&1 || incus_was_running=0
+    INCUS_DIR=${INCUS_PEER_DIR:-/var/lib/incus-peer} incus info \
+        >/dev/null 2>&1 || incus_peer_was_running=0
+    "$repo/tools/incus-up.sh"
+    "$repo/tools/incus-peer-up.sh"
+fi
 
 step "Tiny test image"
 export NOVA_LXD_ACCEL_TEST_IMAGE=$state/tiny.tar.gz

@@ -119,6 +119,23 @@ class SpawnFaultTest(_FaultTestCase):
         self.assertNothingLeft(instance)
         self.assertFalse(self.driver.instance_exists(instance))
 
+    def test_destroy_while_lxd_creates_the_container(self):
+        # LXD lists a container as soon as its create operation begins,
+        # and refuses to delete it ("busy running a 'create' operation")
+        # until the root file system is unpacked: destroy must wait.
+        instance = self.make_instance()
+        alias = self.driver._images.ensure(self.context, self.tiny_image())
+        name = self.container_name(instance)
+        self.project.client.api.instances.post(json={
+            'name': name, 'type': 'container', 'profiles': ['default'],
+            'source': {'type': 'image', 'alias': alias}})
+        for attempt in range(3000):
+            if name in self.container_names():
+                break
+            time.sleep(0.01)
+        self.driver.destroy(self.context, instance, None)
+        self.assertNothingLeft(instance)
+
     def test_destroy_frozen_container(self):
         instance = self.make_instance()
         self.driver.spawn(self.context, instance, self.tiny_image(), [],

@@ -2,10 +2,20 @@
 # End-to-end check of nova-lxd-accel on a real OpenStack on this machine.
 #
 # Brings the sandbox up (tools/sandbox.sh up), then with the real openstack
-# CLI: boots a server with --nic none, checks the LXD container runs and
-# Placement holds the allocation, stops, starts and reboots it, deletes it,
-# checks that no container and no allocation are left, and brings the
-# sandbox down. Exits non-zero, naming the failed check, on any failure.
+# CLI (at the newest compute microversion, as openrc sets it):
+#  - boots a server with --nic none, checks the LXD container runs and
+#    Placement holds the allocation; stops, starts and reboots it;
+#  - snapshots it (openstack server image create): the image Glance serves
+#    has the size and checksums Glance recorded, is an LXD image and holds
+#    a file written into the server before; a server boots from it;
+#  - resizes it to the second CPU flavor and confirms (LXD limits follow);
+#  - shelves it (container gone) and unshelves it (container back);
+#  - deletes it: no container, no allocation, no usage left;
+#  - checks that bad lxd: flavor properties are refused with HTTP 400, and
+#    that a server booted from a broken image ends in ERROR with a fault
+#    naming the cause and leaves no container in any LXD project;
+# and brings the sandbox down. Exits non-zero, naming the failed check, on
+# any failure.
 #
 # Environment:
 #   SANDBOX_E2E_KEEP=1   leave the sandbox running at the end
@@ -21,10 +31,16 @@ LXD_DIR=${LXD_DIR:-/var/lib/lxd}
 export LXD_DIR
 TIMEOUT=${SANDBOX_E2E_TIMEOUT:-120}
 FLAVOR=sandbox.small
+FLAVOR2=sandbox.medium
 IMAGE=lxd-tiny
 SERVER=e2e-$$
 SERVER_ID=
 CONTAINER=
+# What the test made, removed at exit whatever happens.
+MADE_SERVERS=()
+MADE_IMAGES=()
+MADE_FLAVORS=()
+WORK=$(mktemp -d)
 T0=$(date +%s%N)
 
 since() {
@@ -53,9 +69,20 @@ fail() {
 cleanup() {
     local rc=$?
     trap - EXIT
-    if [ -n "$SERVER_ID" ] && [ -f "$SANDBOX_DIR/openrc" ]; then
-        openstack server delete --wait "$SERVER_ID" >/dev/null 2>&1 || true
+    local item
+    if [ -f "$SANDBOX_DIR/openrc" ]; then
+        for item in "$SERVER_ID" "${MADE_SERVERS[@]}"; do
+            [ -n "$item" ] || continue
+            openstack server delete --wait "$item" >/dev/null 2>&1 || true
+        done
+        for item in "${MADE_IMAGES[@]}"; do
+            openstack image delete "$item" >/dev/null 2>&1 || true
+        done
+        for item in "${MADE_FLAVORS[@]}"; do
+            openstack flavor delete "$item" >/dev/null 2>&1 || true
+        done
     fi
+    rm -rf "$WORK"
     if [ "${SANDBOX_E2E_KEEP:-0}" != 1 ]; then
         say "sandbox down"
         "$SANDBOX" down || rc=1
@@ -68,47 +95,249 @@ cleanup() {
     exit "$rc"
 }
 
-# server_field FIELD: one field of "openstack server show".
+# server_field FIELD [SERVER]: one field of "openstack server show".
 server_field() {
-    openstack server show "$SERVER_ID" -f value -c "$1"
+    openstack server show "${2:-$SERVER_ID}" -f value -c "$1"
 }
 
-# wait_server STATUS: until the server has STATUS and no task.
+# wait_server STATUS [SERVER]: until the server has STATUS and no task.
 wait_server() {
-    local want=$1 status task i
+    local want=$1 server=${2:-$SERVER_ID} status task i
+    local s_status s_os_ext_sts_task_state
     for ((i = 0; i < TIMEOUT * 2; i++)); do
-        status=$(server_field status)
-        task=$(server_field OS-EXT-STS:task_state)
+        eval "$(openstack server show "$server" -f shell --prefix s_ \
+            -c status -c OS-EXT-STS:task_state)"
+        status=$s_status task=$s_os_ext_sts_task_state
         if [ "$status" = "$want" ] && [ "$task" = None ]; then
             return 0
         fi
         if [ "$status" = ERROR ]; then
-            fail "server $SERVER went to ERROR: $(server_field fault)"
+            fail "server $server went to ERROR:" \
+                "$(server_field fault "$server")"
         fi
         sleep 0.5
     done
-    fail "server $SERVER not $want after ${TIMEOUT}s (status $status," \
+    fail "server $server not $want after ${TIMEOUT}s (status $status," \
         "task $task)"
 }
 
-# The LXD state of the server's container (empty when it does not exist).
+# The LXD state of a container (default: the server's; empty when it does
+# not exist).
 container_state() {
     lxc list --format csv -c ns |
-        awk -F, -v n="$CONTAINER" '$1 == n {print $2}'
+        awk -F, -v n="${1:-$CONTAINER}" '$1 == n {print $2}'
 }
 
+# expect_container STATE [NAME]
 expect_container() {
-    local want=$1 state i
+    local want=$1 name=${2:-$CONTAINER} state i
     for ((i = 0; i < 20; i++)); do
-        state=$(container_state)
+        state=$(container_state "$name")
         [ "$state" = "$want" ] && return 0
         sleep 0.5
     done
-    fail "container $CONTAINER is '${state:-absent}' in LXD, expected $want"
+    fail "container $name is '${state:-absent}' in LXD, expected $want"
+}
+
+# The container of a server, found by its uuid in every LXD project
+# ("project,name" lines; none when it has no container).
+containers_of() {
+    lxc list --all-projects --format csv -c en 2>/dev/null |
+        grep -F -- "$1" || true
+}
+
+placement_idle() {
+    local usage
+    usage=$(openstack resource provider list -f value -c uuid |
+        while read -r rp; do
+            openstack resource provider usage show "$rp" -f value
+        done | awk '$2 != 0')
+    [ -z "$usage" ] || fail "resources still used in Placement: $usage"
 }
 
 allocations_json() {
     openstack resource provider allocation show "$SERVER_ID" -f json
+}
+
+# A snapshot through Nova and Glance (chunked upload): the image Glance
+# serves must be the LXD image nova-compute exported, byte for byte, and
+# boot.
+check_snapshot() {
+    local token snap start file size checksum sha512 got server2 c2
+    token=e2e-$$-$RANDOM$RANDOM
+    printf '%s\n' "$token" >"$WORK/marker"
+    lxc file push -q "$WORK/marker" "$CONTAINER/e2e-marker" ||
+        fail "lxc file push of a marker into $CONTAINER"
+    start=$(date +%s%N)
+    # --wait prints an empty progress line before the table.
+    snap=$(openstack server image create --wait --name "$SERVER-snap" \
+        "$SERVER_ID" -f value -c id | grep -Eo '^[0-9a-f-]{36}$') ||
+        fail "openstack server image create $SERVER_ID failed"
+    MADE_IMAGES+=("$snap")
+    [ "$(openstack image show "$snap" -f value -c status)" = active ] ||
+        fail "snapshot image $snap is not active"
+    say "snapshot $snap active ($(since "$start")s)"
+    file=$WORK/snapshot.img
+    openstack image save --file "$file" "$snap" ||
+        fail "openstack image save $snap"
+    # The CLI shows os_hash_value among the properties.
+    read -r size checksum sha512 <<<"$(openstack image show "$snap" -f json |
+        python3 -c 'import json, sys
+image = json.load(sys.stdin)
+props = image.get("properties") or {}
+print(*(image.get(k) or props.get(k) or "-"
+        for k in ("size", "checksum", "os_hash_value")))')"
+    got=$(stat -c %s "$file")
+    [ "$got" = "$size" ] ||
+        fail "snapshot $snap: Glance records $size bytes, serves $got"
+    got=$(md5sum <"$file" | cut -d' ' -f1)
+    [ "$got" = "$checksum" ] ||
+        fail "snapshot $snap: Glance records md5 $checksum, data has $got"
+    got=$(sha512sum <"$file" | cut -d' ' -f1)
+    [ "$got" = "$sha512" ] ||
+        fail "snapshot $snap: Glance records sha512 $sha512, data has $got"
+    tar -tf "$file" metadata.yaml >/dev/null 2>&1 ||
+        fail "snapshot $snap ($size bytes) is not an LXD image tarball"
+    got=$(tar -xOf "$file" rootfs/e2e-marker 2>/dev/null || true)
+    [ "$got" = "$token" ] ||
+        fail "snapshot $snap lacks the file written into the server" \
+            "(rootfs/e2e-marker: '${got}', expected '$token')"
+    say "snapshot: $size bytes, md5 and sha512 as Glance records them," \
+        "LXD image with the server's file"
+
+    start=$(date +%s%N)
+    server2=$(openstack server create --flavor "$FLAVOR" --image "$snap" \
+        --nic none --wait "$SERVER-from-snap" -f value -c id) ||
+        fail "openstack server create from snapshot $snap failed"
+    MADE_SERVERS+=("$server2")
+    wait_server ACTIVE "$server2"
+    c2=$(containers_of "$server2" | cut -d, -f2)
+    [ -n "$c2" ] || fail "no LXD container for server $server2"
+    expect_container RUNNING "$c2"
+    lxc file pull -q "$c2/e2e-marker" "$WORK/marker2" ||
+        fail "the file written before the snapshot is not in $c2"
+    [ "$(cat "$WORK/marker2")" = "$token" ] ||
+        fail "$c2/e2e-marker differs from what was written"
+    say "server $server2 from the snapshot ACTIVE, holds the file" \
+        "($(since "$start")s)"
+    openstack server delete --wait "$server2" ||
+        fail "openstack server delete $server2 failed"
+    expect_container "" "$c2"
+    openstack image delete "$snap" || fail "openstack image delete $snap"
+}
+
+# Resize to the second CPU flavor on the same host, then confirm.
+check_resize() {
+    local start cpu mem alloc
+    start=$(date +%s%N)
+    openstack server resize --flavor "$FLAVOR2" "$SERVER_ID" ||
+        fail "openstack server resize --flavor $FLAVOR2"
+    wait_server VERIFY_RESIZE
+    openstack server resize confirm "$SERVER_ID" ||
+        fail "openstack server resize confirm"
+    wait_server ACTIVE
+    expect_container RUNNING
+    server_field flavor | grep -qF "'$FLAVOR2'" ||
+        fail "server flavor after resize: $(server_field flavor)"
+    cpu=$(lxc config get "$CONTAINER" limits.cpu)
+    mem=$(lxc config get "$CONTAINER" limits.memory)
+    [ "$cpu" = 2 ] && [ "$mem" = 256MiB ] ||
+        fail "after resize to $FLAVOR2 the container has limits.cpu=$cpu" \
+            "limits.memory=$mem, expected 2 and 256MiB"
+    alloc=$(allocations_json)
+    grep -q '"VCPU": 2' <<<"$alloc" ||
+        fail "Placement allocation after resize: $alloc"
+    say "resize to $FLAVOR2 confirmed: limits.cpu=$cpu" \
+        "limits.memory=$mem, VCPU 2 in Placement ($(since "$start")s)"
+}
+
+# Shelve (the container goes, an image is kept) and unshelve.
+check_shelve() {
+    local start
+    start=$(date +%s%N)
+    openstack server shelve "$SERVER_ID" || fail "openstack server shelve"
+    wait_server SHELVED_OFFLOADED
+    expect_container ""
+    [ -n "$(openstack image list --name "$SERVER-shelved" -f value -c ID)" ] ||
+        fail "no shelve image $SERVER-shelved in Glance"
+    say "server shelved: SHELVED_OFFLOADED, container gone, image" \
+        "$SERVER-shelved kept ($(since "$start")s)"
+    start=$(date +%s%N)
+    openstack server unshelve "$SERVER_ID" ||
+        fail "openstack server unshelve"
+    wait_server ACTIVE
+    # On unshelve the container may get a new name: find it again.
+    CONTAINER=$(containers_of "$SERVER_ID" | cut -d, -f2)
+    [ -n "$CONTAINER" ] || fail "no LXD container after unshelve"
+    expect_container RUNNING
+    [ -z "$(openstack image list --name "$SERVER-shelved" -f value -c ID)" ] ||
+        fail "shelve image $SERVER-shelved left in Glance after unshelve"
+    say "server unshelved: ACTIVE, container $CONTAINER RUNNING" \
+        "($(since "$start")s)"
+}
+
+# The API refuses bad lxd: flavor properties (extra-spec validation, at
+# the microversion openrc sets).
+check_bad_flavor() {
+    local flavor=e2e-bad-$$ prop out
+    openstack flavor create --vcpus 1 --ram 128 --disk 1 "$flavor" \
+        >/dev/null || fail "openstack flavor create $flavor"
+    MADE_FLAVORS+=("$flavor")
+    for prop in lxd:processes=0 lxd:gpu_runtime=cuda lxd:no_such_key=1; do
+        if out=$(openstack flavor set --property "$prop" "$flavor" 2>&1); then
+            fail "flavor property $prop accepted" \
+                "(OS_COMPUTE_API_VERSION=${OS_COMPUTE_API_VERSION:-unset})"
+        fi
+        grep -q '400' <<<"$out" ||
+            fail "flavor property $prop: expected HTTP 400, got: $out"
+        say "flavor property $prop refused: $(grep -o "Validation.*" \
+            <<<"$out" | head -n 1 | cut -c1-120)"
+    done
+    [ "$(openstack flavor show "$flavor" -f value -c properties)" = "{}" ] ||
+        fail "flavor $flavor got properties: $(openstack flavor show \
+            "$flavor" -f value -c properties)"
+    openstack flavor delete "$flavor" || fail "openstack flavor delete"
+}
+
+# A server from an image that is not an LXD image: ERROR with a fault
+# that says so, and nothing left in LXD or Placement.
+check_broken_image() {
+    local image server fault
+    head -c 65536 /dev/urandom >"$WORK/broken.img"
+    image=$(openstack image create --disk-format raw --container-format \
+        bare --property hypervisor_type=lxc --file "$WORK/broken.img" \
+        "e2e-broken-$$" -f value -c id) ||
+        fail "openstack image create e2e-broken-$$"
+    MADE_IMAGES+=("$image")
+    openstack server create --flavor "$FLAVOR" --image "$image" \
+        --nic none "$SERVER-broken" -f value -c id >/dev/null ||
+        fail "openstack server create $SERVER-broken (the API refused it)"
+    server=$(openstack server show "$SERVER-broken" -f value -c id)
+    MADE_SERVERS+=("$server")
+    local status i
+    for ((i = 0; i < TIMEOUT * 2; i++)); do
+        status=$(server_field status "$server")
+        [ "$status" = BUILD ] || break
+        sleep 0.5
+    done
+    [ "$status" = ERROR ] ||
+        fail "server $server from a broken image is $status, not ERROR"
+    fault=$(openstack server show "$server" -f json -c fault |
+        python3 -c 'import json, sys
+print((json.load(sys.stdin).get("fault") or {}).get("message", ""))')
+    grep -qi "image" <<<"$fault" && grep -q "$image" <<<"$fault" ||
+        fail "server $server: the fault does not name the image" \
+            "and its problem: '$fault'"
+    [ -z "$(containers_of "$server")" ] ||
+        fail "server $server in ERROR left containers: $(containers_of \
+            "$server")"
+    say "broken image: server ERROR, fault '$(cut -c1-150 <<<"$fault")'," \
+        "no container in any LXD project"
+    openstack server delete --wait "$server" ||
+        fail "openstack server delete $server"
+    [ -z "$(containers_of "$server")" ] ||
+        fail "containers of $server left after delete"
+    openstack image delete "$image" || fail "openstack image delete $image"
 }
 
 main() {
@@ -161,6 +390,10 @@ main() {
         say "server $op: $want, container $lxd_want ($(since "$start")s)"
     done
 
+    check_snapshot
+    check_resize
+    check_shelve
+
     start=$(date +%s%N)
     openstack server delete --wait "$SERVER_ID" ||
         fail "openstack server delete failed"
@@ -175,14 +408,14 @@ main() {
         grep -q "$SERVER_ID"; then
         fail "server $SERVER_ID still listed after delete"
     fi
-    local usage
-    usage=$(openstack resource provider list -f value -c uuid |
-        while read -r rp; do
-            openstack resource provider usage show "$rp" -f value
-        done | awk '$2 != 0')
-    [ -z "$usage" ] || fail "resources still used in Placement: $usage"
+    placement_idle
     say "Placement: no allocation and no usage left"
     SERVER_ID=
+
+    check_bad_flavor
+    check_broken_image
+    placement_idle
+    say "Placement: no usage left"
 }
 
 main "$@"

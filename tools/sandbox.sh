@@ -62,6 +62,8 @@ export REGION GLANCE_URL
 
 IMAGE_NAME=lxd-tiny
 PLAIN_FLAVOR=sandbox.small
+# A second CPU flavor, so that resize can be tried.
+SECOND_FLAVOR=sandbox.medium
 
 # Start order; "down" goes in reverse.
 SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
@@ -379,10 +381,30 @@ write_configs() {
     write_neutron_conf
     write_nova_conf
     write_client_config
-    echo "configuration in $ETC"
+    lock_down
+    echo "configuration in $ETC (files 0600, directories 0700)"
+}
+
+# The newest compute API microversion of the installed Nova: the CLI's
+# default (2.1 or the client's own) skips what came later, such as the
+# validation of flavor extra specs (2.86).
+compute_api_version() {
+    local file version
+    file=$("$VENV/bin/python" -c 'import importlib.util, os
+nova = os.path.dirname(importlib.util.find_spec("nova").origin)
+print(os.path.join(nova, "api", "openstack", "api_version_request.py"))')
+    version=$(sed -n "s/^_MAX_API_VERSION = ['\"]\(2\.[0-9]*\)['\"].*/\1/p" \
+        "$file")
+    if [ -z "$version" ]; then
+        echo "cannot read _MAX_API_VERSION in $file" >&2
+        return 1
+    fi
+    printf '%s\n' "$version"
 }
 
 write_client_config() {
+    local microversion
+    microversion=$(compute_api_version)
     (
         umask 077
         cat >"$SANDBOX_DIR/openrc" <<RC
@@ -396,6 +418,8 @@ export OS_USER_DOMAIN_NAME=Default
 export OS_PROJECT_DOMAIN_NAME=Default
 export OS_REGION_NAME=$REGION
 export OS_INTERFACE=public
+# The newest compute microversion: flavor extra specs are validated (2.86+).
+export OS_COMPUTE_API_VERSION=$microversion
 export PATH=$VENV/bin:\$PATH
 RC
         cat >"$SANDBOX_DIR/clouds.yaml" <<YAML
@@ -411,6 +435,7 @@ clouds:
     region_name: $REGION
     interface: public
     identity_api_version: 3
+    compute_api_version: '$microversion'
 YAML
     )
 }
@@ -568,13 +593,40 @@ sync_databases() {
     in_background db-placement db_once placement \
         "$VENV/bin/placement-manage" \
         --config-file "$ETC/placement/placement.conf" db sync
-    in_background db-glance db_once glance "$VENV/bin/glance-manage" \
-        --config-file "$ETC/glance/glance-api.conf" db_sync
+    in_background db-glance glance_db
     in_background db-neutron db_once neutron "$VENV/bin/neutron-db-manage" \
         --config-file "$ETC/neutron/neutron.conf" \
         --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini" upgrade heads
     in_background db-nova nova_db
     wait_background
+}
+
+glance_db() {
+    db_once glance "$VENV/bin/glance-manage" \
+        --config-file "$ETC/glance/glance-api.conf" db_sync
+    glance_metadefs
+}
+
+# Glance's metadata definitions (what Horizon offers for flavors and
+# images): Glance's own, and this project's lxd: flavor keys
+# (etc/glance/metadefs/compute-lxd.json). Loaded again when they change.
+glance_metadefs() {
+    local dir=$DATA/glance/metadefs marker current
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp "$VENV"/etc/glance/metadefs/*.json "$dir/"
+    cp "$REPO_DIR"/etc/glance/metadefs/*.json "$dir/"
+    current=$(cat "$dir"/*.json | sha256sum | cut -d' ' -f1)
+    marker=$DATA/.metadefs
+    if [ "$(cat "$marker" 2>/dev/null)" = "$current" ]; then
+        echo "metadefs already loaded"
+        return 0
+    fi
+    # path merge prefer_new overwrite: a changed file replaces what an
+    # earlier run loaded.
+    "$VENV/bin/glance-manage" --config-file "$ETC/glance/glance-api.conf" \
+        db_load_metadefs "$dir" True True True
+    echo "$current" >"$marker"
 }
 
 nova_cells() {
@@ -715,6 +767,10 @@ upload_image() {
     provision image "$IMAGE_NAME" "$tarball"
 }
 
+check_metadefs() {
+    provision metadefs OS::Compute::LXD
+}
+
 make_flavors() {
     local inventory=$DATA/inventory.json lines=$DATA/accel-flavors.txt
     local recipes=$REPO_DIR/devstack/files/accel-flavors.py
@@ -731,16 +787,72 @@ make_flavors() {
     if [ -f "$inventory" ] && [ -f "$recipes" ]; then
         "$VENV/bin/python" "$recipes" "$inventory" sandbox none >"$lines"
     fi
-    provision flavors "$PLAIN_FLAVOR" "$inventory" "$lines"
+    provision flavors "$PLAIN_FLAVOR" "$inventory" "$lines" \
+        "$SECOND_FLAVOR"
 }
 
 # --- commands -----------------------------------------------------------------
 
 prepare_dirs() {
-    mkdir -p "$SANDBOX_DIR" "$ETC" "$DATA" "$LOGS" "$RUN"
-    # uid 100000 (container root) must traverse LXD_DIR's parents; the
-    # sandbox never sits above LXD_DIR, but keep it traversable anyway.
-    chmod 711 "$SANDBOX_DIR"
+    (umask 077 && mkdir -p "$SANDBOX_DIR" "$ETC" "$DATA" "$LOGS" "$RUN")
+    # Passwords, keys, the databases and logs live here: root only. (The
+    # sandbox never sits above LXD_DIR, whose parents uid 100000 must
+    # traverse.)
+    chmod 700 "$SANDBOX_DIR"
+}
+
+# The files that hold secrets: configuration (database, RabbitMQ and
+# service passwords), Keystone's keys, the credentials of openrc and
+# clouds.yaml, secrets.env. Printed one a line.
+secret_files() {
+    local item
+    for item in "$ETC" "$SANDBOX_DIR/secrets.env" "$SANDBOX_DIR/openrc" \
+        "$SANDBOX_DIR/clouds.yaml"; do
+        [ -e "$item" ] && find "$item" -type f
+    done
+    return 0
+}
+
+# lock_down: every secret file 0600 and every configuration directory
+# 0700, whatever mode an earlier version or an editor left them with. All
+# services run as root: none needs group access.
+lock_down() {
+    chmod 700 "$SANDBOX_DIR"
+    [ -d "$ETC" ] && find "$ETC" -type d -exec chmod 700 {} +
+    secret_files | while read -r file; do
+        chmod 600 "$file"
+    done
+}
+
+# check_secrets: a warning on stderr for the state directory or each
+# configuration or credential file that another user could read or write,
+# or that the state directory's owner does not own; status 1 if any.
+check_secrets() {
+    local bad=0 line owner
+    [ -d "$SANDBOX_DIR" ] || return 0
+    owner=$(stat -c %u "$SANDBOX_DIR")
+    if [ ! -r "$SANDBOX_DIR" ] || [ ! -x "$SANDBOX_DIR" ]; then
+        return 0 # not ours to read: nothing to say about its files
+    fi
+    while read -r line; do
+        printf 'sandbox: WARNING: %s\n' "$line" >&4
+        bad=1
+    done < <(
+        find "$SANDBOX_DIR" -maxdepth 0 -perm /077 -printf \
+            '%p is mode %m: other users can reach the passwords, keys and databases in it; run: chmod 700 %p\n'
+        [ -d "$ETC" ] && find "$ETC" -type d \
+            \( -perm /077 -o ! -uid "$owner" \) -printf \
+            '%p is mode %m (owner %u), expected 700; run: chmod 700 %p\n'
+        secret_files | while read -r file; do
+            find "$file" \( -perm /077 -o ! -uid "$owner" \) -printf \
+                '%p (configuration or credentials) is mode %m (owner %u), expected 600; run: chmod 600 %p\n'
+        done
+    )
+    if [ "$bad" = 1 ]; then
+        printf 'sandbox: WARNING: "%s up" resets these modes\n' "$0" >&4
+        return 1
+    fi
+    return 0
 }
 
 cmd_up() {
@@ -769,6 +881,7 @@ cmd_up() {
     step "compute registered, hosts discovered" wait_compute
     step "LXD image '$IMAGE_NAME' in Glance" upload_image
     step "flavors" make_flavors
+    step "metadata definitions in Glance" check_metadefs
     say ""
     say "sandbox ready in $(elapsed)s."
     cmd_status
@@ -883,6 +996,7 @@ cmd_status() {
     done
     say "$running/${#SERVICES[@]} running, $((total / 1024)) MiB resident" \
         "(LXD and containers not counted); state in $SANDBOX_DIR"
+    check_secrets || true
     [ "$running" = "${#SERVICES[@]}" ]
 }
 

@@ -18,7 +18,15 @@ finds it and runs it. The script is looked for in ``--source``, then
 ``$NOVA_LXD_ACCEL_SOURCE``, then the checkout this package was imported
 from, then the directory it was pip-installed from (PEP 610
 ``direct_url.json``), then the current directory.
+
+Before the first ``up`` nothing of the project is installed yet, so this
+module needs only the standard library: from a checkout,
+``python3 -m nova_lxd_accel.cmd.sandbox up`` works with any Python 3, and
+after ``up`` the sandbox venv has ``nova-lxd-accel sandbox ...`` (on the
+``PATH`` once its ``openrc`` is sourced).
 """
+
+import argparse
 
 import importlib.metadata
 import json
@@ -32,6 +40,18 @@ SCRIPT = os.path.join('tools', 'sandbox.sh')
 EXIT_NO_SCRIPT = 3
 
 
+def _add_arguments(parser):
+    parser.add_argument('action', choices=ACTIONS,
+                        help='up: install and start everything (safe to '
+                             're-run); down: stop what up started; status: '
+                             'show what runs; clean: down and remove state')
+    parser.add_argument('--source', metavar='DIR', default=None,
+                        help='source checkout holding tools/sandbox.sh '
+                             '(default: $NOVA_LXD_ACCEL_SOURCE, then the '
+                             'checkout this package comes from)')
+    parser.set_defaults(func=_run)
+
+
 def register(subparsers):
     parser = subparsers.add_parser(
         'sandbox',
@@ -42,15 +62,7 @@ def register(subparsers):
                     'the local LXD. Runs tools/sandbox.sh of a source '
                     'checkout; the environment variables it reads '
                     '(SANDBOX_DIR, SANDBOX_PORT_BASE, ...) pass through.')
-    parser.add_argument('action', choices=ACTIONS,
-                        help='up: install and start everything (safe to '
-                             're-run); down: stop what up started; status: '
-                             'show what runs; clean: down and remove state')
-    parser.add_argument('--source', metavar='DIR', default=None,
-                        help='source checkout holding tools/sandbox.sh '
-                             '(default: $NOVA_LXD_ACCEL_SOURCE, then the '
-                             'checkout this package comes from)')
-    parser.set_defaults(func=_run)
+    _add_arguments(parser)
 
 
 def candidate_dirs(source=None, environ=None):
@@ -114,3 +126,24 @@ def _run(args):
               file=sys.stderr)
         return EXIT_NO_SCRIPT
     return subprocess.call(['bash', script, args.action])
+
+
+def main(argv=None):
+    """``python3 -m nova_lxd_accel.cmd.sandbox ACTION``, standard library only.
+
+    The same as ``nova-lxd-accel sandbox ACTION``, for a checkout where
+    nothing is installed yet (before the first ``up``).
+    """
+    parser = argparse.ArgumentParser(
+        prog='python3 -m nova_lxd_accel.cmd.sandbox',
+        description='Bring up, stop or show the single-host OpenStack '
+                    'sandbox (tools/sandbox.sh of a source checkout). The '
+                    'same as "nova-lxd-accel sandbox", with nothing '
+                    'installed.')
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

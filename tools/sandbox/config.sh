@@ -202,6 +202,8 @@ state_path = $DATA/nova
 instances_path = $DATA/nova/instances
 compute_driver = $SANDBOX_COMPUTE_DRIVER
 heal_instance_info_cache_interval = -1
+# One host: resize (to the other CPU flavor) happens on it.
+allow_resize_to_same_host = true
 # Heartbeats every 5 s: "up" notices a restarted nova-compute sooner.
 report_interval = 5
 graceful_shutdown_timeout = 5

@@ -25,11 +25,15 @@ Phases:
 ``image NAME FILE``
     upload an LXD unified image tarball to Glance (raw/bare,
     ``hypervisor_type=lxc``) unless an active image of that name exists.
-``flavors PLAIN INVENTORY_JSON [FLAVOR_LINES]``
-    the plain flavor, plus the accelerator flavors: those of FLAVOR_LINES
+``flavors PLAIN INVENTORY_JSON [FLAVOR_LINES [SECOND]]``
+    the plain flavor (1 vCPU, 128 MB) and, when given, a second CPU flavor
+    SECOND (2 vCPUs, 256 MB) to resize to, plus the accelerator flavors:
+    those of FLAVOR_LINES
     (``name key=value...`` per line, as the DevStack plugin's
     ``accel-flavors.py`` prints them) when given, else one per accelerator
     resource class found in the output of ``nova-lxd-accel inventory``.
+``metadefs NAMESPACE...``
+    check that Glance serves these metadata definition namespaces.
 ``wait-compute TIMEOUT PID SINCE [yes]``
     wait until nova-compute (process PID, started at SINCE, UTC ISO 8601)
     has reported in and has a resource provider in Placement; with
@@ -200,8 +204,11 @@ def _flavor_lines(path):
     return out
 
 
-def phase_flavors(conn, plain, inventory_path, lines_path=None):
+def phase_flavors(conn, plain, inventory_path, lines_path=None,
+                  second=None):
     _ensure_flavor(conn, plain, 1, 128, 1, {})
+    if second:
+        _ensure_flavor(conn, second, 2, 256, 2, {})
     if lines_path and os.path.exists(lines_path):
         # The DevStack plugin's recipes (devstack/files/accel-flavors.py).
         wanted = _flavor_lines(lines_path)
@@ -223,6 +230,20 @@ def phase_flavors(conn, plain, inventory_path, lines_path=None):
         _ensure_flavor(conn, name, 1, 256, 1, specs)
         print('accelerator flavor %s: %s' % (name, ' '.join(
             '%s=%s' % kv for kv in sorted(specs.items()))))
+    return 0
+
+
+def phase_metadefs(conn, *namespaces):
+    """Fail unless Glance serves each metadata definition namespace."""
+    served = {ns.namespace for ns in conn.image.metadef_namespaces()}
+    missing = [name for name in namespaces if name not in served]
+    if missing:
+        print('Glance has no metadata definition namespace %s (it has %d); '
+              'see the metadefs lines of log/db-glance.log' % (
+                  ', '.join(missing), len(served)), file=sys.stderr)
+        return 1
+    print('Glance serves %d metadata definition namespaces, including %s'
+          % (len(served), ', '.join(namespaces)))
     return 0
 
 
@@ -287,6 +308,8 @@ def main(argv):
         return phase_image(conn, *args)
     if phase == 'flavors':
         return phase_flavors(conn, *args)
+    if phase == 'metadefs':
+        return phase_metadefs(conn, *args)
     if phase == 'wait-compute':
         return phase_wait_compute(conn, *args)
     print('unknown phase %r' % phase, file=sys.stderr)

@@ -1,0 +1,186 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The sandbox's pieces that run without starting a cloud.
+
+- ``python3 -m nova_lxd_accel.cmd.sandbox`` needs only the standard
+  library (it must work before the first ``up`` installs anything);
+- ``tools/sandbox.sh status`` warns about secrets other users can read;
+- ``tools/sandbox/wsgi_server.py`` decodes chunked request bodies (the
+  uploads of Nova's snapshots) and keeps the connection usable after them.
+"""
+
+import http.client
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+import testtools
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
+WSGI_SERVER = os.path.join(REPO, 'tools', 'sandbox', 'wsgi_server.py')
+
+
+class ModuleWithoutDependenciesTest(testtools.TestCase):
+
+    def test_runs_the_script_with_the_standard_library_only(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, 'tools'))
+            with open(os.path.join(tmp, 'tools', 'sandbox.sh'), 'w') as f:
+                f.write('echo "fake sandbox: $1"; exit 7\n')
+            # -S: no site-packages at all, so no oslo.config, no nova.
+            result = subprocess.run(
+                [sys.executable, '-S', '-m', 'nova_lxd_accel.cmd.sandbox',
+                 'status', '--source', tmp],
+                cwd=REPO, capture_output=True, text=True, timeout=60,
+                env={'PATH': os.environ.get('PATH', '/usr/bin:/bin')})
+        self.assertEqual(7, result.returncode, result.stderr)
+        self.assertEqual('fake sandbox: status\n', result.stdout)
+
+
+class StatusSecretsTest(testtools.TestCase):
+    """``sandbox.sh status`` on a state directory made here (no cloud)."""
+
+    def setUp(self):
+        super(StatusSecretsTest, self).setUp()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.state = os.path.join(self.tmp.name, 'sandbox')
+        self.conf = os.path.join(self.state, 'etc', 'nova', 'nova.conf')
+        os.makedirs(os.path.dirname(self.conf))
+        with open(self.conf, 'w') as handle:
+            handle.write('[database]\nconnection = mysql://u:secret@h/d\n')
+        with open(os.path.join(self.state, 'secrets.env'), 'w') as handle:
+            handle.write('DB_PASSWORD=secret\n')
+        for path in (self.state, os.path.join(self.state, 'etc'),
+                     os.path.dirname(self.conf)):
+            os.chmod(path, 0o700)
+        for path in (self.conf, os.path.join(self.state, 'secrets.env')):
+            os.chmod(path, 0o600)
+
+    def _status(self):
+        env = dict(os.environ, SANDBOX_DIR=self.state,
+                   SANDBOX_PORT_BASE='46100')
+        result = subprocess.run(['bash', SANDBOX_SH, 'status'], env=env,
+                                capture_output=True, text=True, timeout=60)
+        # Nothing runs: status says so with exit status 1.
+        self.assertEqual(1, result.returncode, result.stderr)
+        self.assertIn('0/11 running', result.stdout)
+        return result.stderr
+
+    def test_no_warning_when_locked_down(self):
+        self.assertNotIn('WARNING', self._status())
+
+    def test_warns_about_a_readable_config_file(self):
+        os.chmod(self.conf, 0o644)
+        err = self._status()
+        self.assertIn('WARNING: %s (configuration or credentials) is mode '
+                      '644' % self.conf, err)
+        self.assertIn('run: chmod 600 %s' % self.conf, err)
+        self.assertNotIn('secrets.env', err)
+
+    def test_warns_about_a_traversable_state_directory(self):
+        os.chmod(self.state, 0o711)
+        err = self._status()
+        self.assertIn('WARNING: %s is mode 711' % self.state, err)
+        self.assertIn('run: chmod 700 %s' % self.state, err)
+
+    def test_warns_about_readable_secrets_env(self):
+        secrets = os.path.join(self.state, 'secrets.env')
+        os.chmod(secrets, 0o640)
+        self.assertIn('%s (configuration or credentials) is mode 640'
+                      % secrets, self._status())
+
+
+def _load_wsgi_server():
+    spec = importlib.util.spec_from_file_location(
+        'sandbox_wsgi_server', WSGI_SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _echo_app(environ, start_response):
+    """Reads the whole body, closes its input (as Glance does), echoes."""
+    stream = environ['wsgi.input']
+    body = stream.read()
+    stream.close()
+    start_response('200 OK', [('Content-Type', 'application/octet-stream'),
+                              ('Content-Length', str(len(body)))])
+    return [body]
+
+
+def _refusing_app(environ, start_response):
+    """Answers without reading the body at all."""
+    start_response('404 Not Found', [('Content-Length', '0')])
+    return [b'']
+
+
+@testtools.skipUnless(importlib.util.find_spec('cheroot'),
+                      'cheroot (the sandbox WSGI server) is not installed: '
+                      'pip install -c constraints.txt cheroot')
+class ChunkedUploadTest(testtools.TestCase):
+
+    def _serve(self, app):
+        module = _load_wsgi_server()
+        with socket.socket() as probe:
+            probe.bind(('127.0.0.1', 0))
+            port = probe.getsockname()[1]
+        server = module.make_server('127.0.0.1', port, app, 'test',
+                                    threads=2)
+        server.prepare()
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(server.stop)
+        return http.client.HTTPConnection('127.0.0.1', port, timeout=10)
+
+    @staticmethod
+    def _put_chunked(conn, chunks):
+        conn.putrequest('PUT', '/upload')
+        conn.putheader('Transfer-Encoding', 'chunked')
+        conn.endheaders()
+        for chunk in chunks:
+            conn.send(b'%x\r\n%s\r\n' % (len(chunk), chunk))
+        conn.send(b'0\r\n\r\n')
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def test_chunked_body_is_decoded(self):
+        conn = self._serve(_echo_app)
+        chunks = [b'abc', b'def', bytes(range(256)) * 64]
+        self.assertEqual((200, b''.join(chunks)),
+                         self._put_chunked(conn, chunks))
+
+    def test_connection_serves_the_next_request(self):
+        conn = self._serve(_echo_app)
+        self.assertEqual((200, b'abcdef'),
+                         self._put_chunked(conn, [b'abc', b'def']))
+        conn.request('PUT', '/again', body=b'xyz')
+        response = conn.getresponse()
+        self.assertEqual((200, b'xyz'), (response.status, response.read()))
+
+    def test_unread_chunked_body_does_not_leak_into_the_next_request(self):
+        conn = self._serve(_refusing_app)
+        self.assertEqual((404, b''),
+                         self._put_chunked(conn, [b'GET / HTTP/1.1\r\n']))
+        conn.request('GET', '/next')
+        response = conn.getresponse()
+        self.assertEqual(404, response.status)
+        response.read()
+

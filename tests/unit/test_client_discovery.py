@@ -12,20 +12,14 @@
 
 """The seam finds the local daemon, once, and knows which one it is.
 
-Daemons here are either the real ones of the test host (LXD 5.0.2 at
-``$LXD_DIR``, and Incus when ``$NOVA_LXD_ACCEL_INCUS_DIR`` or
-``/var/lib/incus`` has one running) or :class:`RecordedDaemon`: a unix
-socket answering ``GET /1.0`` with a recorded answer of a real daemon
+Daemons here are either the run's real one (LXD or Incus, see
+tests/lxd_fixtures.py) or :class:`tests.recorded_daemon.RecordedDaemon`: a
+unix socket answering ``GET /1.0`` with a recorded answer of a real daemon
 (``tests/unit/samples/daemons``), which is all discovery reads.
 """
 
 import grp
-import http.server
-import json
 import os
-import shutil
-import socketserver
-import tempfile
 import threading
 
 import fixtures
@@ -36,70 +30,19 @@ from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
+from tests import lxd_fixtures
+from tests import recorded_daemon
 
-SAMPLES = os.path.join(os.path.dirname(__file__), 'samples', 'daemons')
+RecordedDaemon = recorded_daemon.RecordedDaemon
+sample = recorded_daemon.sample
 LXD_502 = 'lxd-5.0.2-debian12.json'
 INCUS_604 = 'incus-6.0.4-bookworm-backports.json'
 LXD_62 = 'lxd-6.2-snap-recorded-api.json'
 
 
-def sample(name):
-    with open(os.path.join(SAMPLES, name)) as handle:
-        return json.load(handle)
-
-
 def real_lxd_socket():
-    return os.path.join(os.environ.get('LXD_DIR', '/var/lib/lxd'),
-                        'unix.socket')
-
-
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-
-class RecordedDaemon(fixtures.Fixture):
-    """A unix socket answering ``GET /1.0`` with a recorded answer."""
-
-    def __init__(self, name, directory=None):
-        super(RecordedDaemon, self).__init__()
-        self.answer = sample(name)
-        self.directory = directory
-        self.requests = []
-
-    def _setUp(self):
-        if self.directory is None:
-            self.directory = tempfile.mkdtemp(prefix='dmn-', dir='/tmp')
-            self.addCleanup(shutil.rmtree, self.directory, True)
-        self.socket_path = os.path.join(self.directory, 'unix.socket')
-        fixture = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = 'HTTP/1.1'
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                fixture.requests.append(self.path)
-                if self.path.split('?')[0].rstrip('/') == '/1.0':
-                    status, body = 200, fixture.answer
-                else:
-                    status, body = 404, {'type': 'error', 'error': 'not found',
-                                         'error_code': 404}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json')
-                self.send_header('Content-Length', str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = _Server(self.socket_path, Handler)
-        thread = threading.Thread(target=self.server.serve_forever,
-                                  kwargs={'poll_interval': 0.05})
-        thread.daemon = True
-        thread.start()
-        self.addCleanup(self.server.server_close)
-        self.addCleanup(self.server.shutdown)
+    """The run's real daemon (LXD or Incus, see tests/lxd_fixtures.py)."""
+    return lxd_fixtures.lxd_socket()
 
 
 def _conf(endpoint=None):
@@ -201,12 +144,12 @@ class DiscoverTest(testtools.TestCase):
         self.assertIn('set [lxd] endpoint', str(error))
 
     def test_socket_this_user_cannot_open(self):
-        # A socket of group "lxd", mode 0660, seen by user nobody (as
+        # A socket of group "disk", mode 0660, seen by user nobody (as
         # effective ids, like nova-compute's own user).
         root = self.useFixture(fixtures.TempDir()).path
         os.chmod(root, 0o755)
         daemon = self.useFixture(RecordedDaemon(INCUS_604, directory=root))
-        os.chown(daemon.socket_path, 0, grp.getgrnam('lxd').gr_gid)
+        os.chown(daemon.socket_path, 0, grp.getgrnam('disk').gr_gid)
         os.chmod(daemon.socket_path, 0o660)
         self.assertIsNone(lxd_client._socket_problem(daemon.socket_path))
         os.setegid(65534)
@@ -217,7 +160,7 @@ class DiscoverTest(testtools.TestCase):
             os.seteuid(0)
             os.setegid(0)
         self.assertEqual('this user (uid 65534) may not open the socket; '
-                         'add it to group lxd and restart nova-compute',
+                         'add it to group disk and restart nova-compute',
                          problem)
 
 
@@ -307,10 +250,10 @@ class DaemonInfoTest(testtools.TestCase):
         self.assertEqual([('projects', 'LXD 3.6, any Incus')],
                          daemon.missing_required())
 
-    def test_real_lxd(self):
+    def test_real_daemon(self):
         client = lxd_client.LXDClient(_conf(endpoint=real_lxd_socket()))
         info = client.daemon_info()
-        self.assertEqual('lxd', info.server)
+        self.assertEqual(lxd_fixtures.daemon(), info.server)
         self.assertEqual([], info.missing_required())
 
 
@@ -346,8 +289,10 @@ class CommandsTest(testtools.TestCase):
         self.assertEqual('incus delete --force c1',
                          lxd_daemon.cli_for(client, 'delete', name='c1'))
         real = lxd_client.LXDClient(_conf(endpoint=real_lxd_socket()))
-        self.assertEqual('lxc delete --force c1',
-                         lxd_daemon.cli_for(real, 'delete', name='c1'))
+        self.assertEqual(
+            {'lxd': 'lxc', 'incus': 'incus'}[lxd_fixtures.daemon()] +
+            ' delete --force c1',
+            lxd_daemon.cli_for(real, 'delete', name='c1'))
         # daemon down: the message still names a command
         down = lxd_client.LXDClient(_conf(endpoint='/nonexistent/s'))
         self.assertEqual('lxc delete --force c1',

@@ -14,8 +14,9 @@
 
 The daemons are recorded ``GET /1.0`` answers of LXD 5.0.2 and Incus 6.0.4
 (real daemons of this test host) and of LXD 6.2 (its documented API),
-served on a unix socket by :class:`RecordedDaemon`; every other request
-gets LXD's 404, so the pool named in the configuration does not exist.
+served on a unix socket by :class:`tests.recorded_daemon.RecordedDaemon`;
+every other request gets LXD's 404, so the pool named in the
+configuration does not exist.
 """
 
 import copy
@@ -56,9 +57,8 @@ def _info(name):
 class CheckDaemonTest(testtools.TestCase):
 
     def _check(self, sample, conf=None, answer=None):
-        daemon = self.useFixture(recorded.RecordedDaemon(sample))
-        if answer is not None:
-            daemon.answer = answer
+        daemon = self.useFixture(recorded.RecordedDaemon(sample,
+                                                         answer=answer))
         conf = conf or _conf()
         conf.set_override('endpoint', daemon.socket_path, group='lxd')
         self.addCleanup(conf.clear_override, 'endpoint', group='lxd')

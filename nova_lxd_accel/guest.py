@@ -203,14 +203,15 @@ class Guest(object):
         self._set_config(lxd_config.KEY_SUSPENDED, None)
 
     def _set_config(self, key, value):
-        record = self.require_record()
-        config = dict(record['config'])
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-        record['config'] = config
-        self._client.put_container(self.name, record)
+        """Set (or with None remove) one key, ETag-guarded."""
+        def change(config, devices):
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+
+        if self._client.modify_container(self.name, change) is None:
+            self.require_record()
 
     # -- console ----------------------------------------------------------
 

@@ -503,15 +503,26 @@ class Migration(object):
         host_devices = self._host_devices(context, instance, network_info,
                                           block_device_info)
         with lockutils.lock(lxd_lifecycle.BINDING_LOCK):
-            held = binding.held_units(self._client.list_containers(),
-                                      exclude=guest.name)
+            # held by anything on the daemon (see accel.claims)
+            held = binding.held_units(
+                self._client.list_all_instances(),
+                exclude=(self._conf.lxd.project, guest.name),
+                host_devices=self._accelerators.all_devices())
             bound = binding.bind(allocations,
                                  self._accelerators.device_for_provider,
                                  held)
-            config, devices = resized(record, fragment, host, host_devices,
-                                      bound)
-            self._client.put_container(guest.name, dict(
-                record, config=config, devices=devices))
+
+            def resize(config, devices):
+                new_config, new_devices = resized(
+                    dict(record, config=dict(config), devices=dict(devices)),
+                    fragment, host, host_devices, bound)
+                config.clear()
+                config.update(new_config)
+                devices.clear()
+                devices.update(new_devices)
+
+            # read-modify-write with the container's ETag
+            self._client.modify_container(guest.name, resize)
         binding.log_bound(LOG, bound, instance)
         if power_on:
             guest.start()

@@ -35,6 +35,7 @@ from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import migration
+from tests.unit import seam_helpers
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
 NAME = 'nova-' + UUID
@@ -201,6 +202,12 @@ class FakeClient(object):
         self.records[name]['status'] = {'start': 'Running',
                                         'stop': 'Stopped'}.get(action)
 
+    def list_all_instances(self):
+        return self.list_containers()
+
+    def modify_container(self, name, change):
+        return seam_helpers.modify_via_put(self, name, change)
+
     def put_container(self, name, record):
         self.calls.append(('put', name))
         stored = self.records[name]
@@ -289,6 +296,7 @@ class _Base(testtools.TestCase):
     def make(self, client):
         self.lifecycle = FakeLifecycle(client, self.conf)
         accelerators = mock.Mock()
+        accelerators.all_devices.return_value = ()
         accelerators.device_for_provider.side_effect = \
             lambda rp: GPU if rp == GPU_RP else None
         return migration.Migration(client, self.conf, self.lifecycle,

@@ -27,6 +27,7 @@ import json
 from oslo_utils import strutils
 
 from nova_lxd_accel import exception
+from nova_lxd_accel import extra_specs as lxd_extra_specs
 
 # Keys the driver writes into ``user.*`` config to recognise its containers.
 KEY_PREFIX = 'user.nova_lxd_accel.'
@@ -282,7 +283,12 @@ def build_container(instance, flavor, image_meta, policy, builders=BUILDERS):
 
 
 def resize_fragment(instance, flavor, image_meta, policy):
-    """The part of the container that follows the flavor on resize."""
+    """The part of the container that follows the flavor on resize.
+
+    The new flavor's ``lxd:`` extra specs are checked first, as at spawn
+    (the migration calls this before it stops the container).
+    """
+    lxd_extra_specs.check_flavor(flavor, policy)
     return build_container(instance, flavor, image_meta, policy,
                            builders=(limits, root_disk, disk_quota,
                                      security))

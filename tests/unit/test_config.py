@@ -204,3 +204,28 @@ class ProfileMasksTest(testtools.TestCase):
         container = _build(_instance())
         self.assertNotIn('raw.lxc', container['config'])
         self.assertNotIn('gpu0', container['devices'])
+
+
+class ResizeChecksExtraSpecsTest(testtools.TestCase):
+
+    def setUp(self):
+        super(ResizeChecksExtraSpecsTest, self).setUp()
+        objects.register_all()
+
+    def test_bad_new_flavor_refused(self):
+        flavor = _flavor(name='big', extra_specs={
+            'lxd:processes': '99999999999'})
+        error = self.assertRaises(
+            exception.FlavorExtraSpecInvalid, lxd_config.resize_fragment,
+            _instance(), flavor, _image(), POLICY)
+        self.assertIn('lxd:processes=99999999999', str(error))
+        self.assertRaises(
+            exception.FlavorNotAllowed, lxd_config.resize_fragment,
+            _instance(), _flavor(extra_specs={'lxd:nesting': 'true'}),
+            _image(), POLICY)
+
+    def test_good_new_flavor(self):
+        fragment = lxd_config.resize_fragment(
+            _instance(), _flavor(vcpus=4, extra_specs={
+                'lxd:processes': '500'}), _image(), POLICY)
+        self.assertEqual('500', fragment['config']['limits.processes'])

@@ -62,6 +62,9 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         # each test has its own GPU state file (accel.gpu_state)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
                    group='lxd_accelerators')
+        # This test's image downloads only (init_host empties the dir).
+        self.flags(image_download_dir=self.useFixture(
+            fixtures.TempDir()).path, group='lxd')
         self.flags(shutdown_timeout=5)
         super(LXDFunctionalTestCase, self).setUp()
         self.useFixture(lxd_fixtures.DeprecationsAreErrors())

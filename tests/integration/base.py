@@ -20,6 +20,7 @@ is nova's in-process ``GlanceFixture`` holding the tiny LXD image's bytes.
 
 import uuid
 
+import fixtures
 from nova import context as nova_context
 from nova import objects
 from nova import test
@@ -44,6 +45,9 @@ class DriverTestCase(test.NoDBTestCase):
         self.flags(project=self.project.name, lifecycle_poll_interval=0,
                    group='lxd')
         self.flags(shutdown_timeout=5)
+        # This test's image downloads only (init_host empties the dir).
+        self.flags(image_download_dir=self.useFixture(
+            fixtures.TempDir()).path, group='lxd')
         self.host = 'it-%s' % uuid.uuid4().hex[:8]
         self.driver.init_host(self.host)
         self.addCleanup(self.driver.cleanup_host, self.host)

@@ -26,6 +26,8 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
 ``nova_lxd_accel_gpu_idle_seconds{instance, project, pci, unit}``
     for each idle unit (``[lxd_accelerators] idle_report_after``), seconds
     since its last compute use.
+``nova_lxd_accel_gpu_instance_on_unhealthy_gpu{instance, project, pci, unit}``
+    1 for each instance still bound to an unhealthy GPU (never stopped).
 ``nova_lxd_accel_gpu_probe_timestamp_seconds``,
 ``nova_lxd_accel_gpu_probe_available``
     when the probe last ran, and whether nvidia-smi answered.
@@ -99,6 +101,14 @@ def render(state, pcis, conf, now):
            [({'instance': u['instance'], 'project': u['project'],
               'pci': u['pci'], 'unit': u['unit']}, float(u['idle_s']))
             for u in gpu_gate.idle_units(state, conf, now)])
+    sick = {pci for pci, hold in state.get('holds', {}).items()
+            if hold.get('kind') == 'unhealthy'}
+    family('instance_on_unhealthy_gpu', 'gauge',
+           'Instances still bound to an unhealthy GPU (left running).',
+           [({'instance': u.get('instance'), 'project': u.get('project'),
+              'pci': u.get('pci'), 'unit': key}, 1)
+            for key, u in sorted(state.get('bound', {}).items())
+            if u.get('pci') in sick])
     probe = state.get('probe') or {}
     family('probe_timestamp_seconds', 'gauge',
            'When the GPU probe last ran (UNIX time).',

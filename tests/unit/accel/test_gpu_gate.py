@@ -254,6 +254,18 @@ class TestUsageIdleMetrics(GateTestCase):
         self.assertIn('# TYPE nova_lxd_accel_gpu_busy_seconds_total counter',
                       text)
 
+    def test_instances_on_an_unhealthy_gpu_are_exported(self):
+        state = gpu_state.empty_state()
+        state['holds'] = {H100: {'kind': 'unhealthy', 'reason': 'ecc'}}
+        state['bound'] = {'pci:' + H100: {'instance': INSTANCE,
+                                          'project': 'p', 'pci': H100}}
+        text = gpu_metrics.render(state, [H100], self.conf, 0)
+        self.assertIn('nova_lxd_accel_gpu_instance_on_unhealthy_gpu{'
+                      'instance="%s",pci="%s",project="p",unit="pci:%s"} 1'
+                      % (INSTANCE, H100, H100), text)
+        self.assertIn('nova_lxd_accel_gpu_state{pci="%s",state="unhealthy"} '
+                      '1' % H100, text)
+
     def test_render_escapes_labels(self):
         state = gpu_state.empty_state()
         state['usage'] = {'i"1': {'project': 'p\\x', 'units': {

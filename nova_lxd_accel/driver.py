@@ -339,7 +339,10 @@ class LXDDriver(driver.ComputeDriver):
         self._lifecycle.guest(instance).reboot(hard=reboot_type == 'HARD')
 
     def power_off(self, instance, timeout=0, retry_interval=0):
-        self._lifecycle.guest(instance).stop(timeout, retry_interval)
+        guest = self._lifecycle.guest(instance)
+        # The next start empties LXD's console buffer (see Guest).
+        guest.keep_console()
+        guest.stop(timeout, retry_interval)
 
     def power_on(self, context, instance, network_info,
                  block_device_info=None, accel_info=None, share_info=None):

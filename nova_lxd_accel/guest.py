@@ -36,15 +36,18 @@ _POWER_STATES = {
 }
 
 
-#: The last console output nova read from each container, by container
-#: name. LXD 5.0 keeps a running container's console in a ring buffer
-#: that every start empties, and answers 500 ("open : no such file or
-#: directory") for a buffer nothing was written to since (e.g. just
-#: after a hard reboot): the console then shows what was kept here.
-_KEPT_CONSOLE = {}
-_KEPT_CONSOLE_LOCK = threading.Lock()
+#: What nova read of each container's console, by container name.
+#: LXD 5.0 keeps a running container's console in liblxc's ring buffer,
+#: and every read of it through the API *consumes* what it returns: the
+#: next read gets only what the guest wrote since, and a read that finds
+#: nothing new (every read after the first, until the guest writes again;
+#: any read just after a start) answers 500 "open : no such file or
+#: directory". A stopped container's read gives LXD's log file of all
+#: that was read. So the driver keeps what it read, and shows all of it.
+_CONSOLES = {}
+_CONSOLES_LOCK = threading.Lock()
 
-#: LXD's answer for an empty console ring buffer (LXD 5.0.x).
+
 _EMPTY_CONSOLE_ERROR = 'no such file or directory'
 
 
@@ -119,8 +122,8 @@ class Guest(object):
             container) to delete.
         """
         deleted = False
-        with _KEPT_CONSOLE_LOCK:
-            _KEPT_CONSOLE.pop(self.name, None)
+        with _CONSOLES_LOCK:
+            _CONSOLES.pop(self.name, None)
         for name in (self.rescue_name, self.name):
             if self._client.remove_container(name):
                 deleted = True
@@ -216,56 +219,60 @@ class Guest(object):
     # -- console ----------------------------------------------------------
 
     def console_tail(self, max_bytes):
-        """The end of the console log; never an error for an empty one.
+        """The console output nova has seen, to its last ``max_bytes``.
 
-        What LXD has for the current boot, else (nothing written since
-        the last start, or LXD unreachable) the output kept from the
-        last read or the last restart nova made.
+        Never an error because LXD has nothing new (see _CONSOLES); when
+        LXD cannot be read, what was read before, if anything.
         """
-        kept = self._kept_console()
         try:
-            log = self._client.console_log(self.name)
-        except exception.LXDObjectNotFound:
-            raise exception.ContainerNotFound(instance_id=self.instance.uuid,
-                                              container=self.name)
+            return self._read_console(max_bytes)
+        except exception.ContainerNotFound:
+            raise
         except exception.LXDAccelException as exc:
-            empty = isinstance(exc, exception.LXDOperationFailed) and \
-                _EMPTY_CONSOLE_ERROR in str(exc)
-            if empty:
-                LOG.debug('Console of %s is empty since its last start',
-                          self.name, instance=self.instance)
-            elif kept is None:
+            with _CONSOLES_LOCK:
+                seen = _CONSOLES.get(self.name, b'')
+            if not seen:
                 LOG.warning('Cannot read the console log: %s', exc,
                             instance=self.instance)
                 raise nova_exception.ConsoleNotAvailable()
-            else:
-                LOG.warning('Cannot read the console log (%s); returning '
-                            'the output read before', exc,
-                            instance=self.instance)
-            return (kept or b'')[-max_bytes:]
-        if not log and kept:
-            return kept[-max_bytes:]
-        self._keep(log[-max_bytes:])
-        return log[-max_bytes:]
+            LOG.warning('Cannot read the console log (%s); returning the '
+                        'output read before', exc, instance=self.instance)
+            return seen[-max_bytes:]
 
     def keep_console(self):
-        """Keep the current boot's console output across a restart."""
+        """Read the guest's new output before nova restarts or stops it.
+
+        The next start empties LXD's buffer.
+        """
         try:
-            log = self._client.console_log(self.name)
+            self._read_console(self._conf.lxd.console_log_max_bytes)
         except exception.LXDAccelException as exc:
-            LOG.debug('Console not kept before the restart: %s', exc,
+            LOG.debug('Console not read before the restart: %s', exc,
                       instance=self.instance)
-            return
-        if log:
-            self._keep(log[-self._conf.lxd.console_log_max_bytes:])
 
-    def _keep(self, log):
-        with _KEPT_CONSOLE_LOCK:
-            _KEPT_CONSOLE[self.name] = log
-
-    def _kept_console(self):
-        with _KEPT_CONSOLE_LOCK:
-            return _KEPT_CONSOLE.get(self.name)
+    def _read_console(self, max_bytes):
+        """Add what LXD has that nova has not seen; return all of it."""
+        with _CONSOLES_LOCK:
+            seen = _CONSOLES.get(self.name, b'')
+        if seen and self.status() == 'Stopped':
+            # LXD would give its log file: everything it returned before
+            # (which nova has).
+            return seen[-max_bytes:]
+        try:
+            new = self._client.console_log(self.name)
+        except exception.LXDObjectNotFound:
+            raise exception.ContainerNotFound(instance_id=self.instance.uuid,
+                                              container=self.name)
+        except exception.LXDOperationFailed as exc:
+            if _EMPTY_CONSOLE_ERROR not in str(exc):
+                raise
+            new = b''   # nothing new since the last read or the start
+        with _CONSOLES_LOCK:
+            # Running: what is new. Stopped with nothing seen (after a
+            # restart of nova-compute): LXD's whole log file.
+            seen = (_CONSOLES.get(self.name, b'') + new)[-max_bytes:]
+            _CONSOLES[self.name] = seen
+        return seen
 
     # -- diagnostics ------------------------------------------------------
 

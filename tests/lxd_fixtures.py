@@ -85,6 +85,11 @@ def daemon():
     return 'lxd'
 
 
+def daemon_name():
+    """``LXD`` or ``Incus``, as the driver's messages name the daemon."""
+    return {'lxd': 'LXD', 'incus': 'Incus'}[daemon()]
+
+
 def _setting(key, kind=None):
     kind = kind or daemon()
     return _ENVIRON.get('%s_%s' % (kind.upper(), key),

@@ -33,6 +33,7 @@ from nova_lxd_accel import conf as lxd_conf
 from tests.functional import base
 from tests.functional import test_resize_migrate
 from tests.integration import test_faults as it_faults
+from tests import lxd_fixtures
 from tests import lxd_proxy
 
 ZERO = {'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0}
@@ -173,14 +174,16 @@ class StartWhileLXDDownTest(_ProxiedTestCase):
         event = self._wait_for_action_fail_completion(
             server, 'start', 'compute_start_instance')
         self.api.microversion = latest
-        self.assertIn('Cannot reach the LXD daemon at %s'
-                      % self.proxy.socket_path, event['details'])
+        self.assertIn('Cannot reach the %s daemon at %s'
+                      % (lxd_fixtures.daemon_name(), self.proxy.socket_path),
+                      event['details'])
         server = self._wait_for_state_change(server, 'SHUTOFF')
         self.assertIsNone(server['OS-EXT-STS:task_state'])
         # The fault is recorded (the API shows it for ERROR servers only).
         fault = self._instance_fault(server)
-        self.assertIn('Cannot reach the LXD daemon at %s'
-                      % self.proxy.socket_path, fault.message)
+        self.assertIn('Cannot reach the %s daemon at %s'
+                      % (lxd_fixtures.daemon_name(), self.proxy.socket_path),
+                      fault.message)
 
         self.lxd_up()
         server = self._start_server(server)

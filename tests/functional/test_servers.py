@@ -16,6 +16,7 @@ import nova.conf
 
 from nova_lxd_accel import conf as lxd_conf
 from tests.functional import base
+from tests import lxd_fixtures
 from tests import lxd_proxy
 
 
@@ -138,8 +139,9 @@ class LXDDownTest(base.LXDFunctionalTestCase):
             image_uuid=self.image_id, flavor_id=flavor_id, networks='none')})
         server = self._wait_for_state_change(server, 'ERROR',
                                              max_retries=60)
-        self.assertIn('Cannot reach the LXD daemon at %s'
-                      % self.proxy.socket_path, server['fault']['message'])
+        self.assertIn('Cannot reach the %s daemon at %s'
+                      % (lxd_fixtures.daemon_name(), self.proxy.socket_path),
+                      server['fault']['message'])
         self.assertEqual([], self.container_names())
         self.assertEqual({}, self._get_allocations_by_server_uuid(
             server['id']))

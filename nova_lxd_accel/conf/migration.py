@@ -24,11 +24,14 @@ and resize to another host) with LXD's instance migration API.
 The source compute host's nova-compute connects to the destination host's
 LXD daemon over HTTPS with a client certificate that daemon trusts, and
 the destination daemon pulls the container from the source daemon's HTTPS
-address. So on every compute host: set ``core.https_address`` of LXD
-(``lxc config set core.https_address <address>:8443``) and trust the
-client certificate of every other compute host
-(``lxc config trust add /path/to/client.crt``). Resize on the same host
-(``[DEFAULT] allow_resize_to_same_host``) needs none of this.
+address. So on every compute host: set ``core.https_address`` of the
+daemon (``lxc config set core.https_address <address>:8443``; on Incus
+``incus config set ...``) and trust the client certificate of every other
+compute host (``lxc config trust add /path/to/client.crt``; on Incus
+``incus config trust add-certificate /path/to/client.crt``). Migration
+is tested between two LXD and between two Incus daemons, not from one kind
+to the other. Resize on the same host (``[DEFAULT]
+allow_resize_to_same_host``) needs none of this.
 """)
 
 ALL_OPTS = [
@@ -65,7 +68,8 @@ Related options:
 Client certificate (PEM) this host presents to destination LXD daemons.
 
 Every destination daemon must trust it: ``lxc config trust add
-<this file>`` there. Without it, migrating to another host fails with a
+<this file>`` there (Incus: ``incus config trust add-certificate <this
+file>``). Without it, migrating to another host fails with a
 message saying so (resize on the same host still works).
 
 Related options:

@@ -35,8 +35,9 @@ file (:mod:`.gpu_state`):
 * **idle**: a unit of a running instance whose GPU showed no compute use
   for ``[lxd_accelerators] idle_report_after`` seconds.
 
-:meth:`GpuGate.apply` is what ``update_provider_tree`` calls (cheap: it
-reads the state file): a held GPU gets ``reserved = total`` (and the trait
+:meth:`GpuGate.apply` is what ``update_provider_tree`` calls; it reads
+nothing (the holds and dirty units are kept in memory from the last
+probe): a held GPU gets ``reserved = total`` (and the trait
 :data:`TRAIT_UNHEALTHY` when unhealthy), a dirty unit adds one to its
 resource class's ``reserved``. :meth:`GpuGate.check_bindable` refuses to
 bind a held GPU (Placement's reserved stops new allocations; this also
@@ -150,6 +151,7 @@ class GpuGate(object):
         self._probe = probe or gpu_probe.HostProbe.from_conf(conf)
         self._store = store or gpu_state.StateStore.from_conf(conf)
         self._clock = clock
+        self._view = None
         self._warned = {}
         self.last_snapshot = None
 
@@ -170,10 +172,11 @@ class GpuGate(object):
         """
         interval = self._conf.lxd_accelerators.probe_interval
         last = self.last_snapshot
-        if last is not None and interval and \
-                self._clock() - last.taken_at < interval:
-            return None
         try:
+            if last is not None and interval and \
+                    self._clock() - last.taken_at < interval:
+                self._load_view()       # operator holds still apply
+                return None
             return self.refresh()
         except Exception:
             LOG.exception('The GPU probe failed; the GPU states of the last '
@@ -201,6 +204,7 @@ class GpuGate(object):
         if not known and not current and \
                 not os.path.exists(self._store.path):
             # a host without GPUs: nothing to record
+            self._view = GateView(holds={}, dirty={})
             return snapshot
         with self._store.update() as state:
             self._account(state, current, snapshot, now)
@@ -210,6 +214,8 @@ class GpuGate(object):
             state['probe'] = {'at': now, 'available': snapshot.available,
                               'error': snapshot.error}
             result = dict(state)
+        self._view = GateView(holds=dict(result['holds']),
+                              dirty=dict(result['dirty']))
         self._report_idle(result, now)
         self._write_metrics(result, known, now)
         return snapshot
@@ -233,6 +239,8 @@ class GpuGate(object):
                 for key, unit in units.items():
                     state['bound'].pop(key, None)
                     state['dirty'][key] = self._dirty_entry(unit, now)
+            self._view = GateView(holds=dict(state['holds']),
+                                  dirty=dict(state['dirty']))
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
                           'container; the next probe finds them')
@@ -408,13 +416,25 @@ class GpuGate(object):
 
     # -- what update_provider_tree and binding ask ---------------------
 
-    def view(self):
+    def _load_view(self):
         try:
             state = self._store.load()
         except (OSError, ValueError) as exc:
             LOG.warning('Cannot read the GPU state file: %s', exc)
-            state = gpu_state.empty_state()
-        return GateView(holds=state['holds'], dirty=state['dirty'])
+            return self._view
+        self._view = GateView(holds=state['holds'], dirty=state['dirty'])
+        return self._view
+
+    def view(self):
+        """Holds and dirty units as of the last probe (or file read).
+
+        Kept in memory so that ``update_provider_tree``, under nova's lock,
+        reads nothing; :meth:`maybe_refresh` reloads it every period, so a
+        ``nova-lxd-accel gpu hold|release`` applies at the next one.
+        """
+        if self._view is None:
+            return self._load_view() or GateView(holds={}, dirty={})
+        return self._view
 
     def apply(self, desired):
         """Desired providers with holds and dirty units reserved.

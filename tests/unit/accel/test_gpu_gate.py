@@ -156,6 +156,17 @@ class TestHealthGate(GateTestCase):
         self.assertRaises(exception.GpuHeld, self.gate.check_bindable,
                           self.gpus[0], 'rp')
 
+    def test_apply_reads_nothing_until_the_next_period(self):
+        gpu_state.hold(self.gate.store, H100, 'maintenance')
+        self.gate.maybe_refresh()
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        gpu_state.release(self.gate.store, H100, 'done')
+        os.unlink(self.gate.store.path)
+        # under nova's lock: the view of the last period
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        self.gate.maybe_refresh()
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+
     def test_cpu_only_host_writes_nothing(self):
         self.gpus = []
         test_gpu_probe.fake_smi(self.smi_dir, {})

@@ -149,24 +149,31 @@ def _load_conf(config_files):
 
 
 def _local_resources(conf):
-    """``/1.0/resources`` of the daemon nova-compute would use."""
+    """``(/1.0/resources, DaemonInfo)`` of the daemon nova-compute uses."""
     from nova_lxd_accel import client as lxd_client
 
-    return lxd_client.LXDClient(conf).resources()
+    client = lxd_client.LXDClient(conf)
+    return client.resources(), client.daemon_info()
 
 
-def compute(resources, mig_text, nodename, conf):
+def compute(resources, mig_text, nodename, conf, daemon=None):
     """Run the driver's code path on a scratch tree.
 
     :param mig_text: ``nvidia-smi -L`` text, or None to run nvidia-smi.
+    :param daemon: the :class:`nova_lxd_accel.daemon.DaemonInfo` the
+        resources came from: the root provider then gets its traits, as
+        the driver gives them (None for saved files).
     :returns: the ``describe`` dict.
     """
     from nova.compute import provider_tree
 
     from nova_lxd_accel import accel
+    from nova_lxd_accel import host as lxd_host
 
     tree = provider_tree.ProviderTree()
     tree.new_root(nodename, _ROOT_UUID)
+    if daemon is not None:
+        lxd_host.apply_daemon_traits(tree, nodename, daemon)
     list_mig = None if mig_text is None else (lambda: mig_text)
     inventory = accel.AcceleratorInventory(
         lambda: resources, list_mig, conf,
@@ -208,15 +215,16 @@ def _run(args):
     except InputError as exc:
         _error(exc)
         return EXIT_BAD_INPUT
+    daemon = None
     if resources is None:
         try:
-            resources = _local_resources(conf)
+            resources, daemon = _local_resources(conf)
         except Exception as exc:
             _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)
             return EXIT_LXD
     nodename = args.nodename or socket.gethostname()
-    description = compute(resources, mig_text, nodename, conf)
+    description = compute(resources, mig_text, nodename, conf, daemon)
     if args.format == 'json':
         print(json.dumps(description, indent=2))
     else:

@@ -27,6 +27,7 @@ from oslotest import base
 
 import nova_lxd_accel
 from nova_lxd_accel.cmd import main
+from tests import lxd_fixtures
 from tests import lxd_proxy
 from tests.unit.accel import utils
 
@@ -58,10 +59,14 @@ class InventoryThroughTheSeamTest(base.BaseTestCase):
             {'gpu': resources['gpu']}))
         self.assertEqual(0, self._run('[lxd]\nendpoint = %s\n'
                                       % proxy.socket_path))
-        names = [p['name'] for p in
-                 json.loads(self.stdout.getvalue())['providers']]
+        providers = json.loads(self.stdout.getvalue())['providers']
         # the recorded H100 came through the proxy: this host has no GPU
-        self.assertIn('cmp1_gpu_0000_00_09_0', names)
+        self.assertIn('cmp1_gpu_0000_00_09_0',
+                      [p['name'] for p in providers])
+        # the root provider has the daemon's traits, as the driver sets
+        self.assertEqual(
+            ['CUSTOM_LXD_DAEMON_%s' % lxd_fixtures.daemon().upper()],
+            providers[0]['traits'])
 
     def test_unreachable_endpoint_named(self):
         self.assertEqual(1, self._run('[lxd]\nendpoint = /nonexistent/s\n'))

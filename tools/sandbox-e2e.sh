@@ -11,7 +11,8 @@
 #  - resizes it to the second CPU flavor and confirms (LXD limits follow);
 #  - shelves it (container gone) and unshelves it (container back);
 #  - deletes it: no container, no allocation, no usage left;
-#  - checks that bad lxd: flavor properties are refused with HTTP 400, and
+#  - checks that bad lxd: flavor properties are refused with HTTP 400, that
+#    a server create without --nic (no network to give) is an HTTP 400, and
 #    that a server booted from a broken image ends in ERROR with a fault
 #    naming the cause and leaves no container in any LXD project;
 # and brings the sandbox down. Exits non-zero, naming the failed check, on
@@ -299,6 +300,26 @@ check_bad_flavor() {
     openstack flavor delete "$flavor" || fail "openstack flavor delete"
 }
 
+# "openstack server create" without --nic asks for networks=auto: with no
+# network to give, Nova must refuse it clearly (HTTP 400), never with a 500,
+# and create nothing.
+check_no_nic() {
+    local out
+    if out=$(openstack server create --flavor "$FLAVOR" --image "$IMAGE" \
+        "$SERVER-nonic" 2>&1); then
+        MADE_SERVERS+=("$SERVER-nonic")
+        fail "server create without --nic was accepted with no network" \
+            "to give it: $out"
+    fi
+    grep -q '400' <<<"$out" && grep -qi 'allocate a network' <<<"$out" ||
+        fail "server create without --nic: expected HTTP 400 'Unable to" \
+            "automatically allocate a network', got: $out"
+    [ -z "$(openstack server list --name "$SERVER-nonic" -f value -c ID)" ] ||
+        fail "server create without --nic left a server record"
+    say "server create without --nic refused: $(grep -o 'Unable to.*' \
+        <<<"$out" | cut -c1-60)... (HTTP 400)"
+}
+
 # A server from an image that is not an LXD image: ERROR with a fault
 # that says so, and nothing left in LXD or Placement.
 check_broken_image() {
@@ -413,6 +434,7 @@ main() {
     SERVER_ID=
 
     check_bad_flavor
+    check_no_nic
     check_broken_image
     placement_idle
     say "Placement: no usage left"

@@ -198,7 +198,65 @@ start_daemon() {
         >>"$LOGS/$name.log"
     setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- 4>&- &
     echo "$! $(proc_start "$!")" >"$RUN/$name.pid"
+    conf_sum "$name" >"$RUN/$name.conf-sum"
     echo "started $name (pid $!): $*"
+}
+
+# The files a service reads at start: its configuration (and, for the
+# APIs, the WSGI server script).
+service_files() {
+    case $1 in
+        rabbitmq) echo "$ETC/rabbitmq/rabbitmq.conf" ;;
+        keystone) echo "$ETC/keystone/keystone.conf" ;;
+        placement) echo "$ETC/placement/placement.conf" ;;
+        glance) echo "$ETC/glance/glance-api.conf" ;;
+        neutron)
+            echo "$ETC/neutron/neutron.conf"
+            echo "$ETC/neutron/plugins/ml2/ml2_conf.ini"
+            ;;
+        nova-api)
+            echo "$ETC/nova/nova.conf"
+            echo "$ETC/nova/api-paste.ini"
+            ;;
+        nova-conductor | nova-scheduler) echo "$ETC/nova/nova.conf" ;;
+        nova-compute) echo "$ETC/nova/nova-compute.conf" ;;
+    esac
+    case $1 in
+        keystone | placement | glance | neutron | nova-api)
+            echo "$HELPERS/wsgi_server.py"
+            ;;
+    esac
+}
+
+# conf_sum NAME: a digest of what NAME read when it started ("-" when it
+# reads no file of ours).
+conf_sum() {
+    local files
+    files=$(service_files "$1")
+    if [ -z "$files" ]; then
+        echo -
+        return 0
+    fi
+    # shellcheck disable=SC2086  # one path a line, no spaces in them
+    cat $files 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+
+# stop_reconfigured: stop each running service whose configuration changed
+# since it started (or that an older version of this script started); the
+# steps after this one start them again.
+stop_reconfigured() {
+    local name pid pids=() want
+    for name in "${SERVICES[@]}"; do
+        pid=$(pid_of "$name") || continue
+        want=$(conf_sum "$name")
+        [ "$want" != - ] || continue
+        if [ "$(cat "$RUN/$name.conf-sum" 2>/dev/null)" != "$want" ]; then
+            echo "restarting $name (pid $pid): its configuration changed"
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
+    done
+    wait_pids 30 "${pids[@]}"
 }
 
 port_open() {
@@ -755,7 +813,29 @@ lxd_ready() {
         echo "compute driver $SANDBOX_COMPUTE_DRIVER: LXD not needed"
         return 0
     fi
-    LXD_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/lxd-up.sh"
+    # A running daemon already set up (dir pool "default", root disk in
+    # the default profile) is left alone: re-applying the preseed updates
+    # the default profile of every instance, which fails while other
+    # users' instances are busy.
+    if command -v lxc >/dev/null && lxc query /1.0/storage-pools/default \
+        >/dev/null 2>&1 && lxc query /1.0/profiles/default 2>/dev/null |
+        python3 -c 'import json, sys
+root = json.load(sys.stdin).get("devices", {}).get("root", {})
+sys.exit(not (root.get("type") == "disk" and root.get("pool") == "default"))'
+    then
+        echo "LXD runs under $LXD_DIR with pool default: left as it is"
+        return 0
+    fi
+    local try
+    for try in 1 2 3; do
+        if LXD_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/lxd-up.sh"; then
+            return 0
+        fi
+        echo "tools/lxd-up.sh failed (try $try of 3)"
+        sleep 2
+    done
+    echo "LXD is not ready: see the errors above and $LXD_DIR/lxd.log"
+    return 1
 }
 
 upload_image() {
@@ -865,6 +945,7 @@ cmd_up() {
     step "secrets and configuration" make_secrets
     load_secrets
     step "configuration files" write_configs
+    step "stop of services whose configuration changed" stop_reconfigured
     # shellcheck source=tools/sandbox/config.sh disable=SC1091
     . "$HELPERS/config.sh"
     step "LXD daemon" lxd_ready

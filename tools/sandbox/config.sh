@@ -156,7 +156,10 @@ write_neutron_conf() {
 [DEFAULT]
 use_stderr = true
 core_plugin = ml2
-service_plugins =
+# auto_allocate (with router, which it needs) answers Nova's dry run for
+# "networks=auto" (the CLI's default without --nic): with no default
+# external network that is a clear HTTP 400, not a 500 from a 404.
+service_plugins = router,auto_allocate
 auth_strategy = keystone
 transport_url = $(rabbit_url)
 api_paste_config = $VENV/etc/neutron/api-paste.ini

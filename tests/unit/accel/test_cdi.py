@@ -67,6 +67,20 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
             name = cdi_id.split('=', 1)[1]
             self.assertRegex(name, r'^GPU-[0-9a-f-]{36}$')
 
+    def test_hand_made_cdi_device_is_held(self):
+        # A container with only the device (no binding record, as an
+        # operator would add it) holds that GPU: the next bind skips it.
+        first = binding.bind(self.alloc((GPU_10, 'PGPU', 1)),
+                             self.inventory.device_for_provider, nvidia=CDI)
+        held = binding.held_units(
+            [{'name': 'by-hand', 'config': {}, 'devices': first.devices}],
+            host_devices=self.inventory.all_devices())
+        self.assertEqual({'pci:0000:10:00.0': ['by-hand']}, held)
+        self.assertRaises(exception.AcceleratorUnavailable, binding.bind,
+                          self.alloc((GPU_10, 'PGPU', 1)),
+                          self.inventory.device_for_provider, held,
+                          nvidia=CDI)
+
     def test_runtime_mode_unchanged(self):
         result = binding.bind(self.alloc((GPU_10, 'PGPU', 1)),
                               self.inventory.device_for_provider,
@@ -108,6 +122,24 @@ class TestCdiMig(test_binding.BindingTestBase):
         self.assertEqual({'mig:00000002-0000-0000-0000-000000000002',
                           'mig:00000003-0000-0000-0000-000000000003'},
                          {r['unit'] for r in result.records()})
+
+    def test_hand_made_cdi_mig_devices_are_held(self):
+        for mode in (CDI, MIG_CDI):
+            first = binding.bind(
+                self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
+                self.inventory.device_for_provider, nvidia=mode)
+            held = binding.held_units(
+                [{'name': 'by-hand', 'config': {},
+                  'devices': first.devices}],
+                host_devices=self.inventory.all_devices())
+            self.assertEqual(
+                {'mig:00000002-0000-0000-0000-000000000002': ['by-hand']},
+                held)
+            second = binding.bind(
+                self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
+                self.inventory.device_for_provider, held, nvidia=mode)
+            self.assertIn('MIG-00000003',
+                          second.devices['nova-mig0']['id'])
 
     def test_gpu_mig_cdi_daemon(self):
         result = binding.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),

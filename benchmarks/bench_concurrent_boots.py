@@ -49,6 +49,7 @@ def _parse():
     parser.add_argument('--accel', action='store_true')
     parser.add_argument('--max-concurrent-builds', type=int, default=10,
                         help="nova's own default is 10")
+    parser.add_argument('--log', help="write nova's log of the run here")
     return parser.parse_args()
 
 
@@ -110,6 +111,9 @@ def _make_case():
             out.write('%d raw create+start:          %.1f s\n' % (n, raw))
             out.write('ratio cloud/raw: %.2f\n' % (cloud / raw))
             log = self.stdlog.logger.output
+            if ARGS.log:
+                with open(ARGS.log, 'w') as handle:
+                    handle.write(log)
             for what in ('spawn the instance on the hypervisor',
                          'build instance'):
                 took = [float(x) for x in re.findall(

@@ -22,7 +22,9 @@ One run prints:
 * the resident memory of every sandbox service and of the LXD daemon;
 * server ACTIVE and delete latency through the Compute API (polled every
   50 ms with openstacksdk, no CLI sleeps), next to the raw LXD create+start
-  and stop+delete of the same image through pylxd.
+  and stop+delete of the same image through pylxd;
+* snapshot latency (``createImage`` -> image ``active`` in Glance: LXD
+  publish and export, then Nova's chunked upload to Glance).
 
 Run it as root with any Python 3: the API part re-runs itself inside the
 sandbox venv. Example::
@@ -154,7 +156,8 @@ def orchestrate(args):
             ('api_active', 'API: create -> ACTIVE'),
             ('api_delete', 'API: delete -> gone'),
             ('lxd_create_start', 'raw LXD: create + start'),
-            ('lxd_stop_delete', 'raw LXD: stop + delete')):
+            ('lxd_stop_delete', 'raw LXD: stop + delete'),
+            ('api_snapshot', 'API: snapshot -> image active')):
         values = latency[key]
         print('  %-40s %6.2f / %5.2f / %5.2f' % (
             title, statistics.median(values), min(values), max(values)))
@@ -210,6 +213,50 @@ def measure_api(conn, iterations):
     return active, deleted
 
 
+def measure_snapshot(conn, iterations):
+    """Seconds from createImage to an active image, per snapshot."""
+    import openstack.exceptions
+
+    image = conn.image.find_image(IMAGE, ignore_missing=False)
+    flavor = conn.compute.find_flavor(FLAVOR, ignore_missing=False)
+    server = conn.compute.create_server(
+        name='bench-snap-%d' % os.getpid(), image_id=image.id,
+        flavor_id=flavor.id, networks='none')
+    took = []
+    try:
+        _wait(lambda: conn.compute.get_server(server.id).status == 'ACTIVE')
+        for index in range(iterations):
+            started = time.monotonic()
+            snap = conn.compute.create_server_image(
+                server.id, 'bench-snap-%d-%d' % (os.getpid(), index))
+
+            def is_active():
+                status = conn.image.get_image(snap.id).status
+                if status in ('killed', 'deleted'):
+                    raise RuntimeError(
+                        'snapshot %s is %s' % (snap.id, status))
+                return status == 'active'
+
+            _wait(is_active)
+            took.append(time.monotonic() - started)
+            # The next snapshot waits for the server's task to clear.
+            _wait(lambda: conn.compute.get_server(server.id).task_state
+                  is None)
+            conn.image.delete_image(snap.id)
+    finally:
+        conn.compute.delete_server(server.id)
+
+        def is_gone():
+            try:
+                conn.compute.get_server(server.id)
+            except openstack.exceptions.NotFoundException:
+                return True
+            return False
+
+        _wait(is_gone)
+    return took
+
+
 def measure_raw_lxd(iterations):
     import pylxd
 
@@ -247,7 +294,9 @@ def measure(args):
     conn = openstack.connect(cloud='sandbox')
     api_active, api_delete = measure_api(conn, args.iterations)
     lxd_create_start, lxd_stop_delete = measure_raw_lxd(args.iterations)
+    api_snapshot = measure_snapshot(conn, args.iterations)
     json.dump({'api_active': api_active, 'api_delete': api_delete,
+               'api_snapshot': api_snapshot,
                'lxd_create_start': lxd_create_start,
                'lxd_stop_delete': lxd_stop_delete}, sys.stdout)
     return 0

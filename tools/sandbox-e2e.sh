@@ -242,7 +242,7 @@ check_resize() {
         fail "server flavor after resize: $(server_field flavor)"
     cpu=$(lxc config get "$CONTAINER" limits.cpu)
     mem=$(lxc config get "$CONTAINER" limits.memory)
-    [ "$cpu" = 2 ] && [ "$mem" = 256MiB ] ||
+    [ "$cpu:$mem" = 2:256MiB ] ||
         fail "after resize to $FLAVOR2 the container has limits.cpu=$cpu" \
             "limits.memory=$mem, expected 2 and 256MiB"
     alloc=$(allocations_json)
@@ -311,7 +311,7 @@ check_no_nic() {
         fail "server create without --nic was accepted with no network" \
             "to give it: $out"
     fi
-    grep -q '400' <<<"$out" && grep -qi 'allocate a network' <<<"$out" ||
+    grep -q '400.*allocate a network' <<<"$out" ||
         fail "server create without --nic: expected HTTP 400 'Unable to" \
             "automatically allocate a network', got: $out"
     [ -z "$(openstack server list --name "$SERVER-nonic" -f value -c ID)" ] ||
@@ -346,7 +346,7 @@ check_broken_image() {
     fault=$(openstack server show "$server" -f json -c fault |
         python3 -c 'import json, sys
 print((json.load(sys.stdin).get("fault") or {}).get("message", ""))')
-    grep -qi "image" <<<"$fault" && grep -q "$image" <<<"$fault" ||
+    grep -qi "image $image is unacceptable" <<<"$fault" ||
         fail "server $server: the fault does not name the image" \
             "and its problem: '$fault'"
     [ -z "$(containers_of "$server")" ] ||

@@ -183,4 +183,3 @@ class ChunkedUploadTest(testtools.TestCase):
         response = conn.getresponse()
         self.assertEqual(404, response.status)
         response.read()
-

@@ -31,6 +31,7 @@ from nova import objects
 
 from nova_lxd_accel import conf as lxd_conf
 from tests.functional import base
+from tests.functional import test_accel_binding
 from tests.functional import test_resize_migrate
 from tests.integration import test_faults as it_faults
 from tests import lxd_fixtures
@@ -281,3 +282,27 @@ class ConsoleAndDiagnosticsTest(_FaultTestCase):
         self.assertEqual(0, diags['num_nics'])
         self._delete_server(server)
         self.assertNothingLeft(server)
+
+
+class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
+    """A GPU server whose build fails keeps no GPU held."""
+
+    def test_broken_image_with_a_gpu(self):
+        image_id = self._create_tiny_image(data=it_faults.image_without_init())
+        server = self.api.post_server({'server': self._build_server(
+            image_uuid=image_id, networks='none',
+            flavor_id=self.flavor(**{'resources:PGPU': '1'}))})
+        server = self._wait_for_state_change(server, 'ERROR',
+                                             max_retries=100)
+        fault = server['fault']['message']
+        self.assertIn('aborted', fault)
+        self.assertIn('forkstart', fault)
+        # no container (so no binding record), no device, no allocation
+        self.assert_released(server)
+        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+                                                           server['id']))
+        for name in (test_accel_binding.A100_0, test_accel_binding.A100_1):
+            self.assertEqual(0, self._get_provider_usages(
+                self.rp(name)).get('PGPU', 0))
+        self._delete_server(server)
+        self.assert_released(server)

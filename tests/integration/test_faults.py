@@ -244,9 +244,7 @@ class ConsoleTest(_FaultTestCase):
                                       mode=0o755)
         # Written after nova's last read: only in LXD's buffer, which the
         # next start empties.
-        subprocess.run(['lxc', 'exec', '--project', self.project.name, name,
-                        '--', 'sh', '-c', 'echo last words > /dev/console'],
-                       check=True)
+        self.project.execute(name, 'echo last words > /dev/console')
         self.driver.power_off(instance, timeout=5)
         self.driver.power_on(self.context, instance, None)
         self.assertEqual('Running', self.container(instance)['status'])

@@ -128,7 +128,7 @@ def _message(exc):
 
 
 def _is_interrupted_build(instance):
-    """Whether nova-compute died while building (or rebuilding) it."""
+    """Whether it is (or was, if nova-compute died) being built."""
     return (instance.vm_state == vm_states.BUILDING or
             instance.task_state in (task_states.SPAWNING,
                                     task_states.REBUILD_SPAWNING))
@@ -273,7 +273,23 @@ class Lifecycle(object):
 
     def destroy(self, instance):
         guest = self.guest(instance)
-        if not guest.delete():
+        try:
+            deleted = guest.delete()
+        except exception.LXDUnreachable as exc:
+            if not _is_interrupted_build(instance):
+                raise
+            # nova cleans up a build that failed here: if this raised,
+            # nova would abort the build instead of trying another host.
+            LOG.error('Cannot remove what the failed build may have left '
+                      '(%(exc)s); nova tries another host. If LXD made '
+                      'container %(name)s before it went away, remove it '
+                      'once LXD is back: `lxc delete --force %(name)s '
+                      '--project %(project)s`', {
+                          'exc': exc.format_message(), 'name': guest.name,
+                          'project': self._conf.lxd.project},
+                      instance=instance)
+            return
+        if not deleted:
             LOG.warning('Container %s is already gone', guest.name,
                         instance=instance)
 

@@ -34,6 +34,7 @@ from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.functional import test_resize_migrate
 from tests.integration import test_faults as it_faults
+from tests.integration import test_migration as peer
 from tests import lxd_fixtures
 from tests import lxd_proxy
 
@@ -199,6 +200,54 @@ class StartWhileLXDDownTest(_ProxiedTestCase):
         with nova_context.target_cell(context, mapping.cell_mapping) as cctx:
             return objects.InstanceFault.get_latest_for_instance(
                 cctx, server['id'])
+
+
+class HostLocalFailureReschedulesTest(_FaultTestCase):
+    """A failure of this host's LXD reschedules the build.
+
+    compute1's LXD is down (its proxy stopped), compute2's (the peer
+    daemon) is fine: the build moves to compute2 and succeeds there.
+    """
+
+    compute_hosts = ()
+
+    def setUp(self):
+        peer.require_peer(self)
+        test_resize_migrate.per_host_node_uuids(self)
+        lxd_conf.register_opts(nova.conf.CONF)
+        super(HostLocalFailureReschedulesTest, self).setUp()
+        self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
+        # Each client connects at its first request and keeps the session.
+        self.flags(endpoint=peer.PEER_SOCKET, group='lxd')
+        self._start_compute('compute2')
+        self.proxy = self.useFixture(lxd_proxy.LXDProxy(strip_devices=False))
+        self.flags(endpoint=self.proxy.socket_path, group='lxd')
+        self._start_compute('compute1')
+
+    def test_daemon_down_reschedules(self):
+        flavor_id = self.flavor()
+        # Fill compute2 a little, so that the scheduler prefers compute1.
+        first = self._create_server(
+            image_uuid=self.image_id, flavor_id=flavor_id, networks='none',
+            az='nova:compute2')
+        self.proxy._stop()
+        server = self._wait_for_state_change(
+            self.boot(flavor_id=flavor_id), 'ACTIVE', max_retries=100)
+        self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual(['compute1', 'compute2'],
+                         sorted(self.compute_attempts(server)))
+        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+                                                           server['id']))
+        self.assertEqual('Running', self.peer.instance(
+            'nova-%s' % server['id'])['status'])
+        for each in (server, first):
+            self._delete_server(each)
+            self.assertEqual({}, self._get_allocations_by_server_uuid(
+                each['id']))
+        self.assertEqual([], sorted(r['name']
+                                    for r in self.peer.instances()))
+        self.assertEqual(ZERO, self._get_provider_usages(
+            self._get_provider_uuid_by_host('compute2')))
 
 
 class ComputeKilledDuringBuildTest(_FaultTestCase):

@@ -13,8 +13,9 @@
 #  - deletes it: no container, no allocation, no usage left;
 #  - checks that bad lxd: flavor properties are refused with HTTP 400, that
 #    a server create without --nic (no network to give) is an HTTP 400, and
-#    that a server booted from a broken image ends in ERROR with a fault
-#    naming the cause and leaves no container in any LXD project;
+#    that servers booted from broken images (not an LXD image; an LXD image
+#    with no init) end in ERROR with a fault naming the cause and leave no
+#    container in any LXD project;
 # and brings the sandbox down. Exits non-zero, naming the failed check, on
 # any failure.
 #
@@ -320,45 +321,63 @@ check_no_nic() {
         <<<"$out" | cut -c1-60)... (HTTP 400)"
 }
 
-# A server from an image that is not an LXD image: ERROR with a fault
-# that says so, and nothing left in LXD or Placement.
-check_broken_image() {
-    local image server fault
-    head -c 65536 /dev/urandom >"$WORK/broken.img"
+# broken_image KIND FILE FAULT_REGEX: a server from FILE (an image that
+# cannot run) ends in ERROR with a fault matching FAULT_REGEX (it names the
+# cause; never "No valid host"), and leaves no container in any LXD
+# project, neither then nor after its delete.
+broken_image() {
+    local kind=$1 file=$2 want=$3 image server fault status i
     image=$(openstack image create --disk-format raw --container-format \
-        bare --property hypervisor_type=lxc --file "$WORK/broken.img" \
-        "e2e-broken-$$" -f value -c id) ||
-        fail "openstack image create e2e-broken-$$"
+        bare --property hypervisor_type=lxc --file "$file" \
+        "e2e-$kind-$$" -f value -c id) ||
+        fail "openstack image create e2e-$kind-$$"
     MADE_IMAGES+=("$image")
     openstack server create --flavor "$FLAVOR" --image "$image" \
-        --nic none "$SERVER-broken" -f value -c id >/dev/null ||
-        fail "openstack server create $SERVER-broken (the API refused it)"
-    server=$(openstack server show "$SERVER-broken" -f value -c id)
+        --nic none "$SERVER-$kind" -f value -c id >/dev/null ||
+        fail "openstack server create $SERVER-$kind (the API refused it)"
+    server=$(openstack server show "$SERVER-$kind" -f value -c id)
     MADE_SERVERS+=("$server")
-    local status i
     for ((i = 0; i < TIMEOUT * 2; i++)); do
         status=$(server_field status "$server")
         [ "$status" = BUILD ] || break
         sleep 0.5
     done
     [ "$status" = ERROR ] ||
-        fail "server $server from a broken image is $status, not ERROR"
+        fail "server $server ($kind image) is $status, not ERROR"
     fault=$(openstack server show "$server" -f json -c fault |
         python3 -c 'import json, sys
 print((json.load(sys.stdin).get("fault") or {}).get("message", ""))')
-    grep -qi "image $image is unacceptable" <<<"$fault" ||
-        fail "server $server: the fault does not name the image" \
-            "and its problem: '$fault'"
+    fault=${fault//$image/IMAGE}
+    grep -Eqi "$want" <<<"$fault" ||
+        fail "server $server ($kind image): the fault does not say what" \
+            "went wrong (expected /$want/): '$fault'"
     [ -z "$(containers_of "$server")" ] ||
-        fail "server $server in ERROR left containers: $(containers_of \
-            "$server")"
-    say "broken image: server ERROR, fault '$(cut -c1-150 <<<"$fault")'," \
+        fail "server $server ($kind image) in ERROR left containers:" \
+            "$(containers_of "$server")"
+    say "$kind image: server ERROR, fault '$(cut -c1-140 <<<"$fault")'," \
         "no container in any LXD project"
     openstack server delete --wait "$server" ||
         fail "openstack server delete $server"
     [ -z "$(containers_of "$server")" ] ||
         fail "containers of $server left after delete"
     openstack image delete "$image" || fail "openstack image delete $image"
+}
+
+# Two images that cannot run: one that is not an LXD image at all (refused
+# before anything is made), and a well-formed LXD image whose root file
+# system has no init (LXD creates the container, then cannot start it:
+# the driver must remove it).
+check_broken_image() {
+    head -c 65536 /dev/urandom >"$WORK/random.img"
+    broken_image random "$WORK/random.img" \
+        'image IMAGE is unacceptable'
+    mkdir -p "$WORK/noinit/rootfs/etc"
+    printf 'root:x:0:0:root:/:/bin/sh\n' >"$WORK/noinit/rootfs/etc/passwd"
+    printf 'architecture: %s\ncreation_date: %s\n' "$(uname -m)" \
+        "$(date +%s)" >"$WORK/noinit/metadata.yaml"
+    tar --numeric-owner -C "$WORK/noinit" -czf "$WORK/noinit.tar.gz" \
+        metadata.yaml rootfs
+    broken_image noinit "$WORK/noinit.tar.gz" '(refused|failed|unable|cannot) (to )?start'
 }
 
 main() {

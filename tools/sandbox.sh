@@ -1081,14 +1081,28 @@ cmd_status() {
     [ "$running" = "${#SERVICES[@]}" ]
 }
 
+# The ids of every image this sandbox's Glance ever had (deleted ones
+# included: Glance keeps their rows), or, with MariaDB stopped, of those
+# still in its file store.
+sandbox_image_ids() {
+    if is_running mariadb &&
+        mysql_root -N -e 'SELECT id FROM glance.images' 2>/dev/null; then
+        return 0
+    fi
+    ls "$DATA/glance/images" 2>/dev/null || true
+}
+
 cmd_clean() {
-    cmd_down
-    local item alias
+    local item alias ids
     # The driver's cache of the sandbox's Glance images (nova-image-<id>
     # aliases in LXD): their Glance images go away with the state below.
-    if command -v lxc >/dev/null 2>&1; then
+    # Only this sandbox's: other clouds on the host may use the daemon.
+    ids=$(sandbox_image_ids)
+    cmd_down
+    if command -v lxc >/dev/null 2>&1 && [ -n "$ids" ]; then
         for alias in $(lxc image alias list --format csv 2>/dev/null |
                 cut -d, -f1 | grep '^nova-image-' || true); do
+            grep -qxF -- "${alias#nova-image-}" <<<"$ids" || continue
             lxc image delete "$alias" >/dev/null 2>&1 || true
         done
     fi

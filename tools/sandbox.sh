@@ -674,16 +674,27 @@ glance_metadefs() {
     mkdir -p "$dir"
     cp "$VENV"/etc/glance/metadefs/*.json "$dir/"
     cp "$REPO_DIR"/etc/glance/metadefs/*.json "$dir/"
-    current=$(cat "$dir"/*.json | sha256sum | cut -d' ' -f1)
+    # The files and the way they are loaded (a run that used other
+    # options loads them again).
+    current=$({ echo merge-overwrite; cat "$dir"/*.json; } | sha256sum |
+        cut -d' ' -f1)
     marker=$DATA/.metadefs
     if [ "$(cat "$marker" 2>/dev/null)" = "$current" ]; then
         echo "metadefs already loaded"
         return 0
     fi
-    # path merge prefer_new overwrite: a changed file replaces what an
-    # earlier run loaded.
-    "$VENV/bin/glance-manage" --config-file "$ETC/glance/glance-api.conf" \
-        db_load_metadefs "$dir" True True True
+    # Positional: path merge prefer_new overwrite (any non-empty string is
+    # true): merge, and overwrite what an earlier run loaded. glance-manage
+    # exits 0 even when it refuses its options: read its output.
+    local out
+    out=$("$VENV/bin/glance-manage" --config-file \
+        "$ETC/glance/glance-api.conf" db_load_metadefs "$dir" True "" True \
+        2>&1) || { echo "$out"; return 1; }
+    echo "$out"
+    if grep -q ' ERROR ' <<<"$out"; then
+        echo "glance-manage db_load_metadefs $dir failed (see above)"
+        return 1
+    fi
     echo "$current" >"$marker"
 }
 

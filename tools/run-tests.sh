@@ -47,10 +47,15 @@ for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch zstd xz-u
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 need_incus=0
+incus_suite=()
 if [ "$with_incus" = 1 ] && ! dpkg -s incus-base incus-client >/dev/null 2>&1
 then
     need_incus=1
-    "$repo/tools/backports.sh"
+    # Debian 12: Incus 6.0 LTS from bookworm-backports; Debian 13: main.
+    if grep -qx 'VERSION_CODENAME=bookworm' /etc/os-release; then
+        "$repo/tools/backports.sh"
+        incus_suite=(-t bookworm-backports)
+    fi
 fi
 if [ "${#need[@]}" -gt 0 ] || [ "$need_incus" = 1 ]; then
     apt-get update -q
@@ -63,7 +68,7 @@ if [ "$need_incus" = 1 ]; then
     # incus-base and incus-client are enough for containers (the incus
     # metapackage pulls QEMU for VMs).
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-        --no-install-recommends -t bookworm-backports incus-base incus-client
+        --no-install-recommends "${incus_suite[@]}" incus-base incus-client
 fi
 
 # What this script started, it stops on exit (whatever fails).

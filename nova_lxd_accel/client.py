@@ -270,12 +270,22 @@ class LXDClient(object):
             return body.get('metadata')
         operation_id = body['metadata']['id']
         timeout = timeout or self._conf.lxd.timeout
-        result = self._call(
-            action, target,
-            self.api.operations[operation_id].wait.get,
-            params={'timeout': timeout},
-            # The HTTP read may take as long as LXD waits, plus slack.
-            timeout=timeout + 10).json()['metadata']
+        try:
+            result = self._call(
+                action, target,
+                self.api.operations[operation_id].wait.get,
+                params={'timeout': timeout},
+                # The HTTP read may take as long as LXD waits, plus slack.
+                timeout=timeout + 10).json()['metadata']
+        except exception.LXDOperationFailed as exc:
+            # Incus answers a wait that times out with an error ("context
+            # deadline exceeded") where LXD returns the running operation:
+            # read the operation to tell a timeout from a failure.
+            if 'deadline exceeded' not in str(exc):
+                raise
+            result = self._call(
+                action, target,
+                self.api.operations[operation_id].get).json()['metadata']
         if result.get('status') == 'Success':
             return result.get('metadata') or {}
         if result.get('status') in ('Running', 'Pending'):

@@ -63,7 +63,10 @@ HOST_LOCAL_REASONS = (
     # An accelerator bound from this host's allocation that LXD cannot
     # find here: a GPU gone from this host, not a bad request.
     'failed to detect requested gpu device', '"nova-gpu', '"nova-mig',
-    '"nova-ib')
+    '"nova-ib',
+    # A host-side link (veth, tap) of the same name already exists here
+    # (RTNETLINK "File exists"): a leftover of this host, not the request.
+    'file exists')
 
 
 def _classes(*names):

@@ -43,6 +43,9 @@ class OperationTimeoutTest(base.DriverTestCase):
         operation_id = self._operation(response)
         self.assertRaises(exception.LXDOperationTimeout, self.client._wait,
                           response, 'migrate', name, timeout=1)
+        # Incus shows 'Cancelling' until the operation has wound down.
+        self.client.api.operations[operation_id].wait.get(
+            params={'timeout': 10})
         self.assertEqual('Cancelled', self._status(operation_id))
         self.assertIn('Cancelled LXD operation %s' % operation_id,
                       self.stdlog.logger.output)

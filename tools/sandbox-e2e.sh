@@ -79,6 +79,9 @@ cleanup() {
         done
         for item in "${MADE_IMAGES[@]}"; do
             openstack image delete "$item" >/dev/null 2>&1 || true
+            # The driver's LXD cache of it (pruned by nova's image cache
+            # manager in time; the test tidies up its own at once).
+            lxc image delete "nova-image-$item" >/dev/null 2>&1 || true
         done
         for item in "${MADE_FLAVORS[@]}"; do
             openstack flavor delete "$item" >/dev/null 2>&1 || true
@@ -255,13 +258,14 @@ check_resize() {
 
 # Shelve (the container goes, an image is kept) and unshelve.
 check_shelve() {
-    local start
+    local start shelved
     start=$(date +%s%N)
     openstack server shelve "$SERVER_ID" || fail "openstack server shelve"
     wait_server SHELVED_OFFLOADED
     expect_container ""
-    [ -n "$(openstack image list --name "$SERVER-shelved" -f value -c ID)" ] ||
-        fail "no shelve image $SERVER-shelved in Glance"
+    shelved=$(openstack image list --name "$SERVER-shelved" -f value -c ID)
+    [ -n "$shelved" ] || fail "no shelve image $SERVER-shelved in Glance"
+    MADE_IMAGES+=("$shelved")
     say "server shelved: SHELVED_OFFLOADED, container gone, image" \
         "$SERVER-shelved kept ($(since "$start")s)"
     start=$(date +%s%N)

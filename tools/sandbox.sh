@@ -196,7 +196,10 @@ start_daemon() {
     fi
     printf '\n=== %s: starting %s\n' "$(date -u +%FT%TZ)" "$name" \
         >>"$LOGS/$name.log"
-    setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- 4>&- &
+    # From /: a daemon keeps its working directory, and a deleted one
+    # breaks its children (rsync: "getcwd(): No such file or directory").
+    (cd / && exec setsid "$@") </dev/null >>"$LOGS/$name.log" 2>&1 \
+        3>&- 4>&- &
     echo "$! $(proc_start "$!")" >"$RUN/$name.pid"
     conf_sum "$name" >"$RUN/$name.conf-sum"
     echo "started $name (pid $!): $*"
@@ -839,7 +842,10 @@ sys.exit(not (root.get("type") == "disk" and root.get("pool") == "default"))'
     fi
     local try
     for try in 1 2 3; do
-        if LXD_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/lxd-up.sh"; then
+        # From /: the LXD daemon it may start keeps that working
+        # directory for good; LXD's rsync (snapshots, copies) fails once
+        # it is deleted.
+        if (cd / && LXD_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/lxd-up.sh"); then
             return 0
         fi
         echo "tools/lxd-up.sh failed (try $try of 3)"

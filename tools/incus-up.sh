@@ -80,7 +80,7 @@ if ! incus info >/dev/null 2>&1; then
         setsid unshare --mount --propagation slave -- /bin/sh -c '
             mount --bind "$1/subuid" /etc/subuid &&
             mount --bind "$1/subgid" /etc/subgid &&
-            exec "$2" --group incus-admin --logfile "$3/incus.log"' \
+            cd / && exec "$2" --group incus-admin --logfile "$3/incus.log"' \
         incusd "$INCUS_IDMAP_DIR" "$INCUSD" "$INCUS_DIR" \
         </dev/null >>"$INCUS_DIR/incusd.stdout" 2>&1 &
     if ! incus admin waitready --timeout=60; then

@@ -52,9 +52,11 @@ if ! lxc info >/dev/null 2>&1; then
     python3 "$(dirname "$0")/subid-ranges.py" --host-only
     # The proxy variables point at a closed local port so that LXD's
     # periodic image-index refresh never reaches outside hosts.
-    http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
+    # From /: the daemon keeps its working directory, and one deleted
+    # under it (a removed clone) makes its rsync fail with getcwd().
+    (cd / && http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
         setsid /usr/bin/lxd --group lxd --logfile="$LXD_DIR/lxd.log" \
-        </dev/null >>"$LXD_DIR/lxd.stdout" 2>&1 &
+        </dev/null >>"$LXD_DIR/lxd.stdout" 2>&1 &)
     lxd waitready --timeout=60
 fi
 

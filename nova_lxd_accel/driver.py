@@ -103,9 +103,14 @@ class LXDDriver(driver.ComputeDriver):
         LOG.info('%s', lxd_host.startup_line(daemon, CONF))
         self._remove_interrupted_builds(host)
         self._reconcile_accelerators(host)
+        if self._watcher is not None:   # init_host called again
+            self._watcher.stop()
         self._watcher = events.LifecycleWatcher(
             self._client, host, CONF.lxd.lifecycle_poll_interval,
-            self.emit_event)
+            self.emit_event, project=CONF.lxd.project,
+            prefix=CONF.lxd.container_name_prefix,
+            use_events=CONF.lxd.lifecycle_events,
+            max_backoff=CONF.lxd.lifecycle_events_max_backoff)
         self._watcher.start()
 
     def _remove_interrupted_builds(self, host):
@@ -151,6 +156,7 @@ class LXDDriver(driver.ComputeDriver):
     def cleanup_host(self, host):
         if self._watcher is not None:
             self._watcher.stop()
+            self._watcher = None
 
     def _policy(self):
         extensions = self._server_info.get('api_extensions', [])

@@ -173,3 +173,13 @@ class SpawnInterrupted(LXDAccelException):
     msg_fmt = ('nova-compute on %(host)s stopped (killed or restarted) '
                'while it was building this instance; at its restart it '
                '%(cleanup)s. Delete the server and create it again.')
+
+
+class EventsUnsupported(LXDAccelException):
+    msg_fmt = ('The daemon at %(endpoint)s has no events API (%(reason)s); '
+               'container states are polled instead.')
+
+
+class EventStreamLost(LXDUnreachable):
+    msg_fmt = ('The event stream of the daemon at %(endpoint)s ended: '
+               '%(reason)s')

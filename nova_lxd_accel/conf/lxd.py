@@ -206,13 +206,35 @@ returns, in bytes.
                  default=2.0,
                  min=0,
                  help="""
-Seconds between two looks at container states, used to send Nova lifecycle
-events (started, stopped, paused, resumed) for changes made outside Nova.
+Whether to send Nova lifecycle events (started, stopped, paused, resumed,
+suspended; stopped for a container deleted behind Nova's back) for changes
+made outside Nova, and how often to look when the daemon cannot tell: the
+driver normally subscribes to the daemon's event stream
+(``lifecycle_events``) and lists containers only once after each
+(re)connection; a daemon without the events API, or
+``lifecycle_events = false``, is polled every this many seconds.
 
 Possible values:
 
 * 0: do not watch (Nova's periodic power-state sync still runs)
 * a positive number of seconds
+"""),
+    cfg.BoolOpt('lifecycle_events',
+                default=True,
+                help="""
+Subscribe to the daemon's event websocket (``/1.0/events``, lifecycle and
+operation events of ``[lxd] project``) to learn promptly of containers
+started, stopped, frozen or deleted outside Nova. When the stream drops (the
+daemon restarts) the driver reconnects with exponential backoff (up to
+``lifecycle_events_max_backoff``) and lists the containers once. False
+polls every ``lifecycle_poll_interval`` seconds instead.
+"""),
+    cfg.FloatOpt('lifecycle_events_max_backoff',
+                 default=30.0,
+                 min=0.5,
+                 help="""
+Longest wait, in seconds, between two attempts to subscribe again to the
+daemon's event stream after it dropped; waits start at 0.5 s and double.
 """),
 ]
 

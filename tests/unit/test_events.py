@@ -1,0 +1,240 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The event watcher's decisions, with a fake daemon (no threads needed).
+
+The real stream, reconnection and deletion are tested against the real
+daemon in tests/integration/test_events.py.
+"""
+
+import copy
+import queue
+import time
+
+import fixtures
+from nova.virt import event as virtevent
+import testtools
+
+from nova_lxd_accel import events
+from nova_lxd_accel import exception
+
+HOST = 'cmp1'
+UUID = '0f6b5f0e-3a4e-4a43-9b49-4d1b9d8b3c11'
+NAME = 'nova-' + UUID
+
+
+def _record(name, status, host=HOST, uuid=UUID, project='p1'):
+    config = {}
+    if host:
+        config['user.nova_lxd_accel.host'] = host
+    if uuid:
+        config['user.nova_lxd_accel.instance_uuid'] = uuid
+    return {'name': name, 'status': status, 'type': 'container',
+            'project': project, 'config': config}
+
+
+def _lifecycle(action, name, project='p1', **context):
+    return {'type': 'lifecycle', 'project': project,
+            'metadata': {'action': action,
+                         'source': '/1.0/instances/%s?project=%s' % (
+                             name, project),
+                         'context': context}}
+
+
+class FakeStream(object):
+
+    def __init__(self):
+        self.events = queue.Queue()
+        self.closed = False
+
+    def next_event(self, timeout):
+        if self.closed:
+            raise exception.EventStreamLost(endpoint='fake', reason='closed')
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self):
+        self.closed = True
+
+
+class FakeClient(object):
+
+    def __init__(self, *records, unsupported=False):
+        self.records = {r['name']: r for r in records}
+        self.unsupported = unsupported
+        self.reads = []
+        self.listings = 0
+        self.stream = None
+
+    def list_containers(self):
+        self.listings += 1
+        return copy.deepcopy(list(self.records.values()))
+
+    def get_container(self, name):
+        self.reads.append(name)
+        return copy.deepcopy(self.records.get(name))
+
+    def open_events(self, timeout=None):
+        if self.unsupported:
+            raise exception.EventsUnsupported(endpoint='fake', reason='404')
+        self.stream = FakeStream()
+        return self.stream
+
+
+class EventParsingTest(testtools.TestCase):
+
+    def test_lifecycle_event_names_its_instance(self):
+        self.assertEqual(['c1'], events.event_instances(
+            _lifecycle('instance-stopped', 'c1')))
+        self.assertEqual(['new', 'old'], events.event_instances(
+            _lifecycle('instance-renamed', 'new', old_name='old')))
+        self.assertEqual([], events.event_instances(
+            _lifecycle('image-created', 'c1')))
+
+    def test_only_ended_operations_count(self):
+        operation = {'type': 'operation', 'metadata': {
+            'status': 'Running', 'resources': {
+                'instances': ['/1.0/instances/c1?project=p1'],
+                'containers': ['/1.0/containers/c1']}}}
+        self.assertEqual([], events.event_instances(operation))
+        operation['metadata']['status'] = 'Success'
+        self.assertEqual(['c1'], events.event_instances(operation))
+
+
+class WatcherTest(testtools.TestCase):
+
+    def setUp(self):
+        super(WatcherTest, self).setUp()
+        self.log = self.useFixture(fixtures.FakeLogger())
+
+    def _watcher(self, client, interval=60):
+        emitted = []
+        watcher = events.LifecycleWatcher(
+            client, HOST, interval, emitted.append, project='p1',
+            read_timeout=0.05, min_backoff=0.05)
+        self.addCleanup(watcher.stop)
+        return watcher, emitted
+
+    @staticmethod
+    def _events(emitted):
+        return [(e.get_instance_uuid(), e.get_transition()) for e in emitted]
+
+    def test_a_change_is_read_once_and_emitted(self):
+        client = FakeClient(_record(NAME, 'Running'))
+        watcher, emitted = self._watcher(client)
+        watcher.resync()
+        client.records[NAME]['status'] = 'Frozen'
+        watcher.handle(_lifecycle('instance-paused', NAME))
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_PAUSED)],
+                         self._events(emitted))
+        self.assertEqual([NAME], client.reads)
+        self.assertEqual(1, client.listings)
+
+    def test_foreign_containers_and_projects_send_nothing(self):
+        other_uuid = '5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'
+        client = FakeClient(
+            _record(NAME, 'Running'),
+            _record('by-hand', 'Running', host=None, uuid=None),
+            _record('nova-' + other_uuid, 'Running', host='cmp2',
+                    uuid=other_uuid),
+            # a kept original of a resize stands for nothing
+            _record('nova-resize-' + UUID, 'Stopped'))
+        watcher, emitted = self._watcher(client)
+        watcher.resync()
+        for name in list(client.records):
+            client.records[name]['status'] = 'Stopped'
+            watcher.handle(_lifecycle('instance-stopped', name,
+                                      project='p2'))
+        self.assertEqual([], client.reads)   # other project: not even read
+        for name in ('by-hand', 'nova-' + other_uuid, 'nova-resize-' + UUID):
+            watcher.handle(_lifecycle('instance-stopped', name))
+            del client.records[name]
+            watcher.handle(_lifecycle('instance-deleted', name))
+        self.assertEqual([], emitted)
+        watcher.handle(_lifecycle('instance-stopped', NAME))
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         self._events(emitted))
+
+    def test_deleted_container_is_stopped_once(self):
+        client = FakeClient(_record(NAME, 'Running'))
+        watcher, emitted = self._watcher(client)
+        watcher.resync()
+        # lxc delete --force: the stop event may be read after the delete
+        del client.records[NAME]
+        watcher.handle(_lifecycle('instance-stopped', NAME))
+        watcher.handle(_lifecycle('instance-deleted', NAME))
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         self._events(emitted))
+        self.assertIn('The container %s of instance %s is gone' % (
+            NAME, UUID), self.log.output)
+
+    def test_renamed_away_is_not_gone(self):
+        client = FakeClient(_record(NAME, 'Stopped'))
+        watcher, emitted = self._watcher(client)
+        watcher.resync()
+        client.records['nova-resize-' + UUID] = client.records.pop(NAME)
+        client.records['nova-resize-' + UUID]['name'] = 'nova-resize-' + UUID
+        watcher.handle(_lifecycle('instance-renamed', 'nova-resize-' + UUID,
+                                  old_name=NAME))
+        self.assertEqual([], emitted)
+
+    def test_resync_emits_differences(self):
+        client = FakeClient(_record(NAME, 'Running'))
+        watcher, emitted = self._watcher(client)
+        watcher.resync()
+        del client.records[NAME]
+        watcher.resync()
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         self._events(emitted))
+
+    def _wait(self, predicate):
+        deadline = time.monotonic() + 5
+        while not predicate():
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+
+    def test_no_events_api_falls_back_to_polling(self):
+        client = FakeClient(_record(NAME, 'Running'), unsupported=True)
+        watcher, emitted = self._watcher(client, interval=0.05)
+        watcher.start()
+        self._wait(lambda: watcher.mode == 'poll' and client.listings >= 1)
+        client.records[NAME]['status'] = 'Stopped'
+        self._wait(lambda: emitted)
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         self._events(emitted))
+
+    def test_thread_follows_the_stream_and_stops_promptly(self):
+        client = FakeClient(_record(NAME, 'Running'))
+        watcher, emitted = self._watcher(client)
+        watcher.start()
+        self._wait(lambda: watcher.mode == 'events')
+        client.records[NAME]['status'] = 'Stopped'
+        client.stream.events.put(_lifecycle('instance-stopped', NAME))
+        self._wait(lambda: emitted)
+        # a lost stream: reconnect, list once more
+        client.stream.close()
+        self._wait(lambda: watcher.connections == 2)
+        self.assertEqual(2, client.listings)
+        start = time.monotonic()
+        watcher.stop()
+        self.assertLess(time.monotonic() - start, 2)
+        self.assertIsNone(watcher.mode)
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         self._events(emitted))
+
+    def test_off_starts_nothing(self):
+        client = FakeClient(_record(NAME, 'Running'))
+        watcher, _ = self._watcher(client, interval=0)
+        watcher.start()
+        self.assertIsNone(watcher._thread)

@@ -149,7 +149,15 @@ class Guest(object):
         LXD sends SIGPWR once and waits; ``retry_interval`` is honoured by
         splitting the wait into rounds, each a fresh clean-stop request.
         """
-        status = self.status()
+        try:
+            status = self.status()
+        except exception.ContainerNotFound:
+            # Deleted behind nova's back: the lifecycle watcher reported it
+            # stopped and nova stops the server; there is nothing to stop.
+            LOG.warning('The container %s is gone from the daemon; the '
+                        'server is stopped. Rebuild or delete it.',
+                        self.name, instance=self.instance)
+            return
         if status == 'Frozen':
             self._client.change_state(self.name, 'unfreeze')
         elif status == 'Stopped':
@@ -246,7 +254,8 @@ class Guest(object):
         """
         try:
             self._read_console(self._conf.lxd.console_log_max_bytes)
-        except exception.LXDAccelException as exc:
+        except (exception.LXDAccelException,
+                exception.ContainerNotFound) as exc:
             LOG.debug('Console not read before the restart: %s', exc,
                       instance=self.instance)
 

@@ -108,8 +108,16 @@ def features_in_use(daemon, conf):
         'migration': 'yes' if daemon.supports('migration') and (
             migration_conf is None or migration_conf.client_cert)
         else 'no',
-        'events': 'poll every %ss' % interval if interval else 'off',
+        'events': _events_mode(conf.lxd, interval),
     }
+
+
+def _events_mode(lxd_conf, interval):
+    if not interval:
+        return 'off'
+    if getattr(lxd_conf, 'lifecycle_events', False):
+        return 'stream (poll every %ss without one)' % interval
+    return 'poll every %ss' % interval
 
 
 def startup_line(daemon, conf):

@@ -231,6 +231,11 @@ class LifecycleEventsTest(EventsTestBase):
         self.assertIn('The container %s of instance %s is gone' % (
             name, instance.uuid), self.stdlog.logger.output)
         self.assertEqual(1, self.listings)
+        # Nova then stops the server: with the container gone that is a
+        # logged no-op, not ContainerNotFound (which kept it ACTIVE).
+        self.driver.power_off(instance, timeout=0)
+        self.assertIn('The container %s is gone from the daemon' % name,
+                      self.stdlog.logger.output)
 
     def test_foreign_containers_send_nothing(self):
         image = self.tiny_image()

@@ -204,7 +204,12 @@ class StartupLineTest(testtools.TestCase):
         self.assertEqual(
             'Using Incus 6.0.4 (450 API extensions) at /x/unix.socket, '
             'project default; features: MIG binding=runtime, CDI=no, '
-            'InfiniBand=yes, migration=no, events=poll every 2.0s', line)
+            'InfiniBand=yes, migration=no, '
+            'events=stream (poll every 2.0s without one)', line)
+        conf = _conf()
+        conf.set_override('lifecycle_events', False, group='lxd')
+        line = lxd_host.startup_line(_info(recorded.INCUS_604), conf)
+        self.assertIn('events=poll every 2.0s', line)
         line = lxd_host.startup_line(_info(recorded.LXD_62), _conf())
         self.assertIn('LXD 6.2 (401 API extensions)', line)
         self.assertIn('MIG binding=cdi, CDI=yes', line)

@@ -244,7 +244,9 @@ class ConsoleTest(_FaultTestCase):
                                       mode=0o755)
         # Written after nova's last read: only in LXD's buffer, which the
         # next start empties.
-        self.project.execute(name, 'echo last words > /dev/console')
+        # The daemon's monitor relays the console into its buffer on its
+        # own time: give it a moment (seen missing under load on Incus).
+        self.project.execute(name, 'echo last words > /dev/console; sleep 1')
         self.driver.power_off(instance, timeout=5)
         self.driver.power_on(self.context, instance, None)
         self.assertEqual('Running', self.container(instance)['status'])

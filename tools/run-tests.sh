@@ -10,7 +10,8 @@
 # test image; installs tox (pinned in constraints.txt) and runs the tox
 # environments: pep8, unit (py3), functional and integration against LXD,
 # functional-incus and integration-incus against Incus, genconfig, release
-# notes, docs and the DevStack plugin harness, $TOX_PARALLEL at a time;
+# notes, docs, the DevStack plugin harness and the federation tools (real
+# cASO and cloud-info-provider), $TOX_PARALLEL at a time;
 # then the sandbox end to end. Stops the daemons it started.
 #
 #   tools/run-tests.sh                 # everything
@@ -26,9 +27,9 @@ state=$repo/.ci/state
 mkdir -p "$state"
 
 # Longest first: tox starts them in this order, $TOX_PARALLEL at a time.
-envs=functional,functional-incus,integration,integration-incus,py3,pep8,genconfig,releasenotes,docs,devstack
+envs=functional,functional-incus,integration,integration-incus,py3,pep8,genconfig,releasenotes,docs,devstack,federation
 if [ "${SKIP_INCUS:-0}" = 1 ]; then
-    envs=functional,integration,py3,pep8,genconfig,releasenotes,docs,devstack
+    envs=functional,integration,py3,pep8,genconfig,releasenotes,docs,devstack,federation
 fi
 if [ "${1:-}" = "-e" ]; then
     envs=${2:?usage: run-tests.sh [-e ENV[,ENV...]]}

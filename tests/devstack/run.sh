@@ -313,7 +313,7 @@ scenario_lxd_backend_is_the_default_on_debian12() {
     stack
     assert_ran "install_package lxd lxd-client busybox-static"
     assert_not_ran "incus"
-    assert_ini "$NOVA_CONF" lxd endpoint "<unset>"
+    assert_ini "$NOVA_CONF" lxd endpoint "/var/lib/lxd/unix.socket"
 }
 
 scenario_unknown_backend_stops_the_phase() {

@@ -30,8 +30,19 @@ SANDBOX=$SCRIPT_DIR/sandbox.sh
 SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/nova-lxd-accel-sandbox}
 export SANDBOX_DIR
 LXD_DIR=${LXD_DIR:-/var/lib/lxd}
-export LXD_DIR
+INCUS_DIR=${INCUS_DIR:-/var/lib/incus}
+export LXD_DIR INCUS_DIR
 TIMEOUT=${SANDBOX_E2E_TIMEOUT:-120}
+
+# The CLI of the daemon the sandbox came up with (tools/sandbox.sh records
+# it: lxd or incus).
+daemon_cli() {
+    if [ "$(cat "$SANDBOX_DIR/backend" 2>/dev/null)" = incus ]; then
+        incus "$@"
+    else
+        lxc "$@"
+    fi
+}
 FLAVOR=sandbox.small
 FLAVOR2=sandbox.medium
 IMAGE=lxd-tiny
@@ -81,7 +92,7 @@ cleanup() {
             openstack image delete "$item" >/dev/null 2>&1 || true
             # The driver's LXD cache of it (pruned by nova's image cache
             # manager in time; the test tidies up its own at once).
-            lxc image delete "nova-image-$item" >/dev/null 2>&1 || true
+            daemon_cli image delete "nova-image-$item" >/dev/null 2>&1 || true
         done
         for item in "${MADE_FLAVORS[@]}"; do
             openstack flavor delete "$item" >/dev/null 2>&1 || true
@@ -129,7 +140,7 @@ wait_server() {
 # The LXD state of a container (default: the server's; empty when it does
 # not exist).
 container_state() {
-    lxc list --format csv -c ns |
+    daemon_cli list --format csv -c ns |
         awk -F, -v n="${1:-$CONTAINER}" '$1 == n {print $2}'
 }
 
@@ -147,7 +158,7 @@ expect_container() {
 # The container of a server, found by its uuid in every LXD project
 # ("project,name" lines; none when it has no container).
 containers_of() {
-    lxc list --all-projects --format csv -c en 2>/dev/null |
+    daemon_cli list --all-projects --format csv -c en 2>/dev/null |
         grep -F -- "$1" || true
 }
 
@@ -171,8 +182,8 @@ check_snapshot() {
     local token snap start file size checksum sha512 got server2 c2
     token=e2e-$$-$RANDOM$RANDOM
     printf '%s\n' "$token" >"$WORK/marker"
-    lxc file push -q "$WORK/marker" "$CONTAINER/e2e-marker" ||
-        fail "lxc file push of a marker into $CONTAINER"
+    daemon_cli file push -q "$WORK/marker" "$CONTAINER/e2e-marker" ||
+        fail "daemon_cli file push of a marker into $CONTAINER"
     start=$(date +%s%N)
     # --wait prints an empty progress line before the table.
     snap=$(openstack server image create --wait --name "$SERVER-snap" \
@@ -219,7 +230,7 @@ print(*(image.get(k) or props.get(k) or "-"
     c2=$(containers_of "$server2" | cut -d, -f2)
     [ -n "$c2" ] || fail "no LXD container for server $server2"
     expect_container RUNNING "$c2"
-    lxc file pull -q "$c2/e2e-marker" "$WORK/marker2" ||
+    daemon_cli file pull -q "$c2/e2e-marker" "$WORK/marker2" ||
         fail "the file written before the snapshot is not in $c2"
     [ "$(cat "$WORK/marker2")" = "$token" ] ||
         fail "$c2/e2e-marker differs from what was written"
@@ -244,8 +255,8 @@ check_resize() {
     expect_container RUNNING
     server_field flavor | grep -qF "'$FLAVOR2'" ||
         fail "server flavor after resize: $(server_field flavor)"
-    cpu=$(lxc config get "$CONTAINER" limits.cpu)
-    mem=$(lxc config get "$CONTAINER" limits.memory)
+    cpu=$(daemon_cli config get "$CONTAINER" limits.cpu)
+    mem=$(daemon_cli config get "$CONTAINER" limits.memory)
     [ "$cpu:$mem" = 2:256MiB ] ||
         fail "after resize to $FLAVOR2 the container has limits.cpu=$cpu" \
             "limits.memory=$mem, expected 2 and 256MiB"
@@ -392,7 +403,7 @@ main() {
     . "$SANDBOX_DIR/openrc"
 
     local before after start
-    before=$(lxc list --format csv -c n | sort)
+    before=$(daemon_cli list --format csv -c n | sort)
     say "openstack server create --flavor $FLAVOR --image $IMAGE" \
         "--nic none --wait $SERVER"
     start=$(date +%s%N)
@@ -404,7 +415,7 @@ main() {
         fail "server $SERVER is $(server_field status), not ACTIVE"
     say "server $SERVER_ID ACTIVE after $(since "$start")s (CLI --wait)"
 
-    after=$(lxc list --format csv -c n | sort)
+    after=$(daemon_cli list --format csv -c n | sort)
     CONTAINER=$(comm -13 <(echo "$before") <(echo "$after") |
         grep -F "$SERVER_ID" || true)
     if [ -z "$CONTAINER" ]; then

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One command, a real OpenStack on this machine.
 #
-# Usage: tools/sandbox.sh up|down|status|clean
+# Usage: tools/sandbox.sh up [--backend lxd|incus]|down|status|clean
 #
 #   up      install what is missing (Debian: lxd, rabbitmq-server,
 #           mariadb-server; PyPI: one venv pinned by constraints.txt), start
@@ -22,7 +22,11 @@
 #   SANDBOX_PYTHON          interpreter for the venv (default python3)
 #   SANDBOX_CONSTRAINTS     pip constraints (default <repo>/constraints.txt)
 #   SANDBOX_APT=0           never run apt-get (fail if a package is missing)
+#   SANDBOX_BACKEND         lxd or incus (also: up --backend X); default:
+#                           the daemon already running, else the
+#                           distribution's own (Debian 12: lxd, 13: incus)
 #   LXD_DIR                 LXD daemon directory (default /var/lib/lxd)
+#   INCUS_DIR               Incus daemon directory (default /var/lib/incus)
 set -Eeuo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,7 +40,10 @@ SANDBOX_PYTHON=${SANDBOX_PYTHON:-python3}
 SANDBOX_CONSTRAINTS=${SANDBOX_CONSTRAINTS:-$REPO_DIR/constraints.txt}
 SANDBOX_APT=${SANDBOX_APT:-1}
 LXD_DIR=${LXD_DIR:-/var/lib/lxd}
-export LXD_DIR
+INCUS_DIR=${INCUS_DIR:-/var/lib/incus}
+export LXD_DIR INCUS_DIR
+SANDBOX_BACKEND=${SANDBOX_BACKEND:-}
+DAEMON_DIR=$LXD_DIR
 
 VENV=$SANDBOX_DIR/venv
 ETC=$SANDBOX_DIR/etc
@@ -107,6 +114,46 @@ say() {
 die() {
     printf 'sandbox: %s\n' "$*" >&4
     exit 1
+}
+
+# The daemon nova-compute uses: the one named (up --backend,
+# SANDBOX_BACKEND), else the one this sandbox was brought up with, else the
+# one that already runs (LXD first), else the distribution's own.
+choose_backend() {
+    if [ -z "$SANDBOX_BACKEND" ] && [ -s "$SANDBOX_DIR/backend" ]; then
+        SANDBOX_BACKEND=$(cat "$SANDBOX_DIR/backend")
+    fi
+    if [ -z "$SANDBOX_BACKEND" ]; then
+        if [ -S "$LXD_DIR/unix.socket" ] && lxc info >/dev/null 2>&1; then
+            SANDBOX_BACKEND=lxd
+        elif [ -S "$INCUS_DIR/unix.socket" ] &&
+            incus info >/dev/null 2>&1; then
+            SANDBOX_BACKEND=incus
+        elif [ "$(cut -d. -f1 /etc/debian_version 2>/dev/null)" -ge 13 ] \
+            2>/dev/null; then
+            SANDBOX_BACKEND=incus
+        else
+            SANDBOX_BACKEND=lxd
+        fi
+    fi
+    case $SANDBOX_BACKEND in
+        lxd) DAEMON_DIR=$LXD_DIR ;;
+        incus) DAEMON_DIR=$INCUS_DIR ;;
+        *) die "the backend is lxd or incus, not '$SANDBOX_BACKEND'" ;;
+    esac
+}
+
+daemon_cli_name() {
+    if [ "$SANDBOX_BACKEND" = incus ]; then echo incus; else echo lxc; fi
+}
+
+# The daemon's own CLI, pointed at the sandbox's daemon.
+daemon_cli() {
+    if [ "$SANDBOX_BACKEND" = incus ]; then
+        INCUS_DIR=$INCUS_DIR incus "$@"
+    else
+        LXD_DIR=$LXD_DIR lxc "$@"
+    fi
 }
 
 on_error() {
@@ -325,7 +372,10 @@ apt_get() {
 
 apt_install() {
     local missing=()
-    command -v lxd >/dev/null || missing+=(lxd lxd-client)
+    # Incus comes with tools/incus-up.sh (bookworm-backports on Debian 12).
+    if [ "$SANDBOX_BACKEND" = lxd ]; then
+        command -v lxd >/dev/null || missing+=(lxd lxd-client)
+    fi
     command -v busybox >/dev/null || missing+=(busybox-static)
     command -v mariadbd >/dev/null || missing+=(mariadb-server)
     [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
@@ -827,12 +877,17 @@ lxd_ready() {
         echo "compute driver $SANDBOX_COMPUTE_DRIVER: LXD not needed"
         return 0
     fi
+    if [ "$SANDBOX_BACKEND" = incus ]; then
+        incus_ready
+        return
+    fi
     # A running daemon already set up (dir pool "default", root disk in
     # the default profile) is left alone: re-applying the preseed updates
     # the default profile of every instance, which fails while other
     # users' instances are busy.
-    if command -v lxc >/dev/null && lxc query /1.0/storage-pools/default \
-        >/dev/null 2>&1 && lxc query /1.0/profiles/default 2>/dev/null |
+    if command -v lxc >/dev/null && daemon_cli query \
+        /1.0/storage-pools/default >/dev/null 2>&1 &&
+        daemon_cli query /1.0/profiles/default 2>/dev/null |
         python3 -c 'import json, sys
 root = json.load(sys.stdin).get("devices", {}).get("root", {})
 sys.exit(not (root.get("type") == "disk" and root.get("pool") == "default"))'
@@ -853,6 +908,16 @@ sys.exit(not (root.get("type") == "disk" and root.get("pool") == "default"))'
     done
     echo "LXD is not ready: see the errors above and $LXD_DIR/lxd.log"
     return 1
+}
+
+incus_ready() {
+    if daemon_cli query /1.0/storage-pools/default >/dev/null 2>&1; then
+        echo "Incus runs under $INCUS_DIR with pool default: left as it is"
+        return 0
+    fi
+    # From / for the same reason as LXD (see lxd_ready).
+    (cd / && INCUS_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/incus-up.sh") ||
+        die "Incus is not ready: see the errors above and $INCUS_DIR/incus.log"
 }
 
 upload_image() {
@@ -896,6 +961,7 @@ prepare_dirs() {
     # sandbox never sits above LXD_DIR, whose parents uid 100000 must
     # traverse.)
     chmod 700 "$SANDBOX_DIR"
+    echo "$SANDBOX_BACKEND" >"$SANDBOX_DIR/backend"
 }
 
 # The files that hold secrets: configuration (database, RabbitMQ and
@@ -965,7 +1031,7 @@ cmd_up() {
     step "stop of services whose configuration changed" stop_reconfigured
     # shellcheck source=tools/sandbox/config.sh disable=SC1091
     . "$HELPERS/config.sh"
-    step "LXD daemon" lxd_ready
+    step "daemon: $SANDBOX_BACKEND" lxd_ready
     step "epmd (127.0.0.1:$PORT_EPMD)" start_epmd
     step "RabbitMQ (127.0.0.1:$PORT_AMQP)" start_rabbitmq
     step "MariaDB (127.0.0.1:$PORT_MYSQL)" start_mariadb
@@ -989,7 +1055,7 @@ cmd_up() {
     say "  openstack server create --flavor $PLAIN_FLAVOR" \
         "--image $IMAGE_NAME --nic none --wait s1"
     say "  openstack resource provider list"
-    say "  lxc list"
+    say "  $(daemon_cli_name) list"
     say "  $0 down"
 }
 
@@ -1077,6 +1143,7 @@ service_port() {
 
 cmd_status() {
     local name pid rss total=0 running=0 state
+    say "daemon: $SANDBOX_BACKEND at $DAEMON_DIR/unix.socket"
     say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' SERVICE STATE PID PORT \
         RSS_MiB LOG)"
     for name in "${SERVICES[@]}"; do
@@ -1116,28 +1183,35 @@ cmd_clean() {
     # Only this sandbox's: other clouds on the host may use the daemon.
     ids=$(sandbox_image_ids)
     cmd_down
-    if command -v lxc >/dev/null 2>&1 && [ -n "$ids" ]; then
-        for alias in $(lxc image alias list --format csv 2>/dev/null |
+    if command -v "$(daemon_cli_name)" >/dev/null 2>&1 && [ -n "$ids" ]; then
+        for alias in $(daemon_cli image alias list --format csv 2>/dev/null |
                 cut -d, -f1 | grep '^nova-image-' || true); do
             grep -qxF -- "${alias#nova-image-}" <<<"$ids" || continue
-            lxc image delete "$alias" >/dev/null 2>&1 || true
+            daemon_cli image delete "$alias" >/dev/null 2>&1 || true
         done
     fi
     for item in "$ETC" "$DATA" "$LOGS" "$RUN" "$SANDBOX_DIR/secrets.env" \
-        "$SANDBOX_DIR/openrc" "$SANDBOX_DIR/clouds.yaml"; do
+        "$SANDBOX_DIR/openrc" "$SANDBOX_DIR/clouds.yaml" \
+        "$SANDBOX_DIR/backend"; do
         rm -rf "$item"
     done
     say "removed sandbox state (kept $VENV)"
 }
 
 main() {
-    case ${1:-} in
+    local command=${1:-}
+    shift || true
+    if [ "$command" = up ] && [ "${1:-}" = --backend ]; then
+        SANDBOX_BACKEND=${2:?usage: $0 up --backend lxd|incus}
+    fi
+    choose_backend
+    case $command in
         up) cmd_up ;;
         down) cmd_down ;;
         status) cmd_status ;;
         clean) cmd_clean ;;
         *)
-            say "usage: $0 up|down|status|clean"
+            say "usage: $0 up [--backend lxd|incus]|down|status|clean"
             return 2
             ;;
     esac

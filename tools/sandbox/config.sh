@@ -270,7 +270,7 @@ $(service_auth_section neutron nova)
 
 [lxd]
 # Named, not discovered: LXD and Incus may both run on this host.
-endpoint = $LXD_DIR/unix.socket
+endpoint = $DAEMON_DIR/unix.socket
 storage_pool = default
 project = default
 CONF

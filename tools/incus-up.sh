@@ -90,18 +90,5 @@ if ! incus info >/dev/null 2>&1; then
     fi
 fi
 
-# The same preseed as tools/lxd-up.sh gives LXD.
-incus admin init --preseed <<'PRESEED'
-networks: []
-storage_pools:
-- name: default
-  driver: dir
-profiles:
-- name: default
-  devices:
-    root:
-      path: /
-      pool: default
-      type: disk
-PRESEED
+incus admin init --preseed <"$(dirname "$0")/daemon-preseed.yaml"
 echo "incus-up: Incus $(incus query /1.0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["environment"]["server_version"])') ready (INCUS_DIR=$INCUS_DIR, ids $(cut -d: -f2,3 "$INCUS_IDMAP_DIR/subuid"))"

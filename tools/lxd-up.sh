@@ -60,19 +60,5 @@ if ! lxc info >/dev/null 2>&1; then
     lxd waitready --timeout=60
 fi
 
-# A dir storage pool, a root disk in the default profile and no managed
-# network: a managed bridge needs iptables/nftables and a private address.
-lxd init --preseed <<'PRESEED'
-networks: []
-storage_pools:
-- name: default
-  driver: dir
-profiles:
-- name: default
-  devices:
-    root:
-      path: /
-      pool: default
-      type: disk
-PRESEED
+lxd init --preseed <"$(dirname "$0")/daemon-preseed.yaml"
 echo "lxd-up: LXD $(lxc query /1.0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["environment"]["server_version"])') ready (LXD_DIR=$LXD_DIR)"

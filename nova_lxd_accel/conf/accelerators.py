@@ -215,6 +215,57 @@ Related options:
 
 * ``probe_interval``
 """),
+    cfg.StrOpt('kernel_log',
+               default='/dev/kmsg',
+               help="""
+Where the GPU probe reads the NVIDIA driver's Xid messages (``NVRM: Xid
+(PCI:0000:3b:00): 79, ...``): the kernel's ring buffer ``/dev/kmsg``
+(nova-compute needs read access to it: root, or ``CAP_SYSLOG`` when
+``kernel.dmesg_restrict`` is 1), or a file holding ``dmesg`` output (lines
+with the ``[seconds]`` since-boot prefix). A GPU with a new Xid listed in
+``fatal_xids`` is held as unhealthy, as for uncorrectable ECC errors.
+Empty: Xid messages are not read.
+
+Related options:
+
+* ``fatal_xids``, ``xid_max_age``
+"""),
+    cfg.ListOpt('fatal_xids',
+                item_type=cfg.types.Integer(min=1),
+                default=[48, 62, 64, 74, 79, 92, 95, 119, 120, 140, 154],
+                help="""
+Xid codes that hold a GPU as unhealthy. The default is the codes for which
+NVIDIA's Xid catalog asks to reset the GPU or restart the node: 48 (double
+bit ECC error), 62 (internal micro-controller halt), 64 (ECC page
+retirement or row remapping failure), 74 (NVLink error), 79 (fallen off the
+bus), 92 (high single-bit ECC error rate), 95 (uncontained ECC error), 119
+and 120 (GSP timeout and error), 140 (unrecovered ECC error), 154 (GPU
+recovery action changed). Codes that only need the application restarted
+(13, 31, 43, 45, 94, ...) are not there: they are the tenant's.
+
+Related options:
+
+* ``kernel_log``
+"""),
+    cfg.IntOpt('xid_max_age',
+               default=86400,
+               min=0,
+               help="""
+Seconds: a fatal Xid logged longer ago than this when the probe first
+reads it is ignored (on a host that has been up for weeks, an Xid from
+before the GPU was last reset must not hold it again). Xids already acted
+on are remembered in the state file, so an operator's ``gpu release`` is
+not undone by the same message.
+
+Possible values:
+
+* 0: every fatal Xid since boot counts
+* a positive number of seconds (default: one day)
+
+Related options:
+
+* ``kernel_log``
+"""),
 ]
 
 

@@ -12,9 +12,20 @@
 
 """Pure translation: instance + flavor + image + policy -> LXD container.
 
-Every builder below has the same signature and returns a fragment
-``{'config': {...}, 'devices': {...}}``; :func:`build_container` merges them
-in order. Nothing here talks to LXD, Glance or the database, so each rule
+The one place where a container's spec (config keys and devices) is
+assembled. Every part below has the same signature
+``part(instance, flavor, image_meta, policy, host_side)`` and returns a
+fragment ``{'config': {...}, 'devices': {...}}``; :func:`build_container`
+merges them in order. The parts are the flavor's (:data:`FLAVOR_PARTS`:
+limits, root disk, security, GPU runtime; each declares the config keys it
+owns, so resize and migration drop exactly those), the image's and the
+instance's (identity, metadata), and the host side's (:data:`HOST_PARTS`:
+one NIC per port, one device per connected volume). The accelerator
+binding is merged by :func:`with_accelerators`, as it is picked under the
+claim lock against the daemon.
+
+Nothing here talks to LXD, Glance or the database (volumes are connected
+before, and the host paths are given in :class:`HostSide`), so each rule
 is a plain function with plain unit tests. Only keys the driver itself
 chooses ever reach LXD: image properties and flavor extra specs are read
 key by key, never copied through (no ``raw.*``, no privilege by accident).
@@ -28,6 +39,10 @@ from oslo_utils import strutils
 
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
+# network and volumes import this module too; only their pure device
+# functions are used here, at call time.
+from nova_lxd_accel import network as lxd_network
+from nova_lxd_accel import volumes as lxd_volumes
 
 # Keys the driver writes into ``user.*`` config to recognise its containers.
 KEY_PREFIX = 'user.nova_lxd_accel.'
@@ -77,6 +92,43 @@ class HostPolicy(object):
                    masked_devices=tuple(devices))
 
 
+@dataclasses.dataclass(frozen=True)
+class ConnectedVolume(object):
+    """A Cinder volume connected to this host, to show in the container."""
+
+    name: str
+    host_path: str
+    mountpoint: str = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSide(object):
+    """What this host made for the instance outside the container.
+
+    :ivar network_info: nova's network info: one NIC per port, in order.
+    :ivar volumes: :class:`ConnectedVolume` of each non-root volume.
+    """
+
+    network_info: tuple = ()
+    volumes: tuple = ()
+
+
+NO_HOST_SIDE = HostSide()
+
+
+def flavor_part(config_keys=()):
+    """Mark a part as the flavor's and declare the config keys it owns.
+
+    A resize or a migration removes every declared key before the new
+    flavor's parts set theirs again, so a key a part may set must be
+    declared here (tests/unit/test_config.py checks every part's output).
+    """
+    def mark(part):
+        part.config_keys = frozenset(config_keys)
+        return part
+    return mark
+
+
 def container_name(prefix, instance_uuid):
     return '%s%s' % (prefix, instance_uuid)
 
@@ -90,7 +142,8 @@ def _spec_is_true(extra_specs, key):
     return strutils.bool_from_string(extra_specs.get(key, 'false'))
 
 
-def profile_masks(instance, flavor, image_meta, policy):
+def profile_masks(instance, flavor, image_meta, policy,
+                  host_side=NO_HOST_SIDE):
     """Override the unsafe content of ``[lxd] profiles`` (strip mode).
 
     First of the builders, so the driver's own choices (security, limits)
@@ -101,13 +154,14 @@ def profile_masks(instance, flavor, image_meta, policy):
                         for name in policy.masked_devices}}
 
 
-def identity(instance, flavor, image_meta, policy):
+def identity(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Who owns the container, so the driver only ever touches its own."""
     return {'config': {KEY_INSTANCE_UUID: instance.uuid,
                        KEY_HOST: policy.host}}
 
 
-def limits(instance, flavor, image_meta, policy):
+@flavor_part(config_keys=('limits.cpu', 'limits.memory', 'limits.processes'))
+def limits(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     config = {'limits.cpu': str(flavor.vcpus),
               'limits.memory': '%dMiB' % flavor.memory_mb}
     processes = flavor.extra_specs.get(SPEC_PROCESSES)
@@ -118,7 +172,8 @@ def limits(instance, flavor, image_meta, policy):
     return {'config': config}
 
 
-def root_disk(instance, flavor, image_meta, policy):
+@flavor_part()
+def root_disk(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     if flavor.ephemeral_gb or flavor.swap:
         # A container has one file system and no block devices of its own;
         # quietly dropping disks the user pays for would be worse.
@@ -132,7 +187,9 @@ def root_disk(instance, flavor, image_meta, policy):
     return {'devices': {'root': device}}
 
 
-def security(instance, flavor, image_meta, policy):
+@flavor_part(config_keys=('security.privileged', 'security.nesting',
+                          'security.idmap.isolated'))
+def security(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Unprivileged and un-nested unless the flavor asks and policy allows.
 
     Image properties are deliberately not consulted: whoever uploads an
@@ -159,14 +216,15 @@ def security(instance, flavor, image_meta, policy):
     return {'config': config}
 
 
-def gpu_runtime(instance, flavor, image_meta, policy):
+@flavor_part(config_keys=('nvidia.runtime',))
+def gpu_runtime(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """The host's NVIDIA user space inside the container, when asked."""
     if flavor.extra_specs.get(SPEC_GPU_RUNTIME, 'none') == 'nvidia':
         return {'config': {'nvidia.runtime': 'true'}}
     return {}
 
 
-def boot(instance, flavor, image_meta, policy):
+def boot(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     # Nova decides what runs after a host reboot (resume_state_on_host_boot).
     return {'config': {'boot.autostart': 'false'}}
 
@@ -180,7 +238,7 @@ def _meta_data(instance):
     return json.dumps(meta, sort_keys=True)
 
 
-def cloud_init(instance, flavor, image_meta, policy):
+def cloud_init(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Nova's metadata, for the templates of LXD images (nocloud-net).
 
     User data never goes into LXD config: a config value is a string, so
@@ -226,7 +284,8 @@ def _quota(extra_specs, key):
     return value if value > 0 else 0
 
 
-def disk_quota(instance, flavor, image_meta, policy):
+@flavor_part()
+def disk_quota(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Nova's ``quota:disk_*`` extra specs as LXD root disk I/O limits.
 
     ``quota:disk_{read,write,total}_{bytes,iops}_sec`` become the root
@@ -249,13 +308,45 @@ def disk_quota(instance, flavor, image_meta, policy):
             device[lxd_key] = '%diops' % iops
     if not device:
         return {}
-    root = root_disk(instance, flavor, image_meta, policy)['devices']['root']
+    root = root_disk(instance, flavor, image_meta,
+                     policy)['devices']['root']
     root.update(device)
     return {'devices': {'root': root}}
 
 
-BUILDERS = (profile_masks, identity, limits, root_disk, disk_quota,
-            security, gpu_runtime, boot, cloud_init)
+def nics(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
+    """One ``nic`` device per port of nova's network info, eth0 up."""
+    return {'devices': {
+        lxd_network.device_name(vif): lxd_network.nic_device(
+            vif, 'eth%d' % index)
+        for index, vif in enumerate(host_side.network_info or ())}}
+
+
+def volumes(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
+    """One device per non-root volume connected to this host."""
+    return {'devices': {
+        volume.name: lxd_volumes.lxd_device(volume.host_path,
+                                            volume.mountpoint, volume.name)
+        for volume in host_side.volumes}}
+
+
+#: The parts that follow the flavor: on resize and migration they are
+#: built again for the new flavor, after the keys they declare are removed.
+FLAVOR_PARTS = (limits, root_disk, disk_quota, security, gpu_runtime)
+
+#: The parts made from what this host plugged and connected: built again
+#: on each host a container moves to.
+HOST_PARTS = (nics, volumes)
+
+#: Every part of a new container, in the order they are merged (a later
+#: part wins on a key both set).
+BUILDERS = ((profile_masks, identity) + FLAVOR_PARTS + (boot, cloud_init) +
+            HOST_PARTS)
+
+
+def flavor_config_keys():
+    """Every config key a flavor may set or not (see :func:`flavor_part`)."""
+    return frozenset().union(*(part.config_keys for part in FLAVOR_PARTS))
 
 
 def with_accelerators(container, bound):
@@ -272,11 +363,16 @@ def with_accelerators(container, bound):
     return {'config': config, 'devices': devices}
 
 
-def build_container(instance, flavor, image_meta, policy, builders=BUILDERS):
-    """The ``config`` and ``devices`` of the instance's container."""
+def build_container(instance, flavor, image_meta, policy,
+                    host_side=NO_HOST_SIDE, builders=BUILDERS):
+    """The ``config`` and ``devices`` of the instance's container.
+
+    :param host_side: the :class:`HostSide` plugged and connected for it.
+    :param builders: the parts to merge (all of them unless given).
+    """
     config, devices = {}, {}
     for builder in builders:
-        fragment = builder(instance, flavor, image_meta, policy)
+        fragment = builder(instance, flavor, image_meta, policy, host_side)
         config.update(fragment.get('config', {}))
         devices.update(fragment.get('devices', {}))
     return {'config': config, 'devices': devices}
@@ -290,5 +386,24 @@ def resize_fragment(instance, flavor, image_meta, policy):
     """
     lxd_extra_specs.check_flavor(flavor, policy)
     return build_container(instance, flavor, image_meta, policy,
-                           builders=(limits, root_disk, disk_quota,
-                                     security))
+                           builders=FLAVOR_PARTS)
+
+
+def host_fragment(instance, policy, host_side):
+    """The devices this host made for the instance (NICs, volumes)."""
+    return build_container(instance, instance.flavor, None, policy,
+                           host_side=host_side, builders=HOST_PARTS)
+
+
+def rescue_container(instance, image_meta, policy, original, rootfs):
+    """The rescue container: the instance's spec on the rescue image.
+
+    It carries the name of the ``original`` container, whose root file
+    system (host path ``rootfs``) it shows at ``/mnt/rescue``.
+    """
+    container = build_container(instance, instance.flavor, image_meta,
+                                policy)
+    container['config'][KEY_RESCUE_OF] = original
+    container['devices']['rescue'] = {
+        'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
+    return container

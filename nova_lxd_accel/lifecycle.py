@@ -16,6 +16,7 @@ These steps touch more than one container or image, and each undoes its
 own partial work when it fails, so a failed call leaves LXD as it was.
 """
 
+import dataclasses
 import os
 
 from nova.compute import task_states
@@ -193,17 +194,17 @@ class Lifecycle(object):
         if _has_root_volume(block_device_info):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)
-        # Pure and cheap: refuse a bad flavor before touching LXD.
-        container = lxd_config.build_container(
-            instance, instance.flavor, image_meta, policy)
-        if self._network is not None:
-            container['devices'].update(
-                self._network.nic_devices(instance, network_info))
+        # Pure and cheap: refuse a bad flavor or port before touching LXD.
+        host_side = lxd_config.HostSide(network_info=tuple(
+            network_info or ()) if self._network is not None else ())
+        lxd_config.build_container(instance, instance.flavor, image_meta,
+                                   policy, host_side)
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
         profiles = list(self._conf.lxd.profiles)
         try:
-            self._create_with_host_side(context, instance, guest, container,
+            self._create_with_host_side(context, instance, guest,
+                                        image_meta, policy, host_side,
                                         alias, profiles, allocations,
                                         device_for_provider, network_info,
                                         block_device_info)
@@ -243,17 +244,20 @@ class Lifecycle(object):
                 LOG.exception('Cleaning up after a failed spawn failed',
                               instance=instance)
 
-    def _create_with_host_side(self, context, instance, guest, container,
-                               alias, profiles, allocations,
-                               device_for_provider, network_info,
-                               block_device_info):
+    def _create_with_host_side(self, context, instance, guest, image_meta,
+                               policy, host_side, alias, profiles,
+                               allocations, device_for_provider,
+                               network_info, block_device_info):
         """Plug the host side (NICs, volumes), then create the container."""
         if self._network is not None:
             self._network.plug_vifs(instance, network_info)
         if self._volumes is not None:
-            container['devices'].update(self._volumes.boot_devices(
-                context, instance, block_device_info))
-        guest.create(container, alias, profiles)
+            host_side = dataclasses.replace(
+                host_side, volumes=self._volumes.connect_boot_volumes(
+                    context, instance, block_device_info))
+        guest.create(lxd_config.build_container(
+            instance, instance.flavor, image_meta, policy, host_side),
+            alias, profiles)
         if _wants_accelerators(allocations):
             # Read who holds what, pick, and record the pick in the stopped
             # container, under one lock that covers nothing else.
@@ -359,11 +363,8 @@ class Lifecycle(object):
         guest = self.guest(instance)
         rootfs = self._rootfs_path(guest)
         alias = self._images.ensure(context, rescue_image_meta)
-        container = lxd_config.build_container(
-            instance, instance.flavor, rescue_image_meta, policy)
-        container['config'][lxd_config.KEY_RESCUE_OF] = guest.name
-        container['devices']['rescue'] = {
-            'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
+        container = lxd_config.rescue_container(
+            instance, rescue_image_meta, policy, guest.name, rootfs)
         was_running = guest.status() != 'Stopped'
         guest.stop(timeout=self._conf.shutdown_timeout)
         try:

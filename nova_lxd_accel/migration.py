@@ -46,6 +46,7 @@ under the usual name.
 Live migration is not supported (:func:`refuse_live_migration`).
 """
 
+import dataclasses
 import json
 
 from nova import exception as nova_exception
@@ -169,23 +170,22 @@ def transfer_record(record, dest_host):
 
 
 #: Keys a flavor may set or not; removed before the new flavor's are set.
-_FLAVOR_KEYS = ('limits.cpu', 'limits.memory', 'limits.processes',
-                'security.privileged', 'security.nesting',
-                'security.idmap.isolated', 'nvidia.runtime')
+#: Declared by the flavor's parts of the spec (config.FLAVOR_PARTS).
+FLAVOR_KEYS = lxd_config.flavor_config_keys()
 
 
 def resized(record, fragment, host, host_devices, bound):
     """The container after a resize or migration, as config and devices.
 
     :param record: the container as it is (copied or migrated).
-    :param fragment: :func:`nova_lxd_accel.config.resize_fragment` plus
-        :func:`nova_lxd_accel.config.gpu_runtime` of the new flavor.
+    :param fragment: :func:`nova_lxd_accel.config.resize_fragment` of the
+        new flavor.
     :param host: the host that owns it now.
     :param host_devices: this host's NIC and volume devices.
     :param bound: the :class:`binding.Binding` of the new allocation.
     """
     config, devices = without_accelerators(record)
-    for key in _FLAVOR_KEYS:
+    for key in FLAVOR_KEYS:
         config.pop(key, None)
     config.update(fragment.get('config', {}))
     config = restored_config(config, host)
@@ -227,22 +227,21 @@ class Migration(object):
         return lxd_config.HostPolicy.from_conf(self._conf, host=host)
 
     def _fragment(self, instance, flavor, image_meta, host):
-        policy = self._policy(host)
-        fragment = lxd_config.resize_fragment(instance, flavor, image_meta,
-                                              policy)
-        fragment.setdefault('config', {}).update(lxd_config.gpu_runtime(
-            instance, flavor, image_meta, policy).get('config', {}))
-        return fragment
+        return lxd_config.resize_fragment(instance, flavor, image_meta,
+                                          self._policy(host))
 
     def _host_devices(self, context, instance, network_info,
-                      block_device_info):
-        devices = {}
-        if self._network is not None:
-            devices.update(self._network.nic_devices(instance, network_info))
+                      block_device_info, host):
+        """This host's NICs and volumes, connected here (config.HOST_PARTS)."""
+        host_side = lxd_config.HostSide(
+            network_info=tuple(network_info or ())
+            if self._network is not None else ())
         if self._volumes is not None:
-            devices.update(self._volumes.boot_devices(
-                context, instance, block_device_info))
-        return devices
+            host_side = dataclasses.replace(
+                host_side, volumes=self._volumes.connect_boot_volumes(
+                    context, instance, block_device_info))
+        return lxd_config.host_fragment(instance, self._policy(host),
+                                        host_side)['devices']
 
     def _release_host_side(self, instance, network_info, block_device_info):
         if self._network is not None:
@@ -501,7 +500,7 @@ class Migration(object):
         fragment = self._fragment(instance, instance.flavor, image_meta, host)
         self._plug(instance, network_info)
         host_devices = self._host_devices(context, instance, network_info,
-                                          block_device_info)
+                                          block_device_info, host)
         with lockutils.lock(lxd_lifecycle.BINDING_LOCK):
             # held by anything on the daemon (see accel.claims)
             held = binding.held_units(
@@ -581,7 +580,7 @@ class Migration(object):
         devices = {k: v for k, v in record['devices'].items()
                    if not is_host_side_device(k, v)}
         devices.update(self._host_devices(
-            context, instance, network_info, block_device_info))
+            context, instance, network_info, block_device_info, host))
         self._client.put_container(record['name'], dict(
             record, devices=devices,
             config=restored_config(record['config'], host)))

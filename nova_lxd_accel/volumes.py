@@ -48,6 +48,7 @@ from os_brick.initiator import connector as brick_connector
 from oslo_log import log as logging
 from oslo_utils import excutils
 
+from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 
@@ -205,13 +206,14 @@ class Volumes(object):
 
     # -- spawn and destroy ------------------------------------------------
 
-    def boot_devices(self, context, instance, block_device_info):
-        """LXD devices for the non-root volumes mapped at boot.
+    def connect_boot_volumes(self, context, instance, block_device_info):
+        """Connect the non-root volumes mapped at boot to this host.
 
-        Connects each to the host; if one fails, the ones connected so far
-        are disconnected again.
+        If one fails, the ones connected so far are disconnected again.
+
+        :returns: a :class:`nova_lxd_accel.config.ConnectedVolume` each,
+            for :func:`nova_lxd_accel.config.volumes`.
         """
-        devices = {}
         connected = []
         try:
             for bdm in virt_driver.block_device_info_get_mapping(
@@ -222,14 +224,14 @@ class Volumes(object):
                 connection_info = bdm['connection_info']
                 name = device_name(connection_info, bdm.get('mount_device'))
                 path, _info = self._connect(connection_info)
-                connected.append(connection_info)
-                devices[name] = lxd_device(path, bdm.get('mount_device'),
-                                           name)
+                connected.append((connection_info, lxd_config.ConnectedVolume(
+                    name=name, host_path=path,
+                    mountpoint=bdm.get('mount_device'))))
         except Exception:
             with excutils.save_and_reraise_exception():
-                for connection_info in connected:
+                for connection_info, _volume in connected:
                     self._disconnect_quietly(connection_info, instance)
-        return devices
+        return tuple(volume for _info, volume in connected)
 
     def disconnect_all(self, instance, block_device_info):
         """Disconnect every volume of ``block_device_info`` from the host.

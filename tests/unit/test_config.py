@@ -229,3 +229,114 @@ class ResizeChecksExtraSpecsTest(testtools.TestCase):
             _instance(), _flavor(vcpus=4, extra_specs={
                 'lxd:processes': '500'}), _image(), POLICY)
         self.assertEqual('500', fragment['config']['limits.processes'])
+        # the GPU runtime follows the flavor on resize too
+        self.assertNotIn('nvidia.runtime', fragment['config'])
+        fragment = lxd_config.resize_fragment(
+            _instance(), _flavor(extra_specs={'lxd:gpu_runtime': 'nvidia'}),
+            _image(), POLICY)
+        self.assertEqual('true', fragment['config']['nvidia.runtime'])
+
+
+#: Flavors that between them make every flavor part set every key it can.
+PERMISSIVE = lxd_config.HostPolicy(host='cmp1', allow_privileged=True,
+                                   allow_nesting=True,
+                                   default_process_limit=100)
+FULL_SPECS = {'lxd:privileged': 'true', 'lxd:nesting': 'true',
+              'lxd:isolated_idmap': 'true', 'lxd:processes': '64',
+              'lxd:gpu_runtime': 'nvidia',
+              'quota:disk_read_bytes_sec': '1000',
+              'quota:disk_write_iops_sec': '50',
+              'quota:disk_total_bytes_sec': '2000'}
+
+
+def _flavors():
+    return [_flavor(), _flavor(root_gb=0), _flavor(extra_specs=FULL_SPECS),
+            _flavor(extra_specs={'lxd:processes': '0'})]
+
+
+class SpecPartsTest(testtools.TestCase):
+    """One assembly: the parts, the keys they own, the host side."""
+
+    def setUp(self):
+        super(SpecPartsTest, self).setUp()
+        objects.register_all()
+
+    def test_flavor_parts_set_only_the_keys_they_declare(self):
+        # A key a flavor part sets but does not declare would survive a
+        # resize to a flavor without it (migration.FLAVOR_KEYS).
+        for part in lxd_config.FLAVOR_PARTS:
+            for flavor in _flavors():
+                config = part(_instance(flavor), flavor, _image(),
+                              PERMISSIVE).get('config', {})
+                self.assertLessEqual(set(config), part.config_keys,
+                                     (part.__name__, flavor.extra_specs))
+
+    def test_declared_keys_are_all_set_by_some_flavor(self):
+        # no stale declaration: each declared key is really produced
+        produced = set()
+        for flavor in _flavors():
+            produced.update(lxd_config.build_container(
+                _instance(flavor), flavor, _image(), PERMISSIVE,
+                builders=lxd_config.FLAVOR_PARTS)['config'])
+        self.assertEqual(set(lxd_config.flavor_config_keys()), produced)
+
+    def test_other_parts_do_not_follow_the_flavor(self):
+        # every part that reads the flavor must be in FLAVOR_PARTS, or a
+        # resize would keep the old flavor's value
+        others = [part for part in lxd_config.BUILDERS
+                  if part not in lxd_config.FLAVOR_PARTS]
+        self.assertEqual(['profile_masks', 'identity', 'boot', 'cloud_init',
+                          'nics', 'volumes'], [p.__name__ for p in others])
+        instance = _instance()
+        for part in others:
+            outputs = [part(instance, flavor, _image(), PERMISSIVE)
+                       for flavor in _flavors()]
+            for output in outputs[1:]:
+                self.assertEqual(outputs[0], output, part.__name__)
+
+    def test_all_builders_share_one_signature(self):
+        flavor = _flavor(extra_specs=FULL_SPECS)
+        for part in lxd_config.BUILDERS:
+            fragment = part(_instance(flavor), flavor, _image(), PERMISSIVE,
+                            lxd_config.NO_HOST_SIDE)
+            self.assertLessEqual(set(fragment), {'config', 'devices'})
+
+    def test_host_side_nics_and_volumes(self):
+        vif = {'id': 'b1e0c5a2-7f3d-4e8b-9a61-2c4d5e6f7a80', 'type': 'ovs',
+               'address': 'fa:16:3e:00:00:01', 'devname': 'tapb1e0c5a2-7f',
+               'network': {'meta': {'mtu': 1450}}}
+        host_side = lxd_config.HostSide(
+            network_info=(vif,), volumes=(
+                lxd_config.ConnectedVolume('vol-1', '/dev/sdb', '/dev/vdb'),
+                lxd_config.ConnectedVolume('vol-2', '/dev/sdc', '/data')))
+        container = lxd_config.build_container(
+            _instance(), _flavor(), _image(), POLICY, host_side)
+        self.assertEqual(
+            {'type': 'nic', 'nictype': 'bridged', 'name': 'eth0',
+             'host_name': 'tapb1e0c5a2-7f', 'parent': 'qbrb1e0c5a2-7f',
+             'hwaddr': 'fa:16:3e:00:00:01', 'mtu': '1450'},
+            container['devices']['nova-port-' + vif['id']])
+        self.assertEqual({'type': 'unix-block', 'source': '/dev/sdb',
+                          'path': '/dev/vdb'},
+                         container['devices']['vol-1'])
+        self.assertEqual({'type': 'disk', 'source': '/dev/sdc',
+                          'path': '/data'}, container['devices']['vol-2'])
+        self.assertEqual(
+            {k: v for k, v in container['devices'].items() if k != 'root'},
+            lxd_config.host_fragment(_instance(), POLICY,
+                                     host_side)['devices'])
+        # an unsupported port is refused by the pure assembly
+        self.assertRaises(
+            exception.VIFNotSupported, lxd_config.build_container,
+            _instance(), _flavor(), _image(), POLICY,
+            lxd_config.HostSide(network_info=(dict(vif, type='bridge'),)))
+
+    def test_rescue_container(self):
+        container = lxd_config.rescue_container(
+            _instance(), _image(), POLICY, 'nova-' + UUID, '/srv/rootfs')
+        self.assertEqual('nova-' + UUID,
+                         container['config'][lxd_config.KEY_RESCUE_OF])
+        self.assertEqual({'type': 'disk', 'source': '/srv/rootfs',
+                          'path': '/mnt/rescue'},
+                         container['devices']['rescue'])
+        self.assertEqual('2048MiB', container['config']['limits.memory'])

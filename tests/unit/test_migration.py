@@ -42,6 +42,15 @@ NAME = 'nova-' + UUID
 BACKUP = 'nova-resize-' + UUID
 GPU_RP = '11111111-1111-1111-1111-111111111111'
 GPU = devices.Gpu(pci_address='0000:07:00.0', vendor_id='10de')
+PORT = 'b1e0c5a2-7f3d-4e8b-9a61-2c4d5e6f7a80'
+#: A port of nova's network info (tap: the container's end of a veth).
+VIF = {'id': PORT, 'type': 'tap', 'address': 'fa:16:3e:00:00:01',
+       'devname': 'tapb1e0c5a2-7f', 'network': {'meta': {'mtu': 1450}}}
+NIC = {'type': 'nic', 'nictype': 'p2p', 'name': 'eth0',
+       'host_name': 'tapb1e0c5a2-7f', 'hwaddr': 'fa:16:3e:00:00:01',
+       'mtu': '1450'}
+VOLUME = lxd_config.ConnectedVolume(name='vol1', host_path='/dev/sdb',
+                                    mountpoint='/dev/vdb')
 OLD_GPU_RECORD = [{'name': 'nova-gpu0', 'kind': 'pgpu',
                    'resource_class': 'PGPU', 'provider': 'old-rp',
                    'pci': '0000:85:00.0', 'unit': 'pci:0000:85:00.0'}]
@@ -61,8 +70,7 @@ def _record(name=NAME, host='src', status='Running', gpu=True):
               'security.privileged': 'false', 'security.nesting': 'false',
               'volatile.uuid': 'v-1', 'user.meta-data': '{}'}
     devices = {'root': {'type': 'disk', 'path': '/', 'pool': 'default'},
-               'eth0': {'type': 'nic', 'nictype': 'bridged',
-                        'parent': 'br-old', 'hwaddr': 'fa:16:3e:00:00:01'},
+               'nova-port-' + PORT: dict(NIC),
                'vol1': {'type': 'unix-block', 'source': '/dev/sdb',
                         'path': '/dev/vdb'},
                'data': {'type': 'disk', 'source': '/srv/shared',
@@ -88,7 +96,7 @@ class PureTest(testtools.TestCase):
     def test_host_side_devices(self):
         record = _record()
         self.assertEqual(
-            ['eth0', 'vol1'],
+            ['nova-port-' + PORT, 'vol1'],
             sorted(n for n, d in record['devices'].items()
                    if migration.is_host_side_device(n, d)))
         # the root disk never is, nor a disk of a host path
@@ -170,6 +178,29 @@ class PureTest(testtools.TestCase):
             binding.Binding())
         self.assertNotIn('nova-gpu0', devices)
         self.assertNotIn(binding.DEVICES_KEY, config)
+
+    def test_resize_to_a_plain_flavor_drops_every_flavor_key(self):
+        # Every key any flavor part sets (declared or not) goes away when
+        # the new flavor does not set it: the set comes from the parts.
+        policy = lxd_config.HostPolicy(host='dst', allow_privileged=True,
+                                       allow_nesting=True)
+        rich = _flavor(**{'lxd:privileged': 'true', 'lxd:nesting': 'true',
+                          'lxd:isolated_idmap': 'true',
+                          'lxd:processes': '64',
+                          'lxd:gpu_runtime': 'nvidia'})
+        instance = objects.Instance(uuid=UUID, flavor=rich)
+        old = lxd_config.build_container(
+            instance, rich, None, policy,
+            builders=lxd_config.FLAVOR_PARTS)['config']
+        record = _record(gpu=False)
+        record['config'].update(old)
+        plain = lxd_config.resize_fragment(instance, _flavor(), None, policy)
+        config, _devices = migration.resized(record, plain, 'dst', {},
+                                             binding.Binding())
+        for key in old:
+            self.assertEqual(plain['config'].get(key), config.get(key), key)
+        self.assertEqual(lxd_config.flavor_config_keys(),
+                         migration.FLAVOR_KEYS)
 
     def test_capabilities_and_live_migration(self):
         self.assertTrue(
@@ -272,9 +303,8 @@ class FakeLifecycle(object):
         self._client = client
         self._conf = conf
         self._network = mock.Mock()
-        self._network.nic_devices.return_value = {}
         self._volumes = mock.Mock()
-        self._volumes.boot_devices.return_value = {}
+        self._volumes.connect_boot_volumes.return_value = ()
 
     def guest(self, instance):
         return lxd_guest.Guest(self._client, self._conf, instance)
@@ -349,11 +379,9 @@ class SameHostTest(_Base):
         # nova destroys the resized container, then reverts on the source;
         # this host's NICs and volumes are made again from nova's data
         del client.records[NAME]
-        self.lifecycle._network.nic_devices.return_value = {
-            'eth0': original['devices']['eth0']}
-        self.lifecycle._volumes.boot_devices.return_value = {
-            'vol1': original['devices']['vol1']}
-        m.finish_revert_migration(None, self.instance, [], mig, {}, True)
+        self.lifecycle._volumes.connect_boot_volumes.return_value = (
+            VOLUME,)
+        m.finish_revert_migration(None, self.instance, [VIF], mig, {}, True)
         back = client.records[NAME]
         self.assertEqual('Running', back['status'])
         self.assertEqual(original['devices'], back['devices'])
@@ -507,11 +535,8 @@ class OtherHostTest(_Base):
         m.migrate_disk_and_power_off(None, self.instance, '10.0.0.2',
                                      _flavor(), [], {}, 0, 0)
         dest_m = self.make(self.dest)
-        nic = {'eth0': {'type': 'nic', 'nictype': 'bridged',
-                        'parent': 'br-dst'}}
-        self.lifecycle._network.nic_devices.return_value = nic
         dest_m.finish_migration(None, self.mig('src', 'dst'), self.instance,
-                                '{}', [], None, False,
+                                '{}', [VIF], None, False,
                                 {GPU_RP: {'resources': {'PGPU': 1}}}, {},
                                 True)
         record = self.dest.records[NAME]
@@ -519,7 +544,8 @@ class OtherHostTest(_Base):
         self.assertEqual({'type': 'gpu', 'gputype': 'physical',
                           'pci': '0000:07:00.0'},
                          record['devices']['nova-gpu0'])
-        self.assertEqual('br-dst', record['devices']['eth0']['parent'])
+        # this host's NIC, made from nova's network info (config.nics)
+        self.assertEqual(NIC, record['devices']['nova-port-' + PORT])
         self.lifecycle._network.plug_vifs.assert_called_once_with(
-            self.instance, [])
+            self.instance, [VIF])
         self.assertEqual('Running', record['status'])

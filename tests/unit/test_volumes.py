@@ -25,6 +25,7 @@ from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import volumes
 from tests.unit import seam_helpers
@@ -285,8 +286,15 @@ class BootTest(VolumesTestCase):
     def _bdi(self, *bdms):
         return {'block_device_mapping': list(bdms)}
 
+    def _devices(self, block_device_info):
+        volumes = self.volumes.connect_boot_volumes(None, self.instance,
+                                                    block_device_info)
+        return lxd_config.volumes(
+            self.instance, None, None, None,
+            lxd_config.HostSide(volumes=volumes))['devices']
+
     def test_boot_devices_skip_root_and_connect_the_rest(self):
-        devices = self.volumes.boot_devices(None, self.instance, self._bdi(
+        devices = self._devices(self._bdi(
             {'boot_index': 0, 'connection_info': _info('root'),
              'mount_device': '/dev/vda'},
             {'boot_index': None, 'connection_info': _info(),
@@ -301,16 +309,14 @@ class BootTest(VolumesTestCase):
         self.assertEqual(2, self.brick.connect_volume.call_count)
 
     def test_no_block_devices(self):
-        self.assertEqual({}, self.volumes.boot_devices(None, self.instance,
-                                                       None))
-        self.assertEqual({}, self.volumes.boot_devices(
-            None, self.instance, {'block_device_mapping': []}))
+        self.assertEqual({}, self._devices(None))
+        self.assertEqual({}, self._devices({'block_device_mapping': []}))
 
     def test_failure_disconnects_those_connected(self):
         self.brick.connect_volume.side_effect = [
             {'path': '/dev/loop7'}, RuntimeError('iscsi login failed')]
-        self.assertRaises(RuntimeError, self.volumes.boot_devices, None,
-                          self.instance, self._bdi(
+        self.assertRaises(RuntimeError, self.volumes.connect_boot_volumes,
+                          None, self.instance, self._bdi(
                               {'connection_info': _info(),
                                'mount_device': '/dev/vdb'},
                               {'connection_info': _info(VOL2),

@@ -275,22 +275,7 @@ class LXDClient(object):
             return body.get('metadata')
         operation_id = body['metadata']['id']
         timeout = timeout or self._conf.lxd.timeout
-        try:
-            result = self._call(
-                action, target,
-                self.api.operations[operation_id].wait.get,
-                params={'timeout': timeout},
-                # The HTTP read may take as long as LXD waits, plus slack.
-                timeout=timeout + 10).json()['metadata']
-        except exception.LXDOperationFailed as exc:
-            # Incus answers a wait that times out with an error ("context
-            # deadline exceeded") where LXD returns the running operation:
-            # read the operation to tell a timeout from a failure.
-            if 'deadline exceeded' not in str(exc):
-                raise
-            result = self._call(
-                action, target,
-                self.api.operations[operation_id].get).json()['metadata']
+        result = self._wait_result(operation_id, action, target, timeout)
         if result.get('status') == 'Success':
             return result.get('metadata') or {}
         if result.get('status') in ('Running', 'Pending'):
@@ -300,6 +285,28 @@ class LXDClient(object):
         raise exception.LXDOperationFailed(
             action=action, target=target,
             reason=result.get('err') or result.get('status'))
+
+    def _wait_result(self, operation_id, action, target, timeout):
+        """The operation after waiting at most ``timeout`` s for its end.
+
+        LXD answers a wait that times out with the running operation;
+        Incus answers it with an error ("context deadline exceeded"), and
+        then the operation is read to tell a timeout from a failure. Either
+        way a running operation comes back with status Running.
+        """
+        try:
+            return self._call(
+                action, target,
+                self.api.operations[operation_id].wait.get,
+                params={'timeout': timeout},
+                # The HTTP read may take as long as LXD waits, plus slack.
+                timeout=timeout + 10).json()['metadata']
+        except exception.LXDOperationFailed as exc:
+            if 'deadline exceeded' not in str(exc):
+                raise
+            return self._call(
+                action, target,
+                self.api.operations[operation_id].get).json()['metadata']
 
     def _cancel_timed_out(self, operation_id, result, action, target):
         """Cancel an operation we stopped waiting for, if LXD allows it.
@@ -724,20 +731,21 @@ class LXDClient(object):
         for operation in self.instance_operations(name):
             operation_id = operation['id']
             try:
-                result = self._call(
-                    'wait for', 'operation %s' % operation_id,
-                    self.api.operations[operation_id].wait.get,
-                    params={'timeout': timeout},
-                    timeout=timeout + 10).json()['metadata']
+                result = self._wait_result(
+                    operation_id, 'wait for', 'operation %s' % operation_id,
+                    timeout)
             except exception.LXDObjectNotFound:
                 continue
             if result.get('status') in ('Running', 'Pending'):
+                cancel = bool(result.get('may_cancel'))
                 LOG.warning('LXD operation %(op)s (%(what)s) on %(name)s '
-                            'still runs after %(timeout)ss; cancelling it',
+                            'still runs after %(timeout)ss; %(next)s',
                             {'op': operation_id, 'name': name,
                              'what': operation.get('description'),
-                             'timeout': timeout})
-                if result.get('may_cancel'):
+                             'timeout': timeout,
+                             'next': 'cancelling it' if cancel else
+                             'LXD does not allow cancelling it'})
+                if cancel:
                     self.cancel_operation(operation_id)
 
     def console_log(self, name):
@@ -892,10 +900,7 @@ class LXDClient(object):
 
     def wait_operation(self, operation_id, action, target, timeout=None):
         timeout = timeout or self._conf.lxd.timeout
-        result = self._call(
-            action, target, self.api.operations[operation_id].wait.get,
-            params={'timeout': timeout},
-            timeout=timeout + 10).json()['metadata']
+        result = self._wait_result(operation_id, action, target, timeout)
         if result.get('status') != 'Success':
             raise exception.LXDOperationFailed(
                 action=action, target=target,

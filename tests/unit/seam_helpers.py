@@ -31,7 +31,6 @@ keeps only the recording project's instances (the daemon is shared).
 
 import argparse
 import base64
-import copy
 import json
 import os
 import socket
@@ -59,29 +58,12 @@ CONFIG = {'limits.cpu': '1', 'limits.memory': '128MiB',
 DEVICES = {'root': {'type': 'disk', 'path': '/', 'pool': 'default'}}
 
 
-def modify_via_put(client, name, change):
-    """A fake's read-modify-write on its get_container/put_container.
-
-    The ETag and the per-instance lock are the real client's
-    (:meth:`nova_lxd_accel.client.LXDClient.modify_container`, tested
-    against the real daemon in ``tests/integration/test_etag.py`` and on
-    recorded answers in ``test_client_contract``); a fake only needs its
-    contract: ``change(config, devices)`` edits copies, False means nothing
-    to write, None comes back when there is no such container.
-    """
-    record = client.get_container(name)
-    if record is None:
-        return None
-    config = copy.deepcopy(record.get('config') or {})
-    devices = copy.deepcopy(record.get('devices') or {})
-    if change(config, devices) is False:
-        return record
-    record = dict(record, config=config, devices=devices)
-    client.put_container(name, record)
-    return record
-
-
 def make_conf(endpoint):
+    """Options of the recording and the replay.
+
+    The overrides live in the option groups, which every ConfigOpts of
+    the process shares: tests undo them (oslo_config.fixture.Config).
+    """
     conf = cfg.ConfigOpts()
     lxd_conf.register_opts(conf)
     conf([])

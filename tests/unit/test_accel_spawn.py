@@ -12,12 +12,11 @@
 
 """Spawn wiring of accelerator binding, and the disk quota builder.
 
-The LXD seam (``client``) is a small in-memory fake; everything above it
-(lifecycle, config, binding) is real.
+The LXD seam (``client``) is the shared fake (tests/fake_lxd.py);
+everything above it (lifecycle, config, binding) is real.
 """
 
 import json
-import threading
 
 from nova import objects
 from oslo_config import cfg
@@ -25,11 +24,11 @@ import testtools
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
+from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 GPU_RP = '11111111-1111-1111-1111-111111111111'
@@ -47,51 +46,6 @@ def _instance(uuid=UUID, **extra_specs):
                             user_data=None, flavor=_flavor(**extra_specs))
 
 
-class FakeClient(object):
-
-    def __init__(self, fail_start=False):
-        self.containers = {}
-        self.fail_start = fail_start
-        self.lock = threading.Lock()
-
-    def list_containers(self):
-        return list(self.containers.values())
-
-    def get_container(self, name):
-        return self.containers.get(name)
-
-    def create_container(self, name, config, devices, profiles, source):
-        self.containers[name] = {'name': name, 'config': config,
-                                 'devices': devices, 'status': 'Stopped'}
-
-    def change_state(self, name, action, force=False, timeout=None):
-        if action == 'start' and self.fail_start:
-            raise exception.LXDOperationFailed(
-                action='start', target=name,
-                reason='Failed to detect requested GPU device')
-        self.containers[name]['status'] = (
-            'Running' if action == 'start' else 'Stopped')
-
-    def delete_container(self, name):
-        del self.containers[name]
-
-    def list_all_instances(self):
-        return self.list_containers()
-
-    def modify_container(self, name, change):
-        record = self.containers.get(name)
-        if record is None:
-            return None
-        config, devices = dict(record['config']), dict(record['devices'])
-        if change(config, devices) is not False:
-            record.update(config=config, devices=devices)
-        return record
-
-    # The seam's compound operations, run on this fake's primitives.
-    stop_now = lxd_client.LXDClient.stop_now
-    remove_container = lxd_client.LXDClient.remove_container
-
-
 class FakeImages(object):
 
     def ensure(self, context, image_meta):
@@ -107,7 +61,7 @@ class SpawnTest(testtools.TestCase):
         lxd_conf.register_opts(self.conf)
         self.conf([], default_config_files=[])
         self.conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
-        self.client = FakeClient()
+        self.client = fake_lxd.FakeLXDClient()
         self.lifecycle = lifecycle.Lifecycle(self.client, self.conf,
                                              FakeImages())
         self.policy = lxd_config.HostPolicy(host='cmp1')
@@ -124,7 +78,7 @@ class SpawnTest(testtools.TestCase):
 
     def test_gpu_bound_and_recorded(self):
         self.spawn(_instance(), self.allocations())
-        record = self.client.containers['nova-' + UUID]
+        record = self.client.records['nova-' + UUID]
         self.assertEqual({'type': 'gpu', 'gputype': 'physical',
                           'pci': '0000:07:00.0'},
                          record['devices']['nova-gpu0'])
@@ -139,20 +93,23 @@ class SpawnTest(testtools.TestCase):
         exc = self.assertRaises(exception.AcceleratorUnavailable, self.spawn,
                                 _instance(uuid=other), self.allocations())
         self.assertIn('nova-' + UUID, str(exc))
-        self.assertEqual(['nova-' + UUID], list(self.client.containers))
+        self.assertEqual(['nova-' + UUID], list(self.client.records))
 
     def test_failed_start_removes_container_and_binding(self):
-        self.client.fail_start = True
+        self.client.fail('change_state', exception.LXDOperationFailed(
+            action='start', target='nova-' + UUID,
+            reason='Failed to detect requested GPU device'),
+            when=lambda name, action: action == 'start')
         self.assertRaises(exception.LXDOperationFailed, self.spawn,
                           _instance(), self.allocations())
-        self.assertEqual({}, self.client.containers)
+        self.assertEqual({}, self.client.records)
         # the unit is free again for the next spawn
-        self.client.fail_start = False
+        self.client.fail('change_state', None)
         self.spawn(_instance(), self.allocations())
 
     def test_no_accelerators_no_lock_no_device(self):
         self.spawn(_instance(), {ROOT_RP: {'resources': {'VCPU': 1}}})
-        record = self.client.containers['nova-' + UUID]
+        record = self.client.records['nova-' + UUID]
         self.assertEqual(['root'], list(record['devices']))
         self.assertNotIn(binding.DEVICES_KEY, record['config'])
 

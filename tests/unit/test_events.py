@@ -16,8 +16,6 @@ The real stream, reconnection and deletion are tested against the real
 daemon in tests/integration/test_events.py.
 """
 
-import copy
-import queue
 import time
 
 import fixtures
@@ -25,7 +23,7 @@ from nova.virt import event as virtevent
 import testtools
 
 from nova_lxd_accel import events
-from nova_lxd_accel import exception
+from tests import fake_lxd
 
 HOST = 'cmp1'
 UUID = '0f6b5f0e-3a4e-4a43-9b49-4d1b9d8b3c11'
@@ -50,46 +48,9 @@ def _lifecycle(action, name, project='p1', **context):
                          'context': context}}
 
 
-class FakeStream(object):
-
-    def __init__(self):
-        self.events = queue.Queue()
-        self.closed = False
-
-    def next_event(self, timeout):
-        if self.closed:
-            raise exception.EventStreamLost(endpoint='fake', reason='closed')
-        try:
-            return self.events.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def close(self):
-        self.closed = True
-
-
-class FakeClient(object):
-
-    def __init__(self, *records, unsupported=False):
-        self.records = {r['name']: r for r in records}
-        self.unsupported = unsupported
-        self.reads = []
-        self.listings = 0
-        self.stream = None
-
-    def list_containers(self):
-        self.listings += 1
-        return copy.deepcopy(list(self.records.values()))
-
-    def get_container(self, name):
-        self.reads.append(name)
-        return copy.deepcopy(self.records.get(name))
-
-    def open_events(self, timeout=None):
-        if self.unsupported:
-            raise exception.EventsUnsupported(endpoint='fake', reason='404')
-        self.stream = FakeStream()
-        return self.stream
+def _daemon(*records, unsupported=False):
+    """The shared fake daemon (tests/fake_lxd.py) holding ``records``."""
+    return fake_lxd.FakeLXDClient(*records, events=not unsupported)
 
 
 class EventParsingTest(testtools.TestCase):
@@ -131,7 +92,7 @@ class WatcherTest(testtools.TestCase):
         return [(e.get_instance_uuid(), e.get_transition()) for e in emitted]
 
     def test_a_change_is_read_once_and_emitted(self):
-        client = FakeClient(_record(NAME, 'Running'))
+        client = _daemon(_record(NAME, 'Running'))
         watcher, emitted = self._watcher(client)
         watcher.resync()
         client.records[NAME]['status'] = 'Frozen'
@@ -143,7 +104,7 @@ class WatcherTest(testtools.TestCase):
 
     def test_foreign_containers_and_projects_send_nothing(self):
         other_uuid = '5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'
-        client = FakeClient(
+        client = _daemon(
             _record(NAME, 'Running'),
             _record('by-hand', 'Running', host=None, uuid=None),
             _record('nova-' + other_uuid, 'Running', host='cmp2',
@@ -167,7 +128,7 @@ class WatcherTest(testtools.TestCase):
                          self._events(emitted))
 
     def test_deleted_container_is_stopped_once(self):
-        client = FakeClient(_record(NAME, 'Running'))
+        client = _daemon(_record(NAME, 'Running'))
         watcher, emitted = self._watcher(client)
         watcher.resync()
         # lxc delete --force: the stop event may be read after the delete
@@ -180,7 +141,7 @@ class WatcherTest(testtools.TestCase):
             NAME, UUID), self.log.output)
 
     def test_renamed_away_is_not_gone(self):
-        client = FakeClient(_record(NAME, 'Stopped'))
+        client = _daemon(_record(NAME, 'Stopped'))
         watcher, emitted = self._watcher(client)
         watcher.resync()
         client.records['nova-resize-' + UUID] = client.records.pop(NAME)
@@ -190,7 +151,7 @@ class WatcherTest(testtools.TestCase):
         self.assertEqual([], emitted)
 
     def test_resync_emits_differences(self):
-        client = FakeClient(_record(NAME, 'Running'))
+        client = _daemon(_record(NAME, 'Running'))
         watcher, emitted = self._watcher(client)
         watcher.resync()
         del client.records[NAME]
@@ -205,7 +166,7 @@ class WatcherTest(testtools.TestCase):
             time.sleep(0.01)
 
     def test_no_events_api_falls_back_to_polling(self):
-        client = FakeClient(_record(NAME, 'Running'), unsupported=True)
+        client = _daemon(_record(NAME, 'Running'), unsupported=True)
         watcher, emitted = self._watcher(client, interval=0.05)
         watcher.start()
         self._wait(lambda: watcher.mode == 'poll' and client.listings >= 1)
@@ -215,7 +176,7 @@ class WatcherTest(testtools.TestCase):
                          self._events(emitted))
 
     def test_thread_follows_the_stream_and_stops_promptly(self):
-        client = FakeClient(_record(NAME, 'Running'))
+        client = _daemon(_record(NAME, 'Running'))
         watcher, emitted = self._watcher(client)
         watcher.start()
         self._wait(lambda: watcher.mode == 'events')
@@ -234,7 +195,7 @@ class WatcherTest(testtools.TestCase):
                          self._events(emitted))
 
     def test_off_starts_nothing(self):
-        client = FakeClient(_record(NAME, 'Running'))
+        client = _daemon(_record(NAME, 'Running'))
         watcher, _ = self._watcher(client, interval=0)
         watcher.start()
         self.assertIsNone(watcher._thread)

@@ -17,7 +17,6 @@ exercised by tests/integration/test_migration.py and
 tests/functional/test_resize_migrate.py.
 """
 
-import copy
 import json
 from unittest import mock
 
@@ -29,13 +28,12 @@ import testtools
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import migration
-from tests.unit import seam_helpers
+from tests import fake_lxd
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
 NAME = 'nova-' + UUID
@@ -211,90 +209,10 @@ class PureTest(testtools.TestCase):
         self.assertIn('cold migration', str(exc))
 
 
-class FakeClient(object):
-    """Container records in memory, with the calls migration makes."""
-
-    def __init__(self, records=(), address='127.0.0.1:8443'):
-        self.records = {r['name']: copy.deepcopy(r) for r in records}
-        self.calls = []
-        self.address = address
-        self.remotes = {}
-        self.fail_create = None
-
-    def get_container(self, name):
-        record = self.records.get(name)
-        return copy.deepcopy(record) if record else None
-
-    def list_containers(self):
-        return [copy.deepcopy(r) for r in self.records.values()]
-
-    def change_state(self, name, action, force=False, timeout=None):
-        self.calls.append(('state', name, action))
-        self.records[name]['status'] = {'start': 'Running',
-                                        'stop': 'Stopped'}.get(action)
-
-    def list_all_instances(self):
-        return self.list_containers()
-
-    def modify_container(self, name, change):
-        return seam_helpers.modify_via_put(self, name, change)
-
-    def put_container(self, name, record):
-        self.calls.append(('put', name))
-        stored = self.records[name]
-        stored['config'] = dict(record['config'])
-        stored['devices'] = copy.deepcopy(record['devices'])
-
-    def delete_container(self, name):
-        self.calls.append(('delete', name))
-        del self.records[name]
-
-    # The seam's compound operations, run on this fake's primitives.
-    stop_now = lxd_client.LXDClient.stop_now
-    remove_container = lxd_client.LXDClient.remove_container
-
-    def rename_container(self, name, new_name):
-        self.calls.append(('rename', name, new_name))
-        record = self.records.pop(name)
-        record['name'] = new_name
-        self.records[new_name] = record
-
-    def copy_container(self, name, new_name, profiles):
-        self.calls.append(('copy', name, new_name))
-        record = copy.deepcopy(self.records[name])
-        record['name'] = new_name
-        record['config']['volatile.uuid'] = 'v-copy'
-        self.records[new_name] = record
-
-    def server_info(self):
-        return {'auth': 'trusted',
-                'environment': {'addresses': [self.address] if self.address
-                                else [],
-                                'certificate': 'SOURCE-CERT'}}
-
-    def offer_migration(self, name):
-        self.calls.append(('offer', name))
-        return 'op-1', {'control': 'c', 'fs': 'f'}
-
-    def wait_operation(self, *args, **kwargs):
-        self.calls.append(('wait', args[0]))
-
-    def cancel_operation(self, operation_id):
-        self.calls.append(('cancel', operation_id))
-
-    def remote(self, endpoint, cert=None, key=None, verify='true'):
-        self.calls.append(('remote', endpoint, cert, key, verify))
-        return self.remotes[endpoint]
-
-    def create_from_migration(self, name, record, url, certificate,
-                              secrets, timeout=None):
-        self.calls.append(('pull', name, url, certificate))
-        if self.fail_create:
-            raise self.fail_create
-        self.records[name] = dict(copy.deepcopy(record), name=name,
-                                  status='Stopped')
-
-    endpoint = 'https://dest:8443'
+def _daemon(records=(), **kwargs):
+    """The shared fake daemon (tests/fake_lxd.py) holding ``records``."""
+    return fake_lxd.FakeLXDClient(*records, endpoint='https://dest:8443',
+                                  **kwargs)
 
 
 class FakeLifecycle(object):
@@ -348,7 +266,7 @@ class _Base(testtools.TestCase):
 class SameHostTest(_Base):
 
     def test_resize_then_revert_restores_exactly(self):
-        client = FakeClient([_record(host='h')])
+        client = _daemon([_record(host='h')])
         original = client.get_container(NAME)
         mig = self.mig('h', 'h')
         m = self.make(client)
@@ -361,7 +279,7 @@ class SameHostTest(_Base):
         self.assertEqual('h', kept['config'][migration.KEY_BACKUP_OF])
         self.assertNotIn(lxd_config.KEY_HOST, kept['config'])
         # LXD's own volatile keys of the copy stay
-        self.assertEqual('v-copy', kept['config']['volatile.uuid'])
+        self.assertEqual('copy-of-' + NAME, kept['config']['volatile.uuid'])
         self.lifecycle._network.unplug_vifs.assert_called_once_with(
             self.instance, [])
         self.lifecycle._volumes.disconnect_all.assert_called_once_with(
@@ -385,7 +303,7 @@ class SameHostTest(_Base):
         back = client.records[NAME]
         self.assertEqual('Running', back['status'])
         self.assertEqual(original['devices'], back['devices'])
-        original['config']['volatile.uuid'] = 'v-copy'
+        original['config']['volatile.uuid'] = 'copy-of-' + NAME
         self.assertEqual(original['config'], back['config'])
         self.assertNotIn(BACKUP, client.records)
 
@@ -394,7 +312,7 @@ class SameHostTest(_Base):
         held['config'][binding.DEVICES_KEY] = json.dumps(
             [dict(OLD_GPU_RECORD[0], pci='0000:07:00.0',
                   unit='pci:0000:07:00.0')])
-        client = FakeClient([_record(host='h', status='Stopped'), held])
+        client = _daemon([_record(host='h', status='Stopped'), held])
         mig = self.mig('h', 'h')
         m = self.make(client)
         self.assertRaises(
@@ -403,8 +321,8 @@ class SameHostTest(_Base):
             {GPU_RP: {'resources': {'PGPU': 1}}}, {}, True)
 
     def test_confirm_deletes_backup(self):
-        client = FakeClient([_record(host='h'),
-                             _record(name=BACKUP, status='Stopped')])
+        client = _daemon([_record(host='h'),
+                          _record(name=BACKUP, status='Stopped')])
         m = self.make(client)
         m.confirm_migration(None, self.mig('h', 'h'), self.instance, [])
         self.assertEqual([NAME], list(client.records))
@@ -412,7 +330,7 @@ class SameHostTest(_Base):
         m.confirm_migration(None, self.mig('h', 'h'), self.instance, [])
 
     def test_refused_flavor_rolls_back_before_stopping(self):
-        client = FakeClient([_record(host='h')])
+        client = _daemon([_record(host='h')])
         self.mig('h', 'h')
         m = self.make(client)
         flavor = _flavor(2, 256)
@@ -425,7 +343,7 @@ class SameHostTest(_Base):
         self.assertEqual([], client.calls)
 
     def test_root_disk_cannot_shrink(self):
-        client = FakeClient([_record(host='h')])
+        client = _daemon([_record(host='h')])
         self.mig('h', 'h')
         m = self.make(client)
         self.instance.flavor.root_gb = 10
@@ -438,7 +356,7 @@ class SameHostTest(_Base):
         self.assertIn('cannot shrink', str(exc.inner_exception))
 
     def test_revert_without_backup(self):
-        client = FakeClient()
+        client = _daemon()
         m = self.make(client)
         self.assertRaises(exception.ResizeBackupMissing,
                           m.finish_revert_migration, None, self.instance,
@@ -455,8 +373,8 @@ class OtherHostTest(_Base):
                                group='lxd_migration')
         self.conf.set_override('server_certs', {'dst': '/etc/dst.crt'},
                                group='lxd_migration')
-        self.client = FakeClient([_record(host='src')])
-        self.dest = FakeClient()
+        self.client = _daemon([_record(host='src')])
+        self.dest = _daemon()
         self.client.remotes['https://10.0.0.2:8443'] = self.dest
 
     def test_sends_then_keeps_original(self):
@@ -485,8 +403,8 @@ class OtherHostTest(_Base):
         self.assertIn(NAME, self.dest.records)
 
     def test_failed_transfer_restarts_the_original(self):
-        self.dest.fail_create = exception.LXDOperationFailed(
-            action='migrate', target=NAME, reason='boom')
+        self.dest.fail('create_from_migration', exception.LXDOperationFailed(
+            action='migrate', target=NAME, reason='boom'))
         self.mig('src', 'dst')
         m = self.make(self.client)
         exc = self.assertRaises(

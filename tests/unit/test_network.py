@@ -32,7 +32,7 @@ import testtools
 
 from nova_lxd_accel import exception
 from nova_lxd_accel import network
-from tests.unit import seam_helpers
+from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 PORT1 = '0bf13d99-5925-4fe3-8be6-532cd7e6a7ef'
@@ -84,30 +84,24 @@ class FakeVirtAPI(object):
         self.finished.append(list(event_names))
 
 
-class FakeClient(object):
+NAME = 'nova-' + UUID
 
-    def __init__(self, devices=None, expanded=None):
-        self.record = {'name': 'nova-' + UUID, 'config': {},
-                       'devices': dict(devices or {}),
-                       'expanded_devices': dict(expanded or devices or {})}
-        self.puts = []
-        self.fail_put = False
 
-    def get_container(self, name):
-        if name != self.record['name']:
-            return None
-        return {key: (dict(value) if isinstance(value, dict) else value)
-                for key, value in self.record.items()}
+def _client(devices=None, expanded=None):
+    return fake_lxd.FakeLXDClient({
+        'name': NAME, 'status': 'Running', 'config': {},
+        'devices': dict(devices or {}),
+        'expanded_devices': dict(expanded or devices or {})})
 
-    def modify_container(self, name, change):
-        return seam_helpers.modify_via_put(self, name, change)
 
-    def put_container(self, name, record):
-        if self.fail_put:
-            raise exception.LXDOperationFailed(action='update', target=name,
-                                               reason='no')
-        self.puts.append(dict(record['devices']))
-        self.record['devices'] = dict(record['devices'])
+def _puts(client):
+    """The devices of each write, in order."""
+    return [call[2]['devices'] for call in client.calls if call[0] == 'put']
+
+
+def _refuse_writes(client):
+    client.fail('put_container', exception.LXDOperationFailed(
+        action='update', target=NAME, reason='no'))
 
 
 class NicDevicesTest(testtools.TestCase):
@@ -320,54 +314,53 @@ class HotPlugTest(testtools.TestCase):
             self.addCleanup(patcher.stop)
 
     def test_attach_takes_the_lowest_free_ifname(self):
-        client = FakeClient(
+        client = _client(
             devices={'nova-port-x': {'type': 'nic', 'name': 'eth1'}},
             expanded={'eth0': {'type': 'nic', 'name': 'eth0'},
                       'root': {'type': 'disk'}})
         net = network.Networking(client, _conf(), FakeVirtAPI())
         net.attach_interface(_instance(), _vif(PORT2))
         self.assertEqual('eth2',
-                         client.record['devices']['nova-port-' + PORT2][
+                         client.records[NAME]['devices']['nova-port-' + PORT2][
                              'name'])
         self.assertTrue(self.plug.called)
 
     def test_attach_failure_unplugs_and_says_so(self):
-        client = FakeClient()
-        client.fail_put = True
+        client = _client()
+        _refuse_writes(client)
         net = network.Networking(client, _conf(), FakeVirtAPI())
         self.assertRaises(nova_exception.InterfaceAttachFailed,
                           net.attach_interface, _instance(), _vif())
         self.assertTrue(self.unplug.called)
 
     def test_attach_to_missing_container(self):
-        client = FakeClient()
-        client.record['name'] = 'other'
+        client = fake_lxd.FakeLXDClient()
         net = network.Networking(client, _conf(), FakeVirtAPI())
         self.assertRaises(nova_exception.InstanceNotFound,
                           net.attach_interface, _instance(), _vif())
         self.assertFalse(self.plug.called)
 
     def test_detach_removes_device_then_unplugs(self):
-        client = FakeClient(devices={'nova-port-' + PORT1: {'type': 'nic'},
-                                     'root': {'type': 'disk'}})
+        client = _client(devices={'nova-port-' + PORT1: {'type': 'nic'},
+                                  'root': {'type': 'disk'}})
         order = []
         self.unplug.side_effect = lambda *a: order.append(
-            dict(client.record['devices']))
+            dict(client.records[NAME]['devices']))
         net = network.Networking(client, _conf(), FakeVirtAPI())
         net.detach_interface(_instance(), _vif())
-        self.assertEqual([{'root': {'type': 'disk'}}], client.puts)
+        self.assertEqual([{'root': {'type': 'disk'}}], _puts(client))
         self.assertEqual([{'root': {'type': 'disk'}}], order)
 
     def test_detach_of_absent_nic_still_unplugs(self):
-        client = FakeClient()
+        client = _client()
         net = network.Networking(client, _conf(), FakeVirtAPI())
         net.detach_interface(_instance(), _vif())
-        self.assertEqual([], client.puts)
+        self.assertEqual([], _puts(client))
         self.assertTrue(self.unplug.called)
 
     def test_detach_failure(self):
-        client = FakeClient(devices={'nova-port-' + PORT1: {'type': 'nic'}})
-        client.fail_put = True
+        client = _client(devices={'nova-port-' + PORT1: {'type': 'nic'}})
+        _refuse_writes(client)
         net = network.Networking(client, _conf(), FakeVirtAPI())
         self.assertRaises(nova_exception.InterfaceDetachFailed,
                           net.detach_interface, _instance(), _vif())

@@ -16,7 +16,6 @@ The real thing (loop devices, LXD, nova's compute manager) is in
 tests/integration/test_volumes.py and tests/functional/test_volumes.py.
 """
 
-import copy
 from unittest import mock
 
 from nova import exception as nova_exception
@@ -28,7 +27,7 @@ from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import volumes
-from tests.unit import seam_helpers
+from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 NAME = 'nova-' + UUID
@@ -39,36 +38,6 @@ VOL2 = '5d1f6a3e-2c4b-4f0e-9a1e-6d1a2b3c4d5e'
 def _info(volume_id=VOL, path='/dev/loop7', protocol='local'):
     return {'driver_volume_type': protocol, 'serial': volume_id,
             'data': {'device_path': path, 'volume_id': volume_id}}
-
-
-class FakeClient(object):
-
-    def __init__(self, devices=None, fail=None):
-        self.records = {NAME: {'name': NAME, 'config': {'a': 'b'},
-                               'devices': dict(devices or {}),
-                               'profiles': ['default']}}
-        self.fail = fail
-        self.calls = []
-
-    def get_container(self, name):
-        return copy.deepcopy(self.records.get(name))
-
-    def update_container(self, name, config=None, devices=None):
-        self.calls.append(('patch', name, devices))
-        if self.fail:
-            raise exception.LXDOperationFailed(action='update', target=name,
-                                               reason=self.fail)
-        self.records[name]['devices'].update(devices)
-
-    def modify_container(self, name, change):
-        return seam_helpers.modify_via_put(self, name, change)
-
-    def put_container(self, name, record):
-        self.calls.append(('put', name, record['devices']))
-        if self.fail:
-            raise exception.LXDOperationFailed(action='update', target=name,
-                                               reason=self.fail)
-        self.records[name] = copy.deepcopy(record)
 
 
 class VolumesTestCase(testtools.TestCase):
@@ -82,7 +51,9 @@ class VolumesTestCase(testtools.TestCase):
             cfg.StrOpt('my_block_storage_ip', default='192.0.2.10')])
         self.conf([], default_config_files=[])
         self.instance = objects.Instance(uuid=UUID)
-        self.client = FakeClient()
+        self.client = fake_lxd.FakeLXDClient({
+            'name': NAME, 'status': 'Running', 'config': {'a': 'b'},
+            'devices': {}, 'profiles': ['default']})
         self.volumes = volumes.Volumes(self.client, self.conf)
         self.brick = mock.Mock()
         self.brick.connect_volume.side_effect = (
@@ -183,9 +154,11 @@ class AttachTest(VolumesTestCase):
         self.brick.connect_volume.assert_called_once_with(
             {'device_path': '/dev/loop7', 'volume_id': VOL})
         # one ETag-guarded read-modify-write of the container
-        self.assertEqual([('put', NAME, {'vol-' + VOL: {
+        self.assertEqual([('put', NAME)],
+                         [call[:2] for call in self.client.calls])
+        self.assertEqual({'vol-' + VOL: {
             'type': 'unix-block', 'source': '/dev/loop7',
-            'path': '/dev/vdb'}})], self.client.calls)
+            'path': '/dev/vdb'}}, self.client.calls[0][2]['devices'])
 
     def test_attach_keeps_other_devices(self):
         self.client.records[NAME]['devices']['eth0'] = {'type': 'nic'}
@@ -222,7 +195,8 @@ class AttachTest(VolumesTestCase):
         self.assertEqual({}, self.devices())
 
     def test_lxd_refusal_disconnects(self):
-        self.client.fail = 'Invalid devices'
+        self.client.fail('put_container', exception.LXDOperationFailed(
+            action='update', target=NAME, reason='Invalid devices'))
         exc = self.assertRaises(
             nova_exception.VolumeAttachFailed, self.volumes.attach, None,
             _info(), self.instance, '/dev/vdb')
@@ -274,7 +248,8 @@ class DetachTest(VolumesTestCase):
         self.assertEqual(1, self.brick.disconnect_volume.call_count)
 
     def test_lxd_refusal_keeps_host_side(self):
-        self.client.fail = 'busy'
+        self.client.fail('put_container', exception.LXDOperationFailed(
+            action='update', target=NAME, reason='busy'))
         self.assertRaises(nova_exception.DeviceDetachFailed,
                           self.volumes.detach, None, _info(), self.instance,
                           '/dev/vdb')

@@ -20,7 +20,7 @@ from oslotest import base
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import reconcile
 from nova_lxd_accel import config as lxd_config
-from tests.unit import seam_helpers
+from tests import fake_lxd
 
 GPU_RP = 'rp-gpu'
 
@@ -46,23 +46,13 @@ GPU8 = ('pgpu', 'pci:0000:85:00.0', 'PGPU',
         {'type': 'gpu', 'gputype': 'physical', 'pci': '0000:85:00.0'})
 
 
-class FakeClient(object):
+def _daemon(records):
+    """The shared fake daemon (tests/fake_lxd.py) holding ``records``."""
+    return fake_lxd.FakeLXDClient(*records)
 
-    def __init__(self, records):
-        self.records = records
-        self.puts = []
 
-    def list_containers(self):
-        return self.records
-
-    def get_container(self, name):
-        return next((r for r in self.records if r['name'] == name), None)
-
-    def modify_container(self, name, change):
-        return seam_helpers.modify_via_put(self, name, change)
-
-    def put_container(self, name, record):
-        self.puts.append((name, record))
+def _puts(client):
+    return [(call[1], call[2]) for call in client.calls if call[0] == 'put']
 
 
 class TestReconcile(base.BaseTestCase):
@@ -72,12 +62,12 @@ class TestReconcile(base.BaseTestCase):
         self.log = self.useFixture(fixtures.FakeLogger())
 
     def test_releases_bindings_of_instances_nova_no_longer_has(self):
-        client = FakeClient([_record('nova-a', 'a', [GPU7]),
-                             _record('nova-b', 'b', [GPU8]),
-                             _record('nova-c', 'c', [GPU8], host='other')])
+        client = _daemon([_record('nova-a', 'a', [GPU7]),
+                          _record('nova-b', 'b', [GPU8]),
+                          _record('nova-c', 'c', [GPU8], host='other')])
         released = reconcile.reconcile(client, 'cmp1', {'b'})
         self.assertEqual(['nova-a'], released)
-        (name, record), = client.puts
+        (name, record), = _puts(client)
         self.assertEqual('nova-a', name)
         self.assertEqual(['root'], list(record['devices']))
         self.assertNotIn(binding.DEVICES_KEY, record['config'])
@@ -85,22 +75,22 @@ class TestReconcile(base.BaseTestCase):
         self.assertIn('pci:0000:07:00.0', self.log.output)
 
     def test_nothing_released_when_nova_unknown(self):
-        client = FakeClient([_record('nova-a', 'a', [GPU7])])
+        client = _daemon([_record('nova-a', 'a', [GPU7])])
         self.assertEqual([], reconcile.reconcile(client, 'cmp1', None))
-        self.assertEqual([], client.puts)
+        self.assertEqual([], _puts(client))
 
     def test_double_binding_logged_with_instances(self):
-        client = FakeClient([_record('nova-a', 'a', [GPU7]),
-                             _record('nova-b', 'b', [GPU7])])
+        client = _daemon([_record('nova-a', 'a', [GPU7]),
+                          _record('nova-b', 'b', [GPU7])])
         reconcile.reconcile(client, 'cmp1', {'a', 'b'})
         self.assertIn('pci:0000:07:00.0 is bound to more than one',
                       self.log.output)
         self.assertIn('nova-a (instance a)', self.log.output)
         self.assertIn('nova-b (instance b)', self.log.output)
-        self.assertEqual([], client.puts)
+        self.assertEqual([], _puts(client))
 
     def test_hand_made_bare_gpu_is_a_double_binding(self):
-        client = FakeClient([
+        client = _daemon([
             _record('nova-a', 'a', [GPU7]),
             _record('nova-b', 'b', [], extra_devices={
                 'gpu': {'type': 'gpu', 'pci': '07:00.0'}})])
@@ -108,8 +98,8 @@ class TestReconcile(base.BaseTestCase):
         self.assertIn('more than one container', self.log.output)
 
     def test_disagreement_with_placement_logged(self):
-        client = FakeClient([_record('nova-a', 'a', [GPU7]),
-                             _record('nova-b', 'b', [GPU8])])
+        client = _daemon([_record('nova-a', 'a', [GPU7]),
+                          _record('nova-b', 'b', [GPU8])])
         allocations = {
             'a': {GPU_RP: {'resources': {'PGPU': 1}}},
             'b': {'rp-root': {'resources': {'VCPU': 1}},
@@ -123,7 +113,7 @@ class TestReconcile(base.BaseTestCase):
                       self.log.output)
 
     def test_placement_failure_is_not_fatal(self):
-        client = FakeClient([_record('nova-a', 'a', [GPU7])])
+        client = _daemon([_record('nova-a', 'a', [GPU7])])
 
         def broken(uuid):
             raise RuntimeError('placement down')

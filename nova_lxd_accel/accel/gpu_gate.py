@@ -19,17 +19,21 @@ lock (``update_provider_tree`` runs under it): it probes the GPUs
 configs (the binding records of :mod:`.binding`) and updates the state
 file (:mod:`.gpu_state`):
 
-* **health gate**: a GPU the probe finds unhealthy is held (kind
+* **health gate**: a GPU the probe finds unhealthy (uncorrectable ECC,
+  pending page retirement or row remapping, fallen off the bus, or a new
+  Xid message of ``[lxd_accelerators] fatal_xids`` in the kernel log) is
+  held (kind
   ``unhealthy``) until an operator releases it (``nova-lxd-accel gpu
   release``); instances already on it are reported, not touched;
 * **verified release**: a unit bound at the last probe and no longer bound
   now is *dirty*. It stays reserved until the probe shows it clean: for a
   whole GPU no compute process and memory back to its baseline (plus
   ``[lxd_accelerators] release_memory_tolerance_mib``); for a MIG slice the
-  slice still listed by ``nvidia-smi -L`` as it was (``--query-compute-apps``
-  does not tell the slices of one GPU apart, so their processes and memory
-  are not checked). A GPU of another vendor cannot be probed and is clean
-  at once;
+  slice still listed by ``nvidia-smi -L`` as it was, no compute process in
+  its GPU/compute instance and its memory back to its own baseline (both
+  from ``nvidia-smi -q``, since ``--query-compute-apps`` does not tell the
+  slices of one GPU apart). A GPU of another vendor cannot be probed and is
+  clean at once;
 * **usage**: per instance and unit, the seconds allocated and the seconds
   the GPU had a compute process or non-zero utilisation;
 * **idle**: a unit of a running instance whose GPU showed no compute use
@@ -102,6 +106,11 @@ def bound_units(containers, projects=None):
                 'running': (record.get('status') or '').lower() == 'running',
             }
     return out
+
+
+def _mig_key(pci, index):
+    """The baseline key of MIG device ``index`` of GPU ``pci``."""
+    return '%s/mig%s' % (pci, index)
 
 
 def _busy(snapshot, pci):
@@ -300,10 +309,7 @@ class GpuGate(object):
         if gpu is not None and not gpu.is_nvidia:
             return None
         if unit.get('kind') == binding.KIND_MIG:
-            slices = {m.uuid for m in (gpu.mig_devices if gpu else ())}
-            if unit.get('mig_uuid') and unit['mig_uuid'] not in slices:
-                return 'MIG device %s is no longer listed' % unit['mig_uuid']
-            return None
+            return self._mig_clean(unit, gpu, snapshot, state)
         if not snapshot.available:
             return 'the GPU cannot be probed (%s)' % (snapshot.error or
                                                       'nvidia-smi failed')
@@ -321,6 +327,39 @@ class GpuGate(object):
         if used > baseline + tolerance:
             return '%d MiB of GPU memory in use (baseline %d MiB)' % (
                 used, baseline)
+        return None
+
+    def _mig_clean(self, unit, gpu, snapshot, state):
+        """None when a released MIG device is clean, else what holds it.
+
+        Clean: still listed as it was, no compute process in its GPU/compute
+        instance, and its memory back to its baseline (plus the tolerance).
+        When ``nvidia-smi -q`` could not be read this time, only the listing
+        is checked.
+        """
+        uuid = unit.get('mig_uuid')
+        listed = {m.uuid: m for m in (gpu.mig_devices if gpu else ())}
+        if uuid and uuid not in listed:
+            return 'MIG device %s is no longer listed' % uuid
+        if not snapshot.available:
+            return 'the GPU cannot be probed (%s)' % (snapshot.error or
+                                                      'nvidia-smi failed')
+        mig = listed.get(uuid)
+        facts = (snapshot.mig.get(unit.get('pci')) or {}).get(
+            mig.index if mig else None)
+        if facts is None:
+            return None
+        if facts.apps:
+            return 'compute processes %s in MIG device %s' % (', '.join(
+                '%s (pid %s, %s MiB)' % (a.name, a.pid, a.used_memory_mib)
+                for a in facts.apps), uuid)
+        baseline = state['baseline'].get(_mig_key(unit.get('pci'),
+                                                  facts.index), 0)
+        tolerance = self._conf.lxd_accelerators.release_memory_tolerance_mib
+        used = facts.memory_used_mib or 0
+        if used > baseline + tolerance:
+            return ('%d MiB of memory in use in MIG device %s (baseline '
+                    '%d MiB)' % (used, uuid, baseline))
         return None
 
     def _verify_released(self, state, current, snapshot, known, now):
@@ -346,9 +385,52 @@ class GpuGate(object):
                              'instance': unit.get('instance'),
                              'holding': holding})
 
+    def _new_fatal_xids(self, state, snapshot, pci):
+        """Fatal Xid messages of one GPU not acted on before.
+
+        ``state['xid']`` remembers, per GPU and boot, the time of the last
+        message acted on, so a released GPU is not held again by the same
+        message; one older than ``xid_max_age`` when first read is ignored.
+        """
+        group = self._conf.lxd_accelerators
+        fatal = set(group.fatal_xids or ())
+        events = snapshot.xids_on(pci)
+        if not fatal or not events:
+            return []
+        record = state.setdefault('xid', {})
+        if record.get('boot_id') != snapshot.boot_id:
+            record.clear()
+            record.update(boot_id=snapshot.boot_id, handled={})
+        handled = record.setdefault('handled', {}).get(pci)
+        fresh = []
+        for event in events:
+            if event.code not in fatal or \
+                    (handled is not None and event.at <= handled):
+                continue
+            if group.xid_max_age and snapshot.uptime is not None and \
+                    snapshot.uptime - event.at > group.xid_max_age:
+                continue
+            fresh.append(event)
+        if fresh:
+            record['handled'][pci] = max(e.at for e in fresh)
+        return fresh
+
+    @staticmethod
+    def _xid_text(event, snapshot):
+        when = ''
+        if snapshot.uptime is not None:
+            wall = snapshot.taken_at - (snapshot.uptime - event.at)
+            when = ' at %s' % time.strftime('%Y-%m-%dT%H:%M:%SZ',
+                                            time.gmtime(wall))
+        return 'Xid %d%s: %s' % (event.code, when,
+                                 event.message or 'no message')
+
     def _health(self, state, current, snapshot, known, now):
         for pci, gpu in known.items():
             problems = snapshot.problems(pci, expected_nvidia=gpu.is_nvidia)
+            problems = list(problems) + [
+                self._xid_text(e, snapshot)
+                for e in self._new_fatal_xids(state, snapshot, pci)]
             if not problems:
                 continue
             reason = '; '.join(problems)
@@ -384,6 +466,23 @@ class GpuGate(object):
             old = state['baseline'].get(pci)
             if old is None or facts.memory_used_mib < old:
                 state['baseline'][pci] = facts.memory_used_mib
+        # MIG devices: the lowest use seen while no instance held them
+        held = {(u.get('pci'), u.get('mig_uuid'))
+                for u in list(current.values()) + list(
+                    state['dirty'].values())}
+        for pci, slices in snapshot.mig.items():
+            uuids = {}
+            for gpu in self._known_gpus() or ():
+                if gpu.pci_address == pci:
+                    uuids = {m.index: m.uuid for m in gpu.mig_devices}
+            for index, facts in slices.items():
+                if (pci, uuids.get(index)) in held or facts.apps or \
+                        facts.memory_used_mib is None:
+                    continue
+                key = _mig_key(pci, index)
+                old = state['baseline'].get(key)
+                if old is None or facts.memory_used_mib < old:
+                    state['baseline'][key] = facts.memory_used_mib
 
     def _report_idle(self, state, now):
         for unit in idle_units(state, self._conf, now):

@@ -20,7 +20,11 @@ are listed by :mod:`.nvidia_smi`). It runs
 * ``nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv`` (the
   compute processes on each GPU),
 
-and turns their output into :class:`GpuFacts` and :class:`ComputeApp`.
+and, when a GPU is in MIG mode, ``nvidia-smi -q`` (each MIG device's memory
+and the GPU/compute instance of each process: :func:`parse_mig_query`),
+and turns their output into :class:`GpuFacts`, :class:`ComputeApp` and
+:class:`MigFacts`. It also reads the NVIDIA driver's Xid messages from the
+kernel log (``[lxd_accelerators] kernel_log``, :func:`parse_kernel_log`).
 The CSV parser is driven by the header line, so the output of any field
 list (recorded captures with two hundred columns, or ours) parses the same
 way; units (``81559 MiB``, ``100 %``) and ``[N/A]`` are understood.
@@ -29,7 +33,8 @@ way; units (``81559 MiB``, ``100 %``) and ``[N/A]`` are understood.
 Unhealthy (:meth:`GpuFacts.problems`): uncorrectable volatile ECC errors,
 retired pages pending, row remapping pending or failed, or a GPU that has
 fallen off the bus (nvidia-smi says "GPU is lost", "Unknown Error", or
-"requires reset", or no longer lists a GPU that LXD lists).
+"requires reset", or no longer lists a GPU that LXD lists). Xid messages
+are facts here; which codes are fatal is the gate's decision.
 
 Nothing here holds nova's resource tracker lock: the driver runs
 :meth:`HostProbe.snapshot` from its own thread (see
@@ -39,7 +44,9 @@ Nothing here holds nova's resource tracker lock: the driver runs
 import csv
 import dataclasses
 import io
+import os
 import re
+import stat
 import subprocess
 import time
 import typing
@@ -122,6 +129,35 @@ class ComputeApp:
 
 
 @dataclasses.dataclass(frozen=True)
+class MigFacts:
+    """One MIG device of a GPU in MIG mode, from ``nvidia-smi -q``.
+
+    :ivar index: the MIG device index (``Device N`` of ``nvidia-smi -L``).
+    :ivar apps: the compute processes of its GPU/compute instance.
+    """
+
+    index: int
+    gi: typing.Optional[int]
+    ci: typing.Optional[int]
+    memory_used_mib: typing.Optional[int] = None
+    memory_total_mib: typing.Optional[int] = None
+    apps: typing.Tuple[ComputeApp, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid`` message of the kernel log.
+
+    :ivar at: seconds since boot, as the kernel stamped it.
+    """
+
+    pci_address: str
+    code: int
+    at: float
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Snapshot:
     """One probe of the host.
 
@@ -134,9 +170,22 @@ class Snapshot:
     gpus: typing.Dict[str, GpuFacts]
     apps: typing.Dict[str, typing.Tuple[ComputeApp, ...]]
     error: typing.Optional[str] = None
+    #: PCI address -> {MIG device index: :class:`MigFacts`}, for the GPUs
+    #: in MIG mode whose ``nvidia-smi -q`` could be read
+    mig: typing.Dict[str, typing.Dict[int, MigFacts]] = \
+        dataclasses.field(default_factory=dict)
+    #: the Xid messages of the kernel log (all codes), oldest first
+    xids: typing.Tuple[XidEvent, ...] = ()
+    #: seconds since boot when the snapshot was taken, and the boot's id:
+    #: what the Xid times are relative to
+    uptime: typing.Optional[float] = None
+    boot_id: typing.Optional[str] = None
 
     def apps_on(self, pci_address):
         return self.apps.get(pci_address, ())
+
+    def xids_on(self, pci_address):
+        return tuple(x for x in self.xids if x.pci_address == pci_address)
 
     def problems(self, pci_address, expected_nvidia=True):
         """Health problems of one GPU.
@@ -326,6 +375,29 @@ def _value(nodes, *path):
     return found[0] if found else None
 
 
+def _gpu_blocks(text, others=None):
+    """``nvidia-smi -q`` text -> {PCI address: indented lines of its block}.
+
+    Lines outside any block are appended to ``others`` when given.
+    """
+    blocks = {}
+    current = None
+    for line in (text or '').splitlines():
+        match = re.match(r'^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:'
+                         r'[0-9A-Fa-f]{2}\.[0-7])\s*$', line)
+        if match:
+            current = pci_address(match.group(1))
+            blocks[current] = []
+            continue
+        if current is not None and line.startswith(' '):
+            blocks[current].append(line)
+        elif line.strip():
+            if others is not None:
+                others.append(line)
+            current = None
+    return blocks
+
+
 def parse_query(text):
     """Parse ``nvidia-smi -q`` into :class:`GpuFacts` and processes.
 
@@ -339,22 +411,8 @@ def parse_query(text):
     :returns: ``(gpus, apps)`` as :func:`parse_query_gpu` and
         :func:`parse_compute_apps` return them.
     """
-    blocks = {}
-    current = None
-    lines = (text or '').splitlines()
     others = []
-    for line in lines:
-        match = re.match(r'^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:'
-                         r'[0-9A-Fa-f]{2}\.[0-7])\s*$', line)
-        if match:
-            current = pci_address(match.group(1))
-            blocks[current] = []
-            continue
-        if current is not None and line.startswith(' '):
-            blocks[current].append(line)
-        elif line.strip():
-            others.append(line)
-            current = None
+    blocks = _gpu_blocks(text, others)
     gpus, apps = {}, {}
     for pci, block in blocks.items():
         tree = _q_tree(block)
@@ -400,6 +458,130 @@ def parse_query(text):
     return gpus, apps
 
 
+def parse_mig_query(text):
+    """The MIG devices of ``nvidia-smi -q``, with their processes.
+
+    Reads, per ``GPU <bus id>`` block, every ``MIG Device`` (``Index``,
+    ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage`` or,
+    on newer drivers, ``Shared FB Memory Usage``) and the ``Processes``
+    entries with the ``GPU instance ID`` / ``Compute instance ID`` printed
+    before each ``Process ID``.
+
+    :returns: PCI address -> {MIG device index: :class:`MigFacts`}; GPUs
+        without MIG devices are left out.
+    """
+    out = {}
+    for pci, block in _gpu_blocks(text).items():
+        tree = _q_tree(block)
+        slices = []
+        for key, _, kids in tree:
+            if key != 'MIG Device':
+                continue
+            memory = (_find(kids, 'FB Memory Usage') or
+                      _find(kids, 'Shared FB Memory Usage'))
+            memory = memory[1] if memory else []
+            slices.append(MigFacts(
+                index=_int(_value(kids, 'Index')),
+                gi=_int(_value(kids, 'GPU Instance ID')),
+                ci=_int(_value(kids, 'Compute Instance ID')),
+                memory_used_mib=_int(_value(memory, 'Used')),
+                memory_total_mib=_int(_value(memory, 'Total'))))
+        if not slices:
+            continue
+        apps = {}
+        found = _find(tree, 'Processes')
+        gi = ci = None
+        for key, value, kids in (found[1] if found else ()):
+            if key == 'GPU instance ID':
+                gi = _int(value)
+            elif key == 'Compute instance ID':
+                ci = _int(value)
+            elif key == 'Process ID' and _int(value) is not None:
+                apps.setdefault((gi, ci), []).append(ComputeApp(
+                    pci_address=pci, pid=_int(value),
+                    name=_plain(_value(kids, 'Name')),
+                    used_memory_mib=_int(_value(kids, 'Used GPU Memory'))))
+                gi = ci = None
+        out[pci] = {
+            m.index: dataclasses.replace(
+                m, apps=tuple(apps.get((m.gi, m.ci), ())))
+            for m in slices if m.index is not None}
+    return out
+
+
+_XID = re.compile(
+    r'NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:'
+    r'[0-9A-Fa-f]{2})(?:\.(?P<fn>[0-7]))?\): (?P<code>\d+),?\s*'
+    r'(?P<message>.*)$')
+#: ``/dev/kmsg`` record: ``priority,sequence,microseconds,flags;text``
+_KMSG = re.compile(r'^\d+,\d+,(?P<usec>\d+),[^;]*;(?P<text>.*)$')
+#: ``dmesg``: ``[ 5107.644336] text`` (after any syslog prefix)
+_DMESG = re.compile(r'\[\s*(?P<sec>\d+\.\d+)\]\s*(?P<text>.*)$')
+
+
+def parse_kernel_log(text):
+    """The ``NVRM: Xid`` messages of a kernel log, oldest first.
+
+    Understands ``/dev/kmsg`` records and ``dmesg`` lines (also behind a
+    syslog prefix, as in ``kern.log``). A message without a since-boot
+    time cannot be told from one already read, so it is skipped.
+    """
+    events = []
+    for line in (text or '').splitlines():
+        match = _KMSG.match(line)
+        if match:
+            at, body = int(match.group('usec')) / 1e6, match.group('text')
+        else:
+            match = _DMESG.search(line)
+            if not match:
+                continue
+            at, body = float(match.group('sec')), match.group('text')
+        xid = _XID.search(body)
+        if not xid:
+            continue
+        pci = pci_address('%s.%s' % (xid.group('pci'), xid.group('fn') or 0))
+        events.append(XidEvent(pci_address=pci, code=int(xid.group('code')),
+                               at=at, message=xid.group('message').strip()))
+    events.sort(key=lambda e: e.at)
+    return tuple(events)
+
+
+def read_kernel_log(path):
+    """The text of ``path``: ``/dev/kmsg`` read without blocking, or a file.
+
+    :raises OSError: when it cannot be read.
+    """
+    if not stat.S_ISCHR(os.stat(path).st_mode):
+        with open(path, encoding='utf-8', errors='replace') as f:
+            return f.read()
+    records = []
+    # io.FileIO, not os.read: eventlet's green os.read waits for more data
+    # on EAGAIN, and /dev/kmsg always ends in EAGAIN (FileIO returns None)
+    with io.FileIO(os.open(path, os.O_RDONLY | os.O_NONBLOCK), 'r') as log:
+        while True:
+            try:
+                chunk = log.read(8192)
+            except BrokenPipeError:
+                continue            # records overwritten while reading
+            if not chunk:
+                break               # None: the end of the ring buffer
+            records.append(chunk.decode('utf-8', 'replace'))
+    # continuation lines (" KEY=value") follow their record: drop them
+    return '\n'.join(r.split('\n', 1)[0] for r in records)
+
+
+def _uptime():
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def _boot_id():
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def _run(path, args, timeout):
     """(returncode, stdout, stderr); returncode None: binary absent."""
     try:
@@ -423,16 +605,58 @@ class HostProbe(object):
     :param clock: zero-argument callable returning seconds (tests).
     """
 
-    def __init__(self, path='nvidia-smi', timeout=10, clock=time.time):
+    def __init__(self, path='nvidia-smi', timeout=10, clock=time.time,
+                 kernel_log=None, uptime=_uptime, boot_id=_boot_id):
         self._path = path
         self._timeout = timeout
         self._clock = clock
         self._fields = FIELDS
+        self._kernel_log = kernel_log
+        self._uptime = uptime
+        self._boot_id = boot_id
+        self._kernel_log_error = None
 
     @classmethod
     def from_conf(cls, conf):
         group = conf.lxd_accelerators
-        return cls(group.nvidia_smi_path, group.nvidia_smi_timeout)
+        return cls(group.nvidia_smi_path, group.nvidia_smi_timeout,
+                   kernel_log=group.kernel_log or None)
+
+    def _xids(self):
+        """The Xid messages of the kernel log; () when it cannot be read.
+
+        An unreadable log is logged once (and again when the reason
+        changes), not at every probe.
+        """
+        if not self._kernel_log:
+            return ()
+        try:
+            events = parse_kernel_log(read_kernel_log(self._kernel_log))
+        except OSError as exc:
+            if str(exc) != self._kernel_log_error:
+                self._kernel_log_error = str(exc)
+                LOG.warning('Cannot read the kernel log %(path)s for GPU Xid '
+                            'errors (%(error)s): give nova-compute read '
+                            'access (CAP_SYSLOG), or set [lxd_accelerators] '
+                            'kernel_log to a file or to nothing',
+                            {'path': self._kernel_log, 'error': exc})
+            return ()
+        self._kernel_log_error = None
+        return events
+
+    def _mig(self, gpus):
+        """MIG facts of the GPUs in MIG mode ({} when none or unreadable)."""
+        if not any((g.mig_mode or '').lower() == 'enabled'
+                   for g in gpus.values()):
+            return {}
+        rc, out, err = _run(self._path, ['-q'], self._timeout)
+        if rc != 0:
+            LOG.warning('%(path)s -q failed (%(error)s): the processes of '
+                        'each MIG device are unknown this time',
+                        {'path': self._path,
+                         'error': (err or out).strip() or rc})
+            return {}
+        return parse_mig_query(out)
 
     def _query_gpu(self):
         rc, out, err = _run(self._path, [
@@ -446,11 +670,22 @@ class HostProbe(object):
         return rc, out, err
 
     def snapshot(self):
-        """Probe the GPUs now (runs nvidia-smi twice)."""
+        """Probe the GPUs now.
+
+        Runs nvidia-smi twice, three times when a GPU is in MIG mode, and
+        reads the kernel log's Xid messages.
+        """
         now = self._clock()
         rc, out, err = self._query_gpu()
         if rc is None:
             return Snapshot(now, False, {}, {}, 'no nvidia-smi: no GPU')
+        snap = self._snapshot(now, rc, out, err)
+        return dataclasses.replace(
+            snap, mig=self._mig(snap.gpus) if snap.available else {},
+            xids=self._xids(), uptime=self._uptime(),
+            boot_id=self._boot_id())
+
+    def _snapshot(self, now, rc, out, err):
         if 'No devices were found' in out + err:
             return Snapshot(now, True, {}, {})
         try:

@@ -16,6 +16,7 @@ The probe is the real :class:`gpu_probe.HostProbe` running a script that
 prints recorded nvidia-smi outputs; the state file is real.
 """
 
+import dataclasses
 import json
 import os
 
@@ -29,6 +30,7 @@ from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import gpu_metrics
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel import exception
@@ -210,6 +212,151 @@ class TestVerifiedRelease(GateTestCase):
         test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
+
+
+class TestXidGate(GateTestCase):
+    """Fatal Xid messages of the kernel log hold a GPU as unhealthy."""
+
+    def setUp(self):
+        super().setUp()
+        self.log = os.path.join(self.dir, 'dmesg.txt')
+        self.uptime = 6000.0
+        self.boot = 'boot-1'
+        self.write_log('handmade-dmesg-nvrm-xid.txt')
+        self.gate = gpu_gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            probe=gpu_probe.HostProbe(
+                os.path.join(self.smi_dir, 'nvidia-smi'),
+                clock=lambda: self.now, kernel_log=self.log,
+                uptime=lambda: self.uptime, boot_id=lambda: self.boot),
+            clock=lambda: self.now)
+
+    def write_log(self, sample, extra=''):
+        with open(self.log, 'w') as f:
+            f.write(utils.load_text(sample) + extra)
+
+    def hold(self):
+        return self.gate.store.load()['holds'].get(H100)
+
+    def test_fatal_xid_holds_until_released_and_is_not_reread(self):
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, True), self.reserved())
+        reason = self.hold()['reason']
+        # Xid 13 (the application's) is not a reason, 79 is
+        self.assertNotIn('Xid 13', reason)
+        self.assertTrue(reason.startswith('Xid 79 at '), reason)
+        self.assertIn('GPU has fallen off the bus', reason)
+        gpu_state.release(self.gate.store, H100, 'GPU reset')
+        self.now += 60
+        self.uptime += 60
+        self.gate.refresh()
+        # the same message does not hold it again
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        # a new one does
+        self.write_log('handmade-dmesg-nvrm-xid.txt',
+                       '[ 6030.000001] NVRM: Xid (PCI:0000:00:09): 95, '
+                       'pid=9, Uncontained: FBHUB. RST: Yes\n')
+        self.now += 60
+        self.uptime += 60
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, True), self.reserved())
+        self.assertIn('Xid 95', self.hold()['reason'])
+
+    def test_after_a_reboot_the_log_is_new(self):
+        self.gate.refresh()
+        gpu_state.release(self.gate.store, H100, 'replaced')
+        self.boot = 'boot-2'
+        self.uptime = 5200.0        # the same times, another boot
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, True), self.reserved())
+
+    def test_codes_and_age_are_the_operators(self):
+        self.override('fatal_xids', [13])
+        self.gate.refresh()
+        self.assertIn('Xid 13', self.hold()['reason'])
+        gpu_state.release(self.gate.store, H100, 'ok')
+        self.override('fatal_xids', [79])
+        self.override('xid_max_age', 600)
+        self.gate.refresh()         # 79 was logged 893 s before the probe
+        self.assertIsNone(self.hold())
+
+    def test_no_kernel_log_no_xid(self):
+        self.override('kernel_log', '')
+        self.gate = gpu_gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            probe=gpu_probe.HostProbe.from_conf(self.conf),
+            clock=lambda: self.now)
+        self.assertEqual((), self.gate._probe.snapshot().xids)
+
+
+def mig_container(uuid, instance=INSTANCE):
+    unit = binding.Unit(
+        name='nova-mig0', kind=binding.KIND_MIG,
+        resource_class='CUSTOM_MIG_1G_10GB', provider='rp-mig',
+        device_pci=H100, key='mig:' + uuid,
+        device={'type': 'gpu', 'gputype': 'mig', 'pci': H100,
+                'mig.uuid': uuid},
+        detail={'mig_uuid': uuid})
+    config = dict(binding.Binding(units=(unit,)).config)
+    config['user.nova_lxd_accel.instance_uuid'] = instance
+    return {'name': 'nova-' + instance, 'status': 'Running',
+            'config': config}
+
+
+class TestMigRelease(GateTestCase):
+    """A released MIG slice is checked on its own, from nvidia-smi -q."""
+
+    SLICE2 = 'MIG-00000002-0000-0000-0000-000000000002'
+
+    def setUp(self):
+        super().setUp()
+        listing = nvidia_smi.parse_list(
+            utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
+        self.gpus = [dataclasses.replace(
+            h100(), mig_devices=tuple(listing[0].mig_devices))]
+        self.mig_host('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
+
+    def mig_host(self, query):
+        test_gpu_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': utils.sample_path(
+                'handmade-nvsmi-h100-mig-query-gpu.csv'),
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-idle-compute-apps.csv'),
+            '-q': utils.sample_path(query)})
+
+    def dirty(self):
+        return self.gate.store.load()['dirty'].get('mig:' + self.SLICE2)
+
+    def test_slice_with_a_process_stays_reserved(self):
+        self.gate.refresh()                 # baselines while free
+        self.containers = [mig_container(self.SLICE2)]
+        self.now += 60
+        self.gate.refresh()
+        self.containers = []
+        self.mig_host('handmade-nvsmi-h100-mig-slice2-busy-q.txt')
+        self.now += 60
+        self.gate.refresh()
+        self.assertIn('python3 (pid 48211, 4090 MiB) in MIG device %s'
+                      % self.SLICE2, self.dirty()['holding'])
+        # only its memory left (the process gone, not yet freed)
+        self.mig_host('handmade-nvsmi-h100-mig-slice2-memory-q.txt')
+        self.now += 60
+        self.gate.refresh()
+        self.assertIn('4100 MiB of memory in use in MIG device',
+                      self.dirty()['holding'])
+        self.mig_host('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
+        self.now += 60
+        self.gate.refresh()
+        self.assertIsNone(self.dirty())
+
+    def test_another_slice_busy_does_not_hold_this_one(self):
+        slice3 = 'MIG-00000003-0000-0000-0000-000000000003'
+        self.gate.refresh()
+        self.gate.note_destroy(lambda: mig_container(slice3))
+        self.mig_host('handmade-nvsmi-h100-mig-slice2-busy-q.txt')
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual({}, self.gate.store.load()['dirty'])
 
 
 class TestUsageIdleMetrics(GateTestCase):

@@ -14,6 +14,8 @@
 
 import os
 import stat
+import subprocess
+import sys
 
 import fixtures
 import testtools
@@ -161,3 +163,94 @@ class TestHostProbe(testtools.TestCase):
         snap = gpu_probe.HostProbe(path).snapshot()
         self.assertFalse(snap.available)
         self.assertEqual([], snap.problems(H100))
+
+
+class TestKernelLogXids(testtools.TestCase):
+
+    def test_dmesg_lines(self):
+        events = gpu_probe.parse_kernel_log(
+            utils.load_text('handmade-dmesg-nvrm-xid.txt'))
+        self.assertEqual([(H100, 13, 3120.551204), (H100, 79, 5107.644338)],
+                         [(e.pci_address, e.code, e.at) for e in events])
+        self.assertIn('GPU has fallen off the bus', events[1].message)
+
+    def test_kmsg_records_and_old_driver_address(self):
+        events = gpu_probe.parse_kernel_log(
+            utils.load_text('handmade-kmsg-nvrm-xid.txt'))
+        self.assertEqual([(H100, 13, 3120.551204), (H100, 48, 7200.1184),
+                          ('0000:00:0a.0', 95, 7200.1189)],
+                         [(e.pci_address, e.code, e.at) for e in events])
+
+    def test_syslog_prefix_and_no_time(self):
+        text = ('Nov 23 10:00:01 cmp1 kernel: [  812.25] NVRM: Xid '
+                '(PCI:0000:3B:00): 64, pid=7, Row Remapper Error\n'
+                'Nov 23 10:00:02 cmp1 kernel: NVRM: Xid (PCI:0000:3b:00): '
+                '79, GPU has fallen off the bus.\n')
+        events = gpu_probe.parse_kernel_log(text)
+        # the second line has no since-boot time: it cannot be tracked
+        self.assertEqual([('0000:3b:00.0', 64, 812.25)],
+                         [(e.pci_address, e.code, e.at) for e in events])
+
+    def test_probe_reads_the_kernel_log(self):
+        directory = self.useFixture(fixtures.TempDir()).path
+        path = fake_smi(directory, {
+            '--query-gpu': utils.sample_path(
+                'nvsmi-h100-80gb-idle-query-gpu.csv'),
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-idle-compute-apps.csv')})
+        snap = gpu_probe.HostProbe(
+            path, kernel_log=utils.sample_path('handmade-dmesg-nvrm-xid.txt'),
+            uptime=lambda: 6000.0, boot_id=lambda: 'boot-1').snapshot()
+        self.assertEqual([13, 79], [e.code for e in snap.xids_on(H100)])
+        self.assertEqual((6000.0, 'boot-1'), (snap.uptime, snap.boot_id))
+        # unreadable: no events, no failure
+        snap = gpu_probe.HostProbe(
+            path, kernel_log=os.path.join(directory, 'absent')).snapshot()
+        self.assertTrue(snap.available)
+        self.assertEqual((), snap.xids)
+
+    def test_kmsg_character_device_is_read_without_blocking(self):
+        if not os.access('/dev/kmsg', os.R_OK):
+            self.skipTest('/dev/kmsg is not readable here')
+        # the real ring buffer: returns (no NVIDIA driver here) and parses
+        text = gpu_probe.read_kernel_log('/dev/kmsg')
+        self.assertIsInstance(gpu_probe.parse_kernel_log(text), tuple)
+        # and returns under eventlet's monkey patching too, as in
+        # nova-compute (a green os.read waits for the next kernel message)
+        code = ('import eventlet; eventlet.monkey_patch()\n'
+                'from nova_lxd_accel.accel import gpu_probe\n'
+                'gpu_probe.read_kernel_log("/dev/kmsg")\n'
+                'print("returned")\n')
+        try:
+            proc = subprocess.run([sys.executable, '-W', 'ignore', '-c',
+                                   code], capture_output=True, text=True,
+                                  timeout=120)
+        except subprocess.TimeoutExpired:
+            self.fail('reading /dev/kmsg under eventlet never returned')
+        self.assertEqual('returned', proc.stdout.strip(), proc.stderr)
+
+
+class TestMigQuery(testtools.TestCase):
+
+    def test_recorded_idle_slices(self):
+        mig = gpu_probe.parse_mig_query(
+            utils.load_text('nvsmi-h100-80gb-mig-4slices-idle-q.txt'))
+        self.assertEqual(
+            [(0, 2, 0, 26, 40448), (1, 3, 0, 17, 20096),
+             (2, 9, 0, 9, 9984), (3, 10, 0, 9, 9984)],
+            [(m.index, m.gi, m.ci, m.memory_used_mib, m.memory_total_mib)
+             for m in mig[H100].values()])
+        self.assertEqual([()] * 4, [m.apps for m in mig[H100].values()])
+
+    def test_process_in_one_slice(self):
+        mig = gpu_probe.parse_mig_query(
+            utils.load_text('handmade-nvsmi-h100-mig-slice2-busy-q.txt'))
+        self.assertEqual([(48211, 'python3', 4090)],
+                         [(a.pid, a.name, a.used_memory_mib)
+                          for a in mig[H100][2].apps])
+        self.assertEqual((), mig[H100][3].apps)
+        self.assertEqual(4100, mig[H100][2].memory_used_mib)
+
+    def test_gpu_without_mig_devices_is_left_out(self):
+        self.assertEqual({}, gpu_probe.parse_mig_query(
+            utils.load_text('nvsmi-h100-80gb-idle-q.txt')))

@@ -257,6 +257,9 @@ class FakeLXDClient(object):
     def wait_operation(self, operation_id, action, target, timeout=None):
         self._check('wait_operation', operation_id)
         self.calls.append(('wait', operation_id))
+        if ('cancel', operation_id) in self.calls:
+            raise exception.LXDOperationFailed(action=action, target=target,
+                                               reason='Cancelled')
 
     def cancel_operation(self, operation_id):
         self.calls.append(('cancel', operation_id))

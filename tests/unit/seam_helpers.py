@@ -228,6 +228,28 @@ def step_stop_copy_rename(client, ctx):
             'renamed': client.get_container('contract-c2')}
 
 
+def step_migration_timeout(client, ctx):
+    # a migration offer waits for a target that never comes; the daemon
+    # lets it be cancelled, so the seam cancels it once the wait times out
+    client._request('post', client.api.instances['contract-c2'], 'migrate',
+                    'instance contract-c2', timeout=1,
+                    json={'migration': True, 'live': False,
+                          'instance_only': True})
+
+
+def step_offer_and_cancel(client, ctx):
+    operation_id, secrets = client.offer_migration('contract-c2')
+    client.cancel_operation(operation_id)
+    try:
+        client.wait_operation(operation_id, 'migrate', 'contract-c2',
+                              timeout=5)
+    except Exception as exc:
+        return {'operation': operation_id, 'secrets': sorted(secrets),
+                'wait': exc}
+    return {'operation': operation_id, 'secrets': sorted(secrets),
+            'wait': None}
+
+
 def step_publish(client, ctx):
     fingerprint = client.publish('instance', 'contract-c2',
                                  {'description': 'contract'})
@@ -272,6 +294,8 @@ STEPS = (
     ('operations', step_operations),
     ('snapshot', step_snapshot),
     ('stop_copy_rename', step_stop_copy_rename),
+    ('migration_timeout', step_migration_timeout),
+    ('offer_and_cancel', step_offer_and_cancel),
     ('publish', step_publish),
     ('remove', step_remove),
     ('delete_image', step_delete_image),

@@ -22,6 +22,7 @@ exception. Transport failures (refused, timed out) are not daemon answers;
 they are raised by ``requests-mock`` itself.
 """
 
+import json
 import re
 
 import fixtures
@@ -238,6 +239,26 @@ class ContractTest(testtools.TestCase):
         self.assertIn(operation.rsplit('/', 1)[-1], self.log.output)
         self.assertIn('does not allow cancelling', self.log.output)
 
+    def test_timed_out_cancellable_operation_is_cancelled(self):
+        exc = self.run_step('migration_timeout')
+        self.assertIsInstance(exc, exception.LXDOperationTimeout)
+        operation = json.loads(seam.load(self.daemon, 'migration_timeout')[
+            'exchanges'][0]['text'])['metadata']['id']
+        (cancel,) = self.requests_made('DELETE')
+        self.assertEqual('/1.0/operations/%s' % operation, cancel.path)
+        self.assertIn('Cancelled LXD operation %s' % operation,
+                      self.log.output)
+
+    def test_offer_cancel_and_wait(self):
+        offer = self.run_step('offer_and_cancel')
+        self.assertEqual(['control', 'fs'], offer['secrets'])
+        # the cancelled operation's wait says so, with the daemon's status
+        self.assertIsInstance(offer['wait'], exception.LXDOperationFailed)
+        self.assertIn('Cancelled', str(offer['wait']))
+        (cancel,) = self.requests_made('DELETE')
+        self.assertEqual('/1.0/operations/%s' % offer['operation'],
+                         cancel.path)
+
     def test_settle_operations_outlived_by_one(self):
         # Incus answers the wait with "context deadline exceeded": the
         # operation is read instead, and the seam goes on
@@ -287,7 +308,8 @@ class FakeContractTest(testtools.TestCase):
 
     SKIPPED = {'server_info', 'host_reads', 'import_image', 'publish',
                'delete_image', 'start_and_files', 'operation_timeout',
-               'operations', 'snapshot', 'create_refused'}
+               'operations', 'snapshot', 'create_refused',
+               'migration_timeout'}
 
     def run_step(self, name):
         client = fake_lxd.FakeLXDClient()
@@ -339,6 +361,8 @@ class FakeContractTest(testtools.TestCase):
         self.assertEqual('contract-c2', moved['renamed']['name'])
         self.assertEqual({'c1': True, 'c2': True, 'again': False,
                           'left': []}, self.run_step('remove'))
+        offer = self.run_step('offer_and_cancel')
+        self.assertIn('Cancelled', str(offer['wait']))
 
 
 class ScenarioTest(testtools.TestCase):
@@ -358,9 +382,8 @@ class ScenarioTest(testtools.TestCase):
         # not HTTP through requests (a websocket; tested in test_events and
         # tests/integration), or needing two daemons that trust each other
         # (tests/integration/test_migration.py), or an image body stream
-        elsewhere = {'open_events', 'remote', 'offer_migration',
-                     'create_from_migration', 'wait_operation',
-                     'cancel_operation', 'export_image',
+        elsewhere = {'open_events', 'remote', 'create_from_migration',
+                     'export_image',
                      'import_split_image', 'instance_lock_name',
                      'get_container_etag'}
         missing = [name for name in public if name not in elsewhere and

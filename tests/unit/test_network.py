@@ -30,6 +30,7 @@ from os_vif import exception as osv_exception
 from os_vif import objects as osv_objects
 import testtools
 
+from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import network
 from tests import fake_lxd
@@ -106,12 +107,14 @@ def _refuse_writes(client):
 
 class NicDevicesTest(testtools.TestCase):
 
-    def setUp(self):
-        super(NicDevicesTest, self).setUp()
-        self.net = network.Networking(None, _conf(), None)
+    @staticmethod
+    def nic_devices(instance, network_info):
+        """The container's NICs: the spec's network part (config.nics)."""
+        return lxd_config.nics(instance, None, None, None, lxd_config.HostSide(
+            network_info=tuple(network_info or ())))['devices']
 
     def test_ovs_ports_become_bridged_nics_on_the_hybrid_bridge(self):
-        devices = self.net.nic_devices(
+        devices = self.nic_devices(
             _instance(), [_vif(PORT1), _vif(PORT2, mtu=9000)])
         self.assertEqual({
             'nova-port-' + PORT1: {
@@ -129,17 +132,17 @@ class NicDevicesTest(testtools.TestCase):
         self.assertEqual(
             {'type': 'nic', 'nictype': 'p2p', 'name': 'eth0',
              'host_name': 'tap0bf13d99-59', 'hwaddr': 'fa:16:3e:00:00:0b'},
-            self.net.nic_devices(_instance(), [vif])['nova-port-' + PORT1])
+            self.nic_devices(_instance(), [vif])['nova-port-' + PORT1])
 
     def test_no_ports(self):
-        self.assertEqual({}, self.net.nic_devices(_instance(), None))
-        self.assertEqual({}, self.net.nic_devices(_instance(), []))
+        self.assertEqual({}, self.nic_devices(_instance(), None))
+        self.assertEqual({}, self.nic_devices(_instance(), []))
 
     def test_unsupported_types_are_refused_with_a_reason(self):
         for vif in (_vif(vif_type='bridge'), _vif(vif_type='vhostuser'),
                     _vif(vnic_type='direct')):
             exc = self.assertRaises(exception.VIFNotSupported,
-                                    self.net.nic_devices, _instance(), [vif])
+                                    self.nic_devices, _instance(), [vif])
             self.assertIsInstance(
                 exc, nova_exception.VirtualInterfacePlugException)
             self.assertIn(PORT1, str(exc))

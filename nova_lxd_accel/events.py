@@ -14,8 +14,11 @@
 
 The watcher subscribes to the daemon's event websocket (``/1.0/events``,
 lifecycle and operation events of the configured project). An event about
-a container refreshes that container alone (one ``GET``); a change of its
-power state is sent to Nova as a :class:`nova.virt.event.LifecycleEvent`.
+a container refreshes that container alone (one ``GET``); the events of a
+burst (an action's lifecycle event and its operation's, a build's create
+and start) are taken together, so each container is read once per burst.
+A change of its power state is sent to Nova as a
+:class:`nova.virt.event.LifecycleEvent`.
 A container of ours that is gone (deleted behind Nova's back) is reported
 ``STOPPED``: Nova's periodic sync ignores NOSTATE by design, so without the
 event the server would stay ACTIVE for good.
@@ -29,6 +32,7 @@ hosts and containers Nova did not make are never emitted.
 """
 
 import threading
+import time
 
 from nova.compute import power_state
 from nova.virt import event as virtevent
@@ -119,7 +123,8 @@ class LifecycleWatcher(object):
 
     def __init__(self, client, host, interval, emit, project=None,
                  prefix='nova-', use_events=True, max_backoff=30.0,
-                 min_backoff=0.5, read_timeout=0.5):
+                 min_backoff=0.5, read_timeout=0.5, burst=0.05,
+                 max_burst=200):
         self._client = client
         self._host = host
         self._interval = interval
@@ -130,6 +135,9 @@ class LifecycleWatcher(object):
         self._max_backoff = max(max_backoff, min_backoff)
         self._min_backoff = min_backoff
         self._read_timeout = read_timeout
+        #: how long after an event the next ones join it (s), and how many
+        self._burst = burst
+        self._max_burst = max_burst
         self._connect_timeout = 5
         self._stop = threading.Event()
         self._thread = None
@@ -236,17 +244,27 @@ class LifecycleWatcher(object):
 
     def handle(self, event):
         """Act on one event of the stream."""
-        project = event.get('project')
-        if project and self._project and project != self._project:
-            return
-        names = event_instances(event)
-        metadata = event.get('metadata') or {}
-        old = None
-        if metadata.get('action') == 'instance-renamed':
-            old = (metadata.get('context') or {}).get('old_name')
+        self.handle_all([event])
+
+    def handle_all(self, events):
+        """Act on events that came together: each container read once."""
+        names, renamed_away = [], set()
+        for event in events:
+            project = event.get('project')
+            if project and self._project and project != self._project:
+                continue
+            metadata = event.get('metadata') or {}
+            old = None
+            if metadata.get('action') == 'instance-renamed':
+                old = (metadata.get('context') or {}).get('old_name')
+            for name in event_instances(event):
+                if name == old:
+                    renamed_away.add(name)
+                if name not in names:
+                    names.append(name)
         for name in names:
             try:
-                self.refresh(name, renamed_away=name == old)
+                self.refresh(name, renamed_away=name in renamed_away)
             except exception.LXDObjectNotFound:
                 self.refresh_gone(name)
 
@@ -313,12 +331,27 @@ class LifecycleWatcher(object):
             event = stream.next_event(self._read_timeout)
             if event is None or self._stop.is_set():
                 continue
+            burst = self._take_burst(stream, event)
             try:
-                self.handle(event)
+                self.handle_all(burst)
             except exception.LXDUnreachable:
                 raise
             except Exception:
-                LOG.exception('Handling the LXD event %s failed', event)
+                LOG.exception('Handling the LXD events %s failed', burst)
+
+    def _take_burst(self, stream, event):
+        """``event`` and those that follow it within the burst window."""
+        burst = [event]
+        deadline = time.monotonic() + self._burst
+        while len(burst) < self._max_burst:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            more = stream.next_event(remaining)
+            if more is None:
+                break
+            burst.append(more)
+        return burst
 
     # -- polling (daemons without the events API) -------------------------
 

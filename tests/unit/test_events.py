@@ -102,6 +102,36 @@ class WatcherTest(testtools.TestCase):
         self.assertEqual([NAME], client.reads)
         self.assertEqual(1, client.listings)
 
+    def test_a_burst_reads_each_container_once(self):
+        other = 'nova-' + '5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'
+        client = _daemon(_record(NAME, 'Stopped'),
+                         _record(other, 'Stopped',
+                                 uuid='5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'))
+        watcher, emitted = self._watcher(client)
+        watcher.resync()
+        client.records[NAME]['status'] = 'Running'
+        stream = fake_lxd.FakeEventStream()
+        # a start: its lifecycle event and its operation's, then another
+        # container's event; all queued before the watcher reads
+        for event in (_lifecycle('instance-started', NAME),
+                      {'type': 'operation', 'project': 'p1', 'metadata': {
+                          'status': 'Success', 'resources': {'instances': [
+                              '/1.0/instances/%s?project=p1' % NAME]}}},
+                      _lifecycle('instance-updated', other)):
+            stream.events.put(event)
+        burst = watcher._take_burst(stream, stream.next_event(0.05))
+        self.assertEqual(3, len(burst))
+        watcher.handle_all(burst)
+        self.assertEqual([NAME, other], client.reads)
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STARTED)],
+                         self._events(emitted))
+
+    def test_a_burst_ends_when_the_stream_is_quiet(self):
+        watcher, _ = self._watcher(_daemon())
+        stream = fake_lxd.FakeEventStream()
+        first = _lifecycle('instance-started', NAME)
+        self.assertEqual([first], watcher._take_burst(stream, first))
+
     def test_foreign_containers_and_projects_send_nothing(self):
         other_uuid = '5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'
         client = _daemon(

@@ -59,6 +59,13 @@ servers, max_concurrent_builds=10, no accelerators), 2026-11-23:
   worse (ratio 5.3): the scheduler and conductor then compete for the same
   core (select_destinations 0.7 s a server instead of 0.2 s).
 
+* later runs of the same code on the same machine, 20 minutes on, gave
+  ratios of 4.5 to 6.3 (cloud 11-13 s): the machine's speed drifts more
+  than the driver's part of the boot weighs. Compare runs taken one after
+  the other, not across hours.
+* the functional harness this runs in turns the lifecycle watcher off
+  (``lifecycle_poll_interval = 0``): event handling costs nothing here.
+
 So what is left above the aim of 1.5 is nova's, not the driver's: the
 per-claim Placement reads under the resource tracker lock, and one Python
 process on 2 cores standing for a whole cloud.

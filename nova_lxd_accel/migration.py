@@ -46,6 +46,7 @@ under the usual name.
 Live migration is not supported (:func:`refuse_live_migration`).
 """
 
+import copy
 import dataclasses
 import json
 
@@ -249,6 +250,29 @@ class Migration(object):
         if self._volumes is not None:
             self._volumes.disconnect_all(instance, block_device_info)
 
+    def _rewrite(self, name, make):
+        """Replace a container's whole config and devices.
+
+        :param make: callable(current config) -> (config, devices) to
+            write; it may be called again after a concurrent change.
+
+        A read-modify-write with the container's ETag, as every change to
+        an instance (:meth:`nova_lxd_accel.client.LXDClient.
+        modify_container`): a writer that changed the container meanwhile
+        is not overwritten unseen.
+        """
+        def rewrite(config, devices):
+            new_config, new_devices = make(dict(config))
+            config.clear()
+            config.update(copy.deepcopy(new_config))
+            devices.clear()
+            devices.update(copy.deepcopy(new_devices))
+
+        if self._client.modify_container(name, rewrite) is None:
+            raise exception.LXDObjectNotFound(
+                action='update', target='instance %s' % name,
+                reason='it is gone')
+
     def _plug(self, instance, network_info):
         if self._network is not None:
             self._network.plug_vifs(instance, network_info)
@@ -335,7 +359,8 @@ class Migration(object):
             else:
                 self._send(context, instance, migration, dest, record)
                 self._client.rename_container(name, backup)
-            # PUT the whole record: LXD keeps it exactly as it was, but on
+            # Write the whole config and devices: LXD keeps it exactly as it
+            # was (ETag-guarded, see _rewrite), but on
             # the same host without its NICs: LXD refuses to start a
             # bridged NIC whose MAC another instance of the project has on
             # the same parent, even a stopped one. finish_revert_migration
@@ -344,11 +369,9 @@ class Migration(object):
             if same_host:
                 devices = {key: device for key, device in devices.items()
                            if device.get('type') != 'nic'}
-            current = self._client.get_container(backup)
-            self._client.put_container(backup, dict(
-                record, name=backup, devices=devices, config=with_volatile(
-                    backup_config(record['config'], source_host),
-                    current['config'])))
+            self._rewrite(backup, lambda current: (with_volatile(
+                backup_config(record['config'], source_host), current),
+                devices))
         except Exception as exc:
             LOG.error('Moving the container to %(dest)s failed: %(exc)s; '
                       'the instance stays here', {
@@ -371,7 +394,8 @@ class Migration(object):
             if self._client.get_container(name) is None and \
                     self._client.get_container(backup) is not None:
                 self._client.rename_container(backup, name)
-                self._client.put_container(name, record)
+                self._rewrite(name, lambda current: (
+                    record.get('config') or {}, record.get('devices') or {}))
             elif self._client.get_container(backup) is not None:
                 self._client.delete_container(backup)
             if was_running:
@@ -581,9 +605,8 @@ class Migration(object):
                    if not is_host_side_device(k, v)}
         devices.update(self._host_devices(
             context, instance, network_info, block_device_info, host))
-        self._client.put_container(record['name'], dict(
-            record, devices=devices,
-            config=restored_config(record['config'], host)))
+        self._rewrite(record['name'], lambda current: (
+            restored_config(record['config'], host), devices))
 
     # -- live migration ---------------------------------------------------
 

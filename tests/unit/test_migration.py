@@ -265,6 +265,26 @@ class _Base(testtools.TestCase):
 
 class SameHostTest(_Base):
 
+    def test_whole_rewrites_are_etag_guarded(self):
+        # parking, restoring and reverting replace config and devices; a
+        # writer that changed the container meanwhile makes the daemon
+        # refuse the stale write (412), and the rewrite is made again
+        client = _daemon([_record(host='h', status='Stopped')])
+        m = self.make(client)
+        seen = []
+
+        def make(current):
+            seen.append(dict(current))
+            if len(seen) == 1:
+                client.update_container(NAME, config={'user.other': 'x'})
+            return {'limits.cpu': '2'}, {'root': {'type': 'disk'}}
+        m._rewrite(NAME, make)
+        self.assertEqual(2, len(seen))
+        self.assertEqual('x', seen[1]['user.other'])
+        self.assertEqual({'limits.cpu': '2'}, client.records[NAME]['config'])
+        self.assertRaises(exception.LXDObjectNotFound, m._rewrite, 'gone',
+                          make)
+
     def test_resize_then_revert_restores_exactly(self):
         client = _daemon([_record(host='h')])
         original = client.get_container(NAME)

@@ -334,16 +334,14 @@ class GpuGate(object):
 
         Clean: still listed as it was, no compute process in its GPU/compute
         instance, and its memory back to its baseline (plus the tolerance).
-        When ``nvidia-smi -q`` could not be read this time, only the listing
-        is checked.
+        When nvidia-smi's queries or ``nvidia-smi -q`` could not be read this
+        time, only the listing (``nvidia-smi -L``, read by the inventory) is
+        checked, as before per-slice checks existed.
         """
         uuid = unit.get('mig_uuid')
         listed = {m.uuid: m for m in (gpu.mig_devices if gpu else ())}
         if uuid and uuid not in listed:
             return 'MIG device %s is no longer listed' % uuid
-        if not snapshot.available:
-            return 'the GPU cannot be probed (%s)' % (snapshot.error or
-                                                      'nvidia-smi failed')
         mig = listed.get(uuid)
         facts = (snapshot.mig.get(unit.get('pci')) or {}).get(
             mig.index if mig else None)

@@ -180,13 +180,6 @@ class Networking(object):
         return lxd_config.container_name(
             self._conf.lxd.container_name_prefix, instance.uuid)
 
-    # -- pure -------------------------------------------------------------
-
-    def nic_devices(self, instance, network_info):
-        """LXD devices for the instance's ports (pure), keyed by name."""
-        return {device_name(vif): nic_device(vif, 'eth%d' % index)
-                for index, vif in enumerate(network_info or [])}
-
     # -- host side ----------------------------------------------------------
 
     @staticmethod

@@ -73,6 +73,14 @@ class AcceleratorUnavailable(LXDAccelException):
                'host disagree; nova-compute logs the details at startup.')
 
 
+class SharedGpuOtherProject(AcceleratorUnavailable):
+    msg_fmt = ('Shared GPU %(pci)s (resource provider %(provider)s) serves '
+               'instances of project(s) %(projects)s: by default a shared '
+               'GPU serves one project at a time, so nova reschedules this '
+               'instance to another host ([lxd_accelerators] '
+               'shared_gpu_any_project lets projects share a GPU)')
+
+
 class AcceleratorNotBindable(LXDAccelException):
     msg_fmt = ('Cannot bind %(resource_class)s of resource provider '
                '%(provider)s into an LXD container: %(reason)s')

@@ -17,6 +17,8 @@ from API microversion 2.86 the Nova API rejects a bad value, or an unknown
 ``lxd:`` key, with HTTP 400 naming the key and what it accepts.
 """
 
+import re
+
 from nova.api.validation.extra_specs import base
 from nova import exception
 from oslo_utils import strutils
@@ -26,6 +28,14 @@ from nova_lxd_accel import exception as lxd_exception
 #: The kernel's PID_MAX_LIMIT on 64-bit hosts: the pids cgroup refuses a
 #: larger ``pids.max`` (LXD ``limits.processes``), so the boot would fail.
 MAX_PROCESSES = 4 * 1024 * 1024
+
+#: The largest ``lxd:gpu_memory_mb`` accepted: 1 TiB in MiB, far above any
+#: card today; the real bound is the shared GPU's CUSTOM_GPU_MEMORY_MB
+#: inventory in Placement.
+MAX_GPU_MEMORY_MB = 1024 * 1024
+
+#: The Placement resource class that carries a shared GPU's memory.
+GPU_MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
 
 
 class LXDExtraSpecValidator(base.ExtraSpecValidator):
@@ -88,6 +98,26 @@ EXTRA_SPEC_VALIDATORS = [
         value={'type': str, 'enum': ['none', 'nvidia'],
                'description': 'none or nvidia'},
     ),
+    LXDExtraSpecValidator(
+        name='lxd:gpu_memory_mb',
+        description=(
+            'On a shared GPU, the MiB of GPU memory the container may '
+            'allocate (NVIDIA MPS CUDA_MPS_PINNED_DEVICE_MEM_LIMIT). The '
+            'flavor must also request resources:%s with the same number, '
+            'so Placement never over-commits the card.' % GPU_MEMORY_RC),
+        value={'type': int, 'min': 1, 'max': MAX_GPU_MEMORY_MB,
+               'description': 'an integer from 1 to %d (MiB)'
+                              % MAX_GPU_MEMORY_MB},
+    ),
+    LXDExtraSpecValidator(
+        name='lxd:gpu_compute_percent',
+        description=(
+            'On a shared GPU, the percentage of the GPU\'s streaming '
+            'multiprocessors the container may use (NVIDIA MPS '
+            'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).'),
+        value={'type': int, 'min': 1, 'max': 100,
+               'description': 'an integer from 1 to 100 (percent)'},
+    ),
 ]
 
 
@@ -144,3 +174,35 @@ def check_flavor(flavor, policy):
                 feature='%s (%s=%s)' % (gate[1], key, value),
                 how='an operator must set [lxd] %s = true on this host'
                     % gate[2])
+    _check_gpu_memory_request(flavor, specs)
+
+
+def _check_gpu_memory_request(flavor, specs):
+    """A memory quota must equal the flavor's Placement memory request.
+
+    Placement counts a shared GPU's memory only through the
+    ``resources:CUSTOM_GPU_MEMORY_MB`` request; the MPS limit enforces
+    ``lxd:gpu_memory_mb`` inside the card. Only when both are the same
+    number can the quotas of the instances on one card never add up to
+    more than its memory.
+    """
+    quota = specs.get('lxd:gpu_memory_mb')
+    request = None
+    for key, value in specs.items():
+        if re.match(r'^resources\d*:%s$' % GPU_MEMORY_RC, key):
+            request = value
+    if quota is None and request is None:
+        return
+    if quota is None:
+        raise lxd_exception.FlavorExtraSpecInvalid(
+            flavor=flavor.name, key='resources:%s' % GPU_MEMORY_RC,
+            value=request,
+            reason='GPU memory is requested from Placement but not '
+                   'enforced: set lxd:gpu_memory_mb to the same number')
+    if request is None or str(request).strip() != str(int(quota)):
+        raise lxd_exception.FlavorExtraSpecInvalid(
+            flavor=flavor.name, key='lxd:gpu_memory_mb', value=quota,
+            reason='the flavor must request resources:%s=%s too (it '
+                   'requests %s), so Placement cannot over-commit the '
+                   'GPU\'s memory' % (GPU_MEMORY_RC, quota,
+                                      request or 'nothing'))

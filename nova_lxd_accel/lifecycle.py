@@ -265,7 +265,9 @@ class Lifecycle(object):
                                device_for_provider,
                                host_devices=self.host_devices(),
                                instance=instance,
-                               project=self._conf.lxd.project)
+                               project=self._conf.lxd.project,
+                               share=accel_claims.share_request(
+                                   self._conf, instance))
 
     def _delete_quietly(self, guest):
         try:

@@ -57,6 +57,7 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
@@ -527,13 +528,16 @@ class Migration(object):
                                           block_device_info, host)
         with lockutils.lock(lxd_lifecycle.BINDING_LOCK):
             # held by anything on the daemon (see accel.claims)
+            records = self._client.list_all_instances()
+            exclude = (self._conf.lxd.project, guest.name)
             held = binding.held_units(
-                self._client.list_all_instances(),
-                exclude=(self._conf.lxd.project, guest.name),
+                records, exclude=exclude,
                 host_devices=self._accelerators.all_devices())
-            bound = binding.bind(allocations,
-                                 self._accelerators.device_for_provider,
-                                 held)
+            bound = binding.bind(
+                allocations, self._accelerators.device_for_provider, held,
+                share=accel_claims.with_projects(
+                    accel_claims.share_request(self._conf, instance),
+                    records, exclude))
 
             def resize(config, devices):
                 new_config, new_devices = resized(

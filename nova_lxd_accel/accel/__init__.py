@@ -176,14 +176,36 @@ class AcceleratorInventory(object):
         resources = resources or {}
         if mig_text is None or not options.report_mig:
             mig_text = self._mig_text(options)
+        memory = self._gpu_memory() if options.shared_gpus else {}
         inputs = (nodename, options, resources.get('gpu'),
-                  resources.get('network'), mig_text)
+                  resources.get('network'), mig_text,
+                  tuple(sorted(memory.items())))
         if inputs == self._last_inputs:
             return self._last_desired
         gpus, ib_cards = discovery.discover(resources, mig_text, options)
+        gpus = [dataclasses.replace(g, memory_mib=memory.get(g.pci_address))
+                if g.shared_slots else g for g in gpus]
+        for gpu in gpus:
+            if gpu.shared_slots and not gpu.memory_mib:
+                LOG.warning('Shared GPU %s: its memory is unknown (no GPU '
+                            'probe answer yet), so it offers no %s and '
+                            'flavors with lxd:gpu_memory_mb cannot land '
+                            'on it', gpu.pci_address, accel_tree.MEMORY_RC)
         desired = accel_tree.desired_providers(nodename, gpus, ib_cards)
         self._last_inputs, self._last_desired = inputs, desired
         return desired
+
+    def _gpu_memory(self):
+        """PCI address -> memory MiB, from the GPU probe's last snapshot.
+
+        Read from memory: the probe runs outside nova's lock (``gate``).
+        """
+        snapshot = getattr(self.gate, 'last_snapshot', None)
+        if snapshot is None:
+            return {}
+        return {pci: facts.memory_total_mib
+                for pci, facts in snapshot.gpus.items()
+                if facts.memory_total_mib}
 
     def update_provider_tree(self, provider_tree, nodename,
                              allocations=None, resources=None,

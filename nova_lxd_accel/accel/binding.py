@@ -53,6 +53,7 @@ import os_resource_classes as orc
 from nova_lxd_accel.accel import cdi
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception
 
 #: Container config key holding the binding record (JSON list).
@@ -62,13 +63,16 @@ KIND_PGPU = 'pgpu'
 KIND_MIG = 'mig'
 KIND_IB_VF = 'ib_vf'
 KIND_IB_PORT = 'ib_port'
+KIND_SHARE = 'gpu_share'
 
 _NAME_PREFIX = {KIND_PGPU: 'nova-gpu', KIND_MIG: 'nova-mig',
-                KIND_IB_VF: 'nova-ib', KIND_IB_PORT: 'nova-ib'}
+                KIND_IB_VF: 'nova-ib', KIND_IB_PORT: 'nova-ib',
+                KIND_SHARE: 'nova-gpushare'}
 
-#: Resource classes only this driver's child providers offer.
+#: Resource classes only this driver's child providers offer (a shared
+#: GPU's CUSTOM_GPU_MEMORY_MB is counted by Placement, not bound).
 ACCEL_CLASSES = (orc.PGPU, orc.VGPU, accel_tree.RC_INFINIBAND_VF,
-                 accel_tree.RC_INFINIBAND_PORT)
+                 accel_tree.RC_INFINIBAND_PORT, sharing.SHARE_RC)
 MIG_PREFIX = 'CUSTOM_MIG_'
 
 
@@ -108,7 +112,21 @@ class Binding:
     @property
     def devices(self):
         """LXD device name -> device dict, for the container."""
-        return {u.name: dict(u.device) for u in self.units}
+        out = {u.name: dict(u.device) for u in self.units}
+        out.update(self._mps()[0])
+        return out
+
+    def _mps(self):
+        """(devices, config) of the MPS quota of a shared GPU, if any."""
+        for unit in self.units:
+            if unit.kind == KIND_SHARE and unit.detail.get('mps_pipe'):
+                devs, config = sharing.lxd_config(
+                    unit.device_pci, unit.detail.get('gpu_memory_mb'),
+                    unit.detail.get('gpu_compute_percent'),
+                    pipe_template=unit.detail['mps_pipe'])
+                return ({k: v for k, v in devs.items()
+                         if v.get('type') != 'gpu'}, config)
+        return {}, {}
 
     @property
     def config(self):
@@ -124,6 +142,7 @@ class Binding:
         elif any(u.kind == KIND_MIG for u in self.units):
             # LXD refuses to start a MIG device without it.
             config['nvidia.runtime'] = 'true'
+        config.update(self._mps()[1])
         return config
 
     def records(self):
@@ -301,10 +320,15 @@ def record_unit_keys(record, host_devices=()):
     Its binding record and all its devices, those from profiles included
     (``expanded_devices``), whatever made it and whatever its type.
     """
-    keys = {r['unit'] for r in recorded_units(record.get('config'))}
+    units = recorded_units(record.get('config'))
+    keys = {r['unit'] for r in units}
+    # a slot of a shared GPU holds that slot, not the whole GPU
+    slots = {r.get('name') for r in units if r.get('kind') == KIND_SHARE}
     devs = dict(record.get('devices') or {})
     devs.update(record.get('expanded_devices') or {})
-    for device in devs.values():
+    for name, device in devs.items():
+        if name in slots:
+            continue
         keys |= device_unit_keys(device or {}, host_devices)
     return keys
 
@@ -332,11 +356,59 @@ def held_units(records, exclude=None, host_devices=()):
     return held
 
 
+def share_key(pci_address, slot):
+    """The unit key of slot ``slot`` of the shared GPU at ``pci_address``."""
+    return 'share:%s/%d' % (pci_address, slot)
+
+
+def share_projects(records, exclude=None):
+    """Shared GPU PCI address -> the project ids of the instances on it.
+
+    :param exclude: as for :func:`held_units`.
+    """
+    out = {}
+    for record in records or ():
+        name = record.get('name')
+        if exclude is not None and (
+                exclude == name or
+                exclude == (record.get('project'), name)):
+            continue
+        for unit in recorded_units(record.get('config')):
+            if unit.get('kind') == KIND_SHARE and unit.get('pci'):
+                out.setdefault(unit['pci'], set()).add(
+                    unit.get('project_id'))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareRequest:
+    """What a claim on a shared GPU needs besides the allocation.
+
+    :ivar project_id: the instance's project.
+    :ivar any_project: ``[lxd_accelerators] shared_gpu_any_project``.
+    :ivar projects: :func:`share_projects` of the other instances.
+    :ivar memory_mb: ``lxd:gpu_memory_mb`` of the flavor, or None.
+    :ivar compute_percent: ``lxd:gpu_compute_percent``, or None.
+    :ivar mps_pipe: ``[lxd_accelerators] mps_pipe_directory``.
+    """
+
+    project_id: typing.Optional[str] = None
+    any_project: bool = False
+    projects: typing.Dict[str, set] = dataclasses.field(default_factory=dict)
+    memory_mb: typing.Optional[int] = None
+    compute_percent: typing.Optional[int] = None
+    mps_pipe: str = '/run/nvidia-mps-{pci}'
+
+
 def provider_units(device):
     """Resource class -> unit keys a device offers, in binding order."""
     out = {}
     if isinstance(device, devices.Gpu):
-        if device.mig_devices:
+        if device.shared_slots:
+            out[sharing.SHARE_RC] = [
+                share_key(device.pci_address, slot)
+                for slot in range(device.shared_slots)]
+        elif device.mig_devices:
             for mig in sorted(device.mig_devices, key=lambda m: m.index):
                 out.setdefault(mig.resource_class, []).append(
                     mig_unit_key(device, mig))
@@ -408,7 +480,50 @@ def _mig_device(gpu, mig, rc, rp_uuid, nvidia):
     return device, detail
 
 
-def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME):
+def _share_units(gpu, rc, count, rp_uuid, held, share):
+    """Slots of a shared GPU: pinned by PCI address, one project at a time.
+
+    Anything else holding the GPU itself (a foreign container's ``gpu``
+    device matching it) leaves no slot free.
+    """
+    share = share or ShareRequest()
+    others = {p for p in share.projects.get(gpu.pci_address, ()) if p}
+    if not share.any_project and others and others != {share.project_id}:
+        raise exception.SharedGpuOtherProject(
+            pci=gpu.pci_address, provider=rp_uuid,
+            projects=', '.join(sorted(others)))
+    blockers = _holders(held, 'pci:' + gpu.pci_address)
+    candidates = [(share_key(gpu.pci_address, slot), slot)
+                  for slot in range(gpu.shared_slots)]
+    if blockers:
+        held = dict(held)
+        for key, _ in candidates:
+            held.setdefault(key, blockers)
+    out = []
+    for key, slot in _pick(candidates, count, held, rc, rp_uuid, gpu):
+        detail = {'slot': slot, 'project_id': share.project_id}
+        if share.memory_mb is not None or share.compute_percent is not None:
+            detail.update(mps_pipe=share.mps_pipe,
+                          gpu_memory_mb=share.memory_mb,
+                          gpu_compute_percent=share.compute_percent)
+        out.append((KIND_SHARE, key, {'type': 'gpu', 'gputype': 'physical',
+                                      'pci': gpu.pci_address}, detail))
+    return out
+
+
+def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME,
+               share=None):
+    if rc == sharing.SHARE_RC:
+        if not gpu.shared_slots:
+            raise exception.AcceleratorNotBindable(
+                resource_class=rc, provider=rp_uuid,
+                reason='GPU %s is not shared' % gpu.pci_address)
+        return _share_units(gpu, rc, count, rp_uuid, held, share)
+    if gpu.shared_slots:
+        raise exception.AcceleratorNotBindable(
+            resource_class=rc, provider=rp_uuid,
+            reason='GPU %s is shared: it is offered only as %s'
+                   % (gpu.pci_address, sharing.SHARE_RC))
     if rc == orc.PGPU:
         if gpu.mig_devices:
             raise exception.AcceleratorNotBindable(
@@ -461,7 +576,8 @@ def _ib_units(card, rc, count, rp_uuid, held):
     return out
 
 
-def bind(allocations, device_for_provider, held=None, nvidia=None):
+def bind(allocations, device_for_provider, held=None, nvidia=None,
+         share=None):
     """Choose free units for every accelerator resource in ``allocations``.
 
     :param allocations: nova's spawn ``allocations``:
@@ -473,6 +589,7 @@ def bind(allocations, device_for_provider, held=None, nvidia=None):
     :param nvidia: :class:`.cdi.NvidiaBinding`: by CDI id or with
         ``nvidia.runtime``; default: the mode nova-compute chose for its
         daemon at start (:func:`.cdi.host_mode`).
+    :param share: a :class:`ShareRequest` for shared GPU slots.
     :returns: a :class:`Binding`.
     :raises: AcceleratorUnavailable when too few units are free;
         AcceleratorNotBindable when an allocation cannot be honoured.
@@ -491,7 +608,7 @@ def bind(allocations, device_for_provider, held=None, nvidia=None):
         for rc in sorted(wanted):
             if isinstance(device, devices.Gpu):
                 picked = _gpu_units(device, rc, wanted[rc], rp_uuid, held,
-                                    nvidia)
+                                    nvidia, share)
             elif isinstance(device, devices.IbCard):
                 picked = _ib_units(device, rc, wanted[rc], rp_uuid, held)
             else:

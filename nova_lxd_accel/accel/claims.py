@@ -29,6 +29,8 @@ it. The lock covers only these three steps, never the image download or
 import, the container's creation or its start.
 """
 
+import dataclasses
+
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
@@ -41,14 +43,50 @@ LOG = logging.getLogger(__name__)
 CLAIM_LOCK = 'lxd-accel-binding'
 
 
+def share_request(conf, instance):
+    """The :class:`.binding.ShareRequest` of an instance (no projects yet).
+
+    :param conf: ConfigOpts with ``[lxd_accelerators]``.
+    """
+    specs = dict(getattr(getattr(instance, 'flavor', None), 'extra_specs',
+                         None) or {})
+
+    def number(key):
+        value = specs.get(key)
+        return int(value) if value not in (None, '') else None
+
+    group = conf.lxd_accelerators
+    project_id = None
+    if instance is not None and (
+            not hasattr(instance, 'obj_attr_is_set') or
+            instance.obj_attr_is_set('project_id')):
+        project_id = instance.project_id
+    return binding.ShareRequest(
+        project_id=project_id,
+        any_project=group.shared_gpu_any_project,
+        memory_mb=number('lxd:gpu_memory_mb'),
+        compute_percent=number('lxd:gpu_compute_percent'),
+        mps_pipe=group.mps_pipe_directory)
+
+
+def with_projects(share, records, exclude):
+    """``share`` knowing the projects already on each shared GPU."""
+    if share is None:
+        return None
+    return dataclasses.replace(
+        share, projects=binding.share_projects(records, exclude=exclude))
+
+
 def claim(client, name, allocations, device_for_provider,
-          host_devices=(), instance=None, project=None):
+          host_devices=(), instance=None, project=None, share=None):
     """Bind the units of ``allocations`` into the existing container.
 
     :param name: the container (created and stopped).
     :param device_for_provider: callable(rp_uuid) -> device reported there.
     :param host_devices: the host's accelerator devices, to resolve every
         GPU selector foreign instances use.
+    :param share: a :class:`.binding.ShareRequest` (:func:`share_request`)
+        for slots of shared GPUs.
     :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
     :raises: AcceleratorUnavailable, AcceleratorNotBindable,
         ContainerNotFound.
@@ -58,7 +96,9 @@ def claim(client, name, allocations, device_for_provider,
         held = binding.held_units(records, exclude=(project, name),
                                   host_devices=host_devices)
         bound = binding.bind(allocations, device_for_provider or
-                             (lambda rp_uuid: None), held)
+                             (lambda rp_uuid: None), held,
+                             share=with_projects(share, records,
+                                                 (project, name)))
         if bound.units:
             record(client, name, bound, instance)
     binding.log_bound(LOG, bound, instance)

@@ -125,6 +125,11 @@ class Gpu:
     drm_id: typing.Optional[int] = None
     vfs: typing.Tuple[GpuVf, ...] = ()
     mig_devices: typing.Tuple[MigDevice, ...] = ()
+    #: slots when the operator shares the GPU (``[lxd_accelerators]
+    #: shared_gpus``), else 0
+    shared_slots: int = 0
+    #: the card's memory in MiB (from the GPU probe), when known
+    memory_mib: typing.Optional[int] = None
 
     @property
     def kind(self):

@@ -20,6 +20,7 @@ from oslo_log import log as logging
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import lxd_resources
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import sharing
 
 LOG = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ class Options:
     excluded_pci_addresses: typing.FrozenSet[str] = frozenset()
     report_mig: bool = True
     report_infiniband: bool = True
+    #: ``[lxd_accelerators] shared_gpus`` entries
+    shared_gpus: typing.Tuple[str, ...] = ()
 
     @classmethod
     def from_conf(cls, conf):
@@ -44,7 +47,8 @@ class Options:
                 if v and v.strip()),
             excluded_pci_addresses=frozenset(a for a in excluded if a),
             report_mig=group.report_mig,
-            report_infiniband=group.report_infiniband)
+            report_infiniband=group.report_infiniband,
+            shared_gpus=tuple(group.shared_gpus or ()))
 
 
 def attach_mig(gpus, smi_gpus):
@@ -90,6 +94,20 @@ def _without_excluded_vfs(device, excluded):
         vfs=tuple(v for v in device.vfs if v.pci_address not in excluded))
 
 
+def _shared(gpu, options):
+    """The GPU with its slots when the operator shares it.
+
+    A shared GPU is offered whole to several instances, so it is neither
+    split into MIG devices nor offered as its virtual functions.
+    """
+    slots = sharing.shared_slots(options.shared_gpus, gpu.pci_address,
+                                 gpu.model or gpu.product)
+    if not slots:
+        return gpu
+    return dataclasses.replace(gpu, shared_slots=slots, mig_devices=(),
+                               vfs=())
+
+
 def discover(resources, mig_text, options):
     """Devices to report.
 
@@ -102,7 +120,8 @@ def discover(resources, mig_text, options):
     gpus = lxd_resources.parse_gpus(resources)
     if options.report_mig and mig_text:
         gpus = attach_mig(gpus, nvidia_smi.parse_list(mig_text))
-    gpus = [_without_excluded_vfs(g, excluded) for g in gpus
+    gpus = [_shared(_without_excluded_vfs(g, excluded), options)
+            for g in gpus
             if g.vendor_id in options.gpu_vendor_ids
             and g.pci_address not in excluded]
     ib_cards = []

@@ -36,6 +36,10 @@ LOG = logging.getLogger(__name__)
 
 RC_INFINIBAND_VF = 'CUSTOM_INFINIBAND_VF'
 RC_INFINIBAND_PORT = 'CUSTOM_INFINIBAND_PORT'
+#: a shared GPU's slots and memory (see :mod:`.sharing`)
+SHARE_RC = 'CUSTOM_GPU_SHARE'
+MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
+TRAIT_SHARED = 'CUSTOM_GPU_SHARED'
 
 #: Trait names the driver sets itself. On the first update of a process
 #: (when it cannot remember what it set before) a trait of these families
@@ -44,7 +48,7 @@ RC_INFINIBAND_PORT = 'CUSTOM_INFINIBAND_PORT'
 MANAGED_TRAIT_PREFIXES = ('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_PRODUCT_',
                           'CUSTOM_GPU_MODEL_', 'CUSTOM_CUDA_CC_',
                           'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_',
-                          'CUSTOM_GPU_UNHEALTHY')
+                          'CUSTOM_GPU_UNHEALTHY', TRAIT_SHARED)
 
 _CUDA_CC = re.compile(r'^\s*(\d+)\.(\d+)\s*$')
 
@@ -86,6 +90,13 @@ def gpu_totals(gpu):
     only and ``gputype=sriov`` is VM-only, so ``VGPU`` could never be bound
     (see :mod:`nova_lxd_accel.accel.binding`); such a GPU is offered whole.
     """
+    if gpu.shared_slots:
+        # no memory inventory while the card's memory is unknown: then a
+        # flavor with a memory quota finds no room here (never over-commit)
+        totals = {SHARE_RC: gpu.shared_slots}
+        if gpu.memory_mib:
+            totals[MEMORY_RC] = gpu.memory_mib
+        return totals
     if gpu.mig_devices:
         totals = {}
         for mig in gpu.mig_devices:
@@ -112,6 +123,8 @@ def gpu_traits(gpu):
     model = devices.normalise_name(gpu.model) if gpu.model else ''
     if model:
         traits.add('CUSTOM_GPU_MODEL_%s' % model)
+    if gpu.shared_slots:
+        traits.add(TRAIT_SHARED)
     match = _CUDA_CC.match(gpu.architecture or '')
     if match:
         traits.add('CUSTOM_CUDA_CC_%s_%s' % (int(match.group(1)),

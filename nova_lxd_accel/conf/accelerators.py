@@ -266,6 +266,48 @@ Related options:
 
 * ``kernel_log``
 """),
+    cfg.ListOpt('shared_gpus',
+                default=[],
+                help="""
+GPUs shared by several instances, each ``<PCI address>:<slots>`` or
+``<model>:<slots>`` (the model as nvidia-smi names it, other characters
+than letters and digits turned into ``_``), for instance
+``0000:3b:00.0:4,NVIDIA_A10:8``. A shared GPU is reported to Placement as a
+provider of its own with ``CUSTOM_GPU_SHARE`` (total = slots) and
+``CUSTOM_GPU_MEMORY_MB`` (the card's memory), never as a whole GPU, and it
+is not split into MIG devices. An instance gets it pinned by PCI address;
+with ``lxd:gpu_memory_mb`` or ``lxd:gpu_compute_percent`` the instance is
+bound to the GPU's MPS control daemon, which the operator runs.
+
+Related options:
+
+* ``shared_gpu_any_project``
+* ``mps_pipe_directory``
+"""),
+    cfg.BoolOpt('shared_gpu_any_project',
+                default=False,
+                help="""
+Let instances of different projects share one GPU at the same time. By
+default a shared GPU serves the instances of one project at a time: the
+claim refuses an instance of a second project and Nova reschedules it.
+Sharing isolates neither GPU memory contents against a faulty driver nor
+timing side channels, so enable this only where projects trust each other.
+
+Related options:
+
+* ``shared_gpus``
+"""),
+    cfg.StrOpt('mps_pipe_directory',
+               default='/run/nvidia-mps-{pci}',
+               help="""
+Pipe directory of the NVIDIA MPS control daemon of a shared GPU
+(``CUDA_MPS_PIPE_DIRECTORY``); ``{pci}`` is replaced by the GPU's PCI
+address. It is mounted into instances with a GPU memory or compute quota.
+
+Related options:
+
+* ``shared_gpus``
+"""),
 ]
 
 

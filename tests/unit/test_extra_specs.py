@@ -95,3 +95,44 @@ class CheckFlavorTest(testtools.TestCase):
                 _flavor(**{key: 'True'}), STRICT)
             self.assertIn(option, str(error))
             self.assertIn(key, str(error))
+
+
+class SharedGpuSpecsTest(testtools.TestCase):
+    """lxd:gpu_memory_mb and lxd:gpu_compute_percent (issue 16)."""
+
+    def setUp(self):
+        super(SharedGpuSpecsTest, self).setUp()
+        objects.register_all()
+
+    def test_bounds(self):
+        for key, good, bad in (
+                ('lxd:gpu_memory_mb', ('1', '24576'),
+                 ('0', '-5', 'lots', str(extra_specs.MAX_GPU_MEMORY_MB + 1))),
+                ('lxd:gpu_compute_percent', ('1', '50', '100'),
+                 ('0', '101', 'half'))):
+            for value in good:
+                extra_specs.check_flavor(_flavor(**{key: value}) if
+                                         key != 'lxd:gpu_memory_mb' else
+                                         _flavor(**{
+                                             key: value,
+                                             'resources:CUSTOM_GPU_MEMORY_MB':
+                                             value}), STRICT)
+            for value in bad:
+                error = self.assertRaises(
+                    exception.FlavorExtraSpecInvalid,
+                    extra_specs.check_flavor, _flavor(**{key: value}),
+                    STRICT)
+                self.assertIn('%s=%s' % (key, value), str(error))
+
+    def test_quota_must_equal_the_placement_request(self):
+        extra_specs.check_flavor(_flavor(**{
+            'lxd:gpu_memory_mb': '4096',
+            'resources1:CUSTOM_GPU_MEMORY_MB': '4096'}), STRICT)
+        for specs in ({'lxd:gpu_memory_mb': '4096'},
+                      {'lxd:gpu_memory_mb': '4096',
+                       'resources:CUSTOM_GPU_MEMORY_MB': '2048'},
+                      {'resources:CUSTOM_GPU_MEMORY_MB': '4096'}):
+            error = self.assertRaises(
+                exception.FlavorExtraSpecInvalid, extra_specs.check_flavor,
+                _flavor(**specs), STRICT)
+            self.assertIn('CUSTOM_GPU_MEMORY_MB', str(error))

@@ -1,0 +1,262 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Shared GPUs: the option's parser and the device/environment config."""
+
+import json
+
+from nova import objects
+import testtools
+
+from nova_lxd_accel import accel
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims
+from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import sharing
+from nova_lxd_accel import exception
+from tests.unit.accel import test_binding
+from tests.unit.accel import utils
+
+PCI = '0000:3b:00.0'
+
+
+class ParseTest(testtools.TestCase):
+
+    def test_by_pci_and_model(self):
+        by_pci, by_model = sharing.parse_shared_gpus(
+            ['3b:00.0:4', 'NVIDIA A10:8', ''])
+        self.assertEqual({PCI: 4}, by_pci)
+        self.assertEqual({'NVIDIA_A10': 8}, by_model)
+
+    def test_pci_wins_over_model(self):
+        entries = ['0000:3B:00.0:2', 'NVIDIA_A10:8']
+        self.assertEqual(2, sharing.shared_slots(entries, PCI, 'NVIDIA A10'))
+        self.assertEqual(8, sharing.shared_slots(entries, '0000:af:00.0',
+                                                 'NVIDIA A10'))
+        self.assertEqual(0, sharing.shared_slots(entries, '0000:af:00.0',
+                                                 'NVIDIA H100'))
+
+    def test_malformed(self):
+        for bad in ('NVIDIA_A10', 'NVIDIA_A10:0', 'NVIDIA_A10:x', ':4'):
+            self.assertRaises(ValueError, sharing.parse_shared_gpus, [bad])
+
+
+class LxdConfigTest(testtools.TestCase):
+
+    def _gpu(self, devs):
+        gpus = [d for d in devs.values() if d['type'] == 'gpu']
+        self.assertEqual([{'type': 'gpu', 'gputype': 'physical',
+                           'pci': PCI}], gpus)
+
+    def test_no_quota_is_time_slicing(self):
+        devs, config = sharing.lxd_config('3b:00.0')
+        self._gpu(devs)
+        self.assertEqual(1, len(devs))
+        self.assertEqual({}, config)
+
+    def test_each_quota_combination(self):
+        pipe = '/run/nvidia-mps-%s' % PCI
+        for memory, compute, env in (
+                (4096, None,
+                 {'environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '0=4096M'}),
+                (None, 25,
+                 {'environment.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '25'}),
+                (4096, 25,
+                 {'environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '0=4096M',
+                  'environment.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '25'})):
+            devs, config = sharing.lxd_config(PCI, memory, compute)
+            self._gpu(devs)
+            self.assertEqual({'type': 'disk', 'source': pipe, 'path': pipe},
+                             devs['mps-pipe'])
+            env['environment.CUDA_MPS_PIPE_DIRECTORY'] = pipe
+            self.assertEqual(env, config)
+
+    def test_pipe_template(self):
+        devs, config = sharing.lxd_config(PCI, 1024, None,
+                                          pipe_template='/srv/mps/{pci}')
+        self.assertEqual('/srv/mps/%s' % PCI,
+                         config['environment.CUDA_MPS_PIPE_DIRECTORY'])
+
+
+A100_SHARED = '0000:07:00.0'
+A100_WHOLE = '0000:85:00.0'
+SHARED_RP = 'cmp1_gpu_0000_07_00_0'
+WHOLE_RP = 'cmp1_gpu_0000_85_00_0'
+H100_RP = 'cmp1_gpu_0000_00_09_0'
+
+
+class _Gate(object):
+    """What the inventory reads of the GPU probe: its last snapshot."""
+
+    def __init__(self, memory):
+        self.last_snapshot = gpu_probe.Snapshot(
+            taken_at=0.0, available=True,
+            gpus={pci: gpu_probe.GpuFacts(pci_address=pci,
+                                          memory_total_mib=mib)
+                  for pci, mib in memory.items()}, apps={})
+
+    @staticmethod
+    def apply(desired):
+        return desired
+
+
+class SharedInventoryTest(testtools.TestCase):
+    """Shared and whole GPUs mixed on one recorded host."""
+
+    def report(self, entries, memory=None):
+        resources = test_binding._host()
+        conf = utils.make_conf(shared_gpus=entries)
+        inventory = accel.AcceleratorInventory(
+            lambda: resources,
+            lambda: utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
+            conf, provider_allocations=lambda rp: {})
+        if memory is not None:
+            inventory.gate = _Gate(memory)
+        tree = utils.new_tree(utils.NODE)
+        inventory.update_provider_tree(tree, utils.NODE, {})
+        return inventory, tree
+
+    def test_shared_gpu_is_share_and_memory_never_pgpu(self):
+        _, tree = self.report(['%s:4' % A100_SHARED],
+                              memory={A100_SHARED: 81920})
+        shared = tree.data(SHARED_RP)
+        self.assertEqual({'CUSTOM_GPU_SHARE': 4,
+                          'CUSTOM_GPU_MEMORY_MB': 81920},
+                         {rc: r['total']
+                          for rc, r in shared.inventory.items()})
+        self.assertIn('CUSTOM_GPU_SHARED', shared.traits)
+        # the other A100 stays whole, the H100 stays split into MIG devices
+        self.assertEqual({'PGPU': 1},
+                         {rc: r['total'] for rc, r in
+                          tree.data(WHOLE_RP).inventory.items()})
+        self.assertNotIn('CUSTOM_GPU_SHARED', tree.data(WHOLE_RP).traits)
+        self.assertNotIn('PGPU', tree.data(H100_RP).inventory)
+
+    def test_shared_by_model_and_mig_gpu_offered_whole(self):
+        _, tree = self.report(['NVIDIA_H100_80GB_HBM3:7'], memory={})
+        h100 = tree.data(H100_RP)
+        # shared: not split into MIG devices; memory unknown: not offered
+        self.assertEqual({'CUSTOM_GPU_SHARE': 7},
+                         {rc: r['total'] for rc, r in
+                          h100.inventory.items()})
+
+    def test_bad_entry_is_refused(self):
+        self.assertRaises(ValueError, self.report, ['NVIDIA_A10'])
+
+
+class SharedBindingTest(test_binding.BindingTestBase):
+
+    resources = staticmethod(test_binding._host)
+    mig_text = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+
+    def setUp(self):
+        super().setUp()
+        conf = utils.make_conf(shared_gpus=['%s:2' % A100_SHARED])
+        self.inventory, self.tree = utils.report(
+            test_binding._host(), self.mig_text, conf=conf)
+
+    def share(self, project='p1', **kw):
+        return binding.ShareRequest(project_id=project, **kw)
+
+    def bind_share(self, share, held=None, records=()):
+        share = claims.with_projects(share, list(records), None)
+        return binding.bind(self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
+                            self.inventory.device_for_provider, held,
+                            share=share)
+
+    def container(self, bound, name, project='default'):
+        return {'name': name, 'project': project,
+                'config': bound.config, 'devices': bound.devices}
+
+    def test_slot_pinned_by_pci_time_slicing(self):
+        bound = self.bind_share(self.share())
+        self.assertEqual({'nova-gpushare0': {
+            'type': 'gpu', 'gputype': 'physical', 'pci': A100_SHARED}},
+            bound.devices)
+        record = json.loads(bound.config[binding.DEVICES_KEY])[0]
+        self.assertEqual(('gpu_share', 'share:%s/0' % A100_SHARED, 'p1'),
+                         (record['kind'], record['unit'],
+                          record['project_id']))
+        self.assertNotIn('environment.CUDA_MPS_PIPE_DIRECTORY', bound.config)
+
+    def test_mps_quota_in_devices_and_environment(self):
+        bound = self.bind_share(self.share(memory_mb=4096,
+                                           compute_percent=25))
+        pipe = '/run/nvidia-mps-%s' % A100_SHARED
+        self.assertEqual({'type': 'disk', 'source': pipe, 'path': pipe},
+                         bound.devices['mps-pipe'])
+        self.assertEqual(
+            ('0=4096M', '25', pipe),
+            (bound.config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'],
+             bound.config['environment.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'],
+             bound.config['environment.CUDA_MPS_PIPE_DIRECTORY']))
+
+    def test_slots_then_unavailable_then_freed(self):
+        first = self.container(self.bind_share(self.share()), 'a')
+        held = binding.held_units([first])
+        # the first sharer's own gpu device does not take the whole GPU
+        self.assertNotIn('pci:' + A100_SHARED, held)
+        second = self.container(
+            self.bind_share(self.share(), held, [first]), 'b')
+        self.assertEqual('share:%s/1' % A100_SHARED, json.loads(
+            second['config'][binding.DEVICES_KEY])[0]['unit'])
+        held = binding.held_units([first, second])
+        self.assertRaises(exception.AcceleratorUnavailable,
+                          self.bind_share, self.share(), held,
+                          [first, second])
+        # slot 0 freed: the next claim gets it
+        held = binding.held_units([second])
+        third = self.bind_share(self.share(), held, [second])
+        self.assertEqual('share:%s/0' % A100_SHARED,
+                         third.records()[0]['unit'])
+
+    def test_one_project_at_a_time_unless_allowed(self):
+        first = self.container(self.bind_share(self.share('p1')), 'a')
+        held = binding.held_units([first])
+        exc = self.assertRaises(exception.SharedGpuOtherProject,
+                                self.bind_share, self.share('p2'), held,
+                                [first])
+        self.assertIn('p1', str(exc))
+        # a reschedulable failure, as any unit that is not free here
+        self.assertIsInstance(exc, exception.AcceleratorUnavailable)
+        bound = self.bind_share(self.share('p2', any_project=True), held,
+                                [first])
+        self.assertEqual(1, bound.records()[0]['slot'])
+
+    def test_foreign_holder_of_the_gpu_leaves_no_slot(self):
+        foreign = {'name': 'by-hand', 'project': 'other', 'config': {},
+                   'devices': {'g': {'type': 'gpu', 'pci': A100_SHARED}}}
+        held = binding.held_units([foreign])
+        exc = self.assertRaises(exception.AcceleratorUnavailable,
+                                self.bind_share, self.share(), held)
+        self.assertIn('other/by-hand', str(exc))
+
+    def test_shared_gpu_is_never_bound_whole(self):
+        self.assertRaises(exception.AcceleratorNotBindable, binding.bind,
+                          self.alloc((SHARED_RP, 'PGPU', 1)),
+                          self.inventory.device_for_provider)
+
+
+class ShareRequestTest(testtools.TestCase):
+
+    def test_from_flavor_and_options(self):
+        objects.register_all()
+        flavor = objects.Flavor(name='g', extra_specs={
+            'lxd:gpu_memory_mb': '2048', 'lxd:gpu_compute_percent': '50'})
+        instance = objects.Instance(flavor=flavor, project_id='p9')
+        conf = utils.make_conf(shared_gpu_any_project=True,
+                               mps_pipe_directory='/srv/mps/{pci}')
+        self.assertEqual(
+            binding.ShareRequest(project_id='p9', any_project=True,
+                                 memory_mb=2048, compute_percent=50,
+                                 mps_pipe='/srv/mps/{pci}'),
+            claims.share_request(conf, instance))

@@ -1,0 +1,191 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Shared GPUs through nova's own cloud and real Placement.
+
+The host is the recorded mixed host of :mod:`test_accel_binding` with its
+first A100 (``0000:07:00.0``) shared in 2 slots. ``nvidia-smi`` is a
+script printing recorded-format answers (the card's 81920 MiB come from
+its ``--query-gpu``). GPU devices are recorded and stripped by the LXD
+proxy; everything else, the MPS pipe mount and the MPS environment
+included, reaches the real daemon, which starts the containers.
+"""
+
+import json
+import os
+import stat
+import time
+
+import fixtures
+import nova.conf
+from nova.tests.functional.api import client as api_client
+
+from nova_lxd_accel import conf as lxd_conf
+
+from nova_lxd_accel.accel import binding
+from tests.functional import test_accel_binding as accel_ft
+from tests.functional import test_claims
+from tests.unit.accel import test_gpu_probe
+from tests.unit.accel import utils
+
+SHARED_PCI = '0000:07:00.0'
+SHARED_RP = accel_ft.HOST + '_gpu_0000_07_00_0'
+SHARE_RC = 'CUSTOM_GPU_SHARE'
+MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
+CARD_MIB = 81920
+
+
+class SharedGpuTest(test_claims.ClaimTestBase):
+
+    host_resources = staticmethod(accel_ft.mixed_host)
+    mig_text = accel_ft.H100_MIG_L
+
+    def setUp(self):
+        lxd_conf.register_opts(nova.conf.CONF)
+        self.mps_root = self.useFixture(fixtures.TempDir()).path
+        os.makedirs(os.path.join(self.mps_root, 'mps-' + SHARED_PCI))
+        self.flags(shared_gpus=['%s:2' % SHARED_PCI],
+                   mps_pipe_directory=os.path.join(self.mps_root,
+                                                   'mps-{pci}'),
+                   group='lxd_accelerators')
+        super().setUp()
+        self.flags(max_attempts=1, group='scheduler')
+
+    def _fake_nvidia_smi(self, text):
+        directory = os.path.dirname(self.proxy.socket_path)
+        listing = os.path.join(directory, 'nvidia-smi-L.txt')
+        with open(listing, 'w') as f:
+            f.write(text)
+        query = os.path.join(directory, 'query-gpu.csv')
+        header = ', '.join(
+            '%s [MiB]' % f if f.startswith('memory.') else f
+            for f in ('index', 'pci.bus_id', 'uuid', 'name', 'memory.total',
+                      'memory.used', 'utilization.gpu',
+                      'ecc.errors.uncorrected.volatile.total',
+                      'retired_pages.pending', 'mig.mode.current',
+                      'remapped_rows.pending', 'remapped_rows.failure'))
+        with open(query, 'w') as f:
+            f.write(header + '\n')
+            f.write('0, 00000000:07:00.0, GPU-0, NVIDIA A100-SXM4-80GB, '
+                    '%d MiB, 0 MiB, 0 %%, 0, No, Disabled, No, No\n'
+                    % CARD_MIB)
+        path = test_gpu_probe.fake_smi(directory, {
+            '--query-gpu': query,
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-idle-compute-apps.csv'),
+            '-L': listing})
+        os.chmod(path, stat.S_IRWXU)
+        return path
+
+    def share_flavor(self, memory_mb=None, disk=0):
+        specs = {'resources:%s' % SHARE_RC: '1'}
+        if memory_mb:
+            specs['resources:%s' % MEMORY_RC] = str(memory_mb)
+            specs['lxd:gpu_memory_mb'] = str(memory_mb)
+        return self._create_flavor(memory_mb=128, vcpu=1, disk=disk,
+                                   ephemeral=0, extra_spec=specs)
+
+    def units(self, server):
+        return [(u['kind'], u['unit'], u.get('project_id'))
+                for u in json.loads(self.container_of(server)['config'][
+                    binding.DEVICES_KEY])]
+
+    def test_inventory(self):
+        inventory = self._get_provider_inventory(self.rp(SHARED_RP))
+        self.assertEqual({SHARE_RC: 2, MEMORY_RC: CARD_MIB},
+                         {rc: r['total'] for rc, r in inventory.items()})
+
+    def test_two_slots_three_boots(self):
+        self.race_first_claim()
+        flavor = self.share_flavor()
+        final = [self.wait_built(self.post(flavor)) for _ in range(3)]
+        statuses = sorted(s['status'] for s in final)
+        self.assertEqual(['ACTIVE', 'ACTIVE', 'ERROR'], statuses)
+        failed = [s for s in final if s['status'] == 'ERROR'][0]
+        self.assertIn('No valid host', failed['fault']['message'])
+        active = [s for s in final if s['status'] == 'ACTIVE']
+        slots = sorted(self.units(s)[0][1] for s in active)
+        self.assertEqual(['share:%s/0' % SHARED_PCI,
+                          'share:%s/1' % SHARED_PCI], slots)
+        for server in active:
+            self.assertEqual(
+                [{'type': 'gpu', 'gputype': 'physical', 'pci': SHARED_PCI}],
+                list(self.accel_devices(server).values()))
+        self.assertEqual({SHARE_RC: 2, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        for server in active:
+            self._delete_server(server)
+        self._delete_server(failed)
+        self.assertEqual({SHARE_RC: 0, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        self.assertEqual([], self.container_names())
+        self.assertEqual({}, self.proxy.all_fake_devices(self.lxd.name))
+
+    def test_memory_quota_never_over_committed(self):
+        flavor = self.share_flavor(memory_mb=49152)
+        first = self.wait_built(self.post(flavor))
+        self.assertEqual('ACTIVE', first['status'], first.get('fault'))
+        config = self.container_of(first)['config']
+        pipe = os.path.join(self.mps_root, 'mps-' + SHARED_PCI)
+        self.assertEqual(
+            ('0=49152M', pipe),
+            (config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'],
+             config['environment.CUDA_MPS_PIPE_DIRECTORY']))
+        # the pipe directory is a real mount the daemon accepted
+        self.assertEqual({'type': 'disk', 'source': pipe, 'path': pipe},
+                         self.container_of(first)['devices']['mps-pipe'])
+        # a slot is free, the memory is not: Placement refuses
+        second = self.wait_built(self.post(flavor))
+        self.assertEqual('ERROR', second['status'])
+        self.assertIn('No valid host', second['fault']['message'])
+        self.assertEqual({SHARE_RC: 1, MEMORY_RC: 49152},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+
+    def test_one_project_at_a_time(self):
+        # a disk: only admins may boot zero-disk flavors from an image
+        flavor = self.share_flavor(disk=1)
+        first = self.wait_built(self.post(flavor))
+        self.assertEqual('ACTIVE', first['status'], first.get('fault'))
+        other = api_client.TestOpenStackClient(
+            'fake', self.api.base_url, project_id='other-project',
+            roles=['reader', 'member'])
+        other.microversion = self.api.microversion
+        server = other.post_server({'server': self._build_server(
+            image_uuid=self.image_id, flavor_id=flavor, networks='none')})
+        for _ in range(600):
+            server = other.get_server(server['id'])
+            if server['status'] in ('ACTIVE', 'ERROR'):
+                break
+            time.sleep(0.1)
+        # one host only: the reschedule finds no other
+        self.assertEqual('ERROR', server['status'], server)
+        # the fault says why, not just "no more hosts"
+        self.assertIn('serves instances of project(s) %s'
+                      % self.api.project_id, server['fault']['message'])
+        self.assertEqual({SHARE_RC: 1, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        self.assertEqual(1, len(self.container_names()))
+        self.flags(shared_gpu_any_project=True, group='lxd_accelerators')
+        again = other.post_server({'server': self._build_server(
+            image_uuid=self.image_id, flavor_id=flavor, networks='none')})
+        again = self.wait_built_by(other, again)
+        self.assertEqual('ACTIVE', again['status'], again.get('fault'))
+        self.assertEqual(('gpu_share', 'share:%s/1' % SHARED_PCI,
+                          'other-project'), self.units(again)[0])
+
+    def wait_built_by(self, api, server):
+        for _ in range(600):
+            server = api.get_server(server['id'])
+            if server['status'] in ('ACTIVE', 'ERROR'):
+                return server
+            time.sleep(0.1)
+        self.fail('server %s stuck' % server['id'])

@@ -123,7 +123,9 @@ class Binding:
                 devs, config = sharing.lxd_config(
                     unit.device_pci, unit.detail.get('gpu_memory_mb'),
                     unit.detail.get('gpu_compute_percent'),
-                    pipe_template=unit.detail['mps_pipe'])
+                    pipe_template=unit.detail['mps_pipe'],
+                    shm_template=unit.detail.get(
+                        'mps_shm', '/run/nvidia-mps-{pci}-shm'))
                 return ({k: v for k, v in devs.items()
                          if v.get('type') != 'gpu'}, config)
         return {}, {}
@@ -390,6 +392,7 @@ class ShareRequest:
     :ivar memory_mb: ``lxd:gpu_memory_mb`` of the flavor, or None.
     :ivar compute_percent: ``lxd:gpu_compute_percent``, or None.
     :ivar mps_pipe: ``[lxd_accelerators] mps_pipe_directory``.
+    :ivar mps_shm: ``[lxd_accelerators] mps_shm_directory``.
     """
 
     project_id: typing.Optional[str] = None
@@ -398,6 +401,7 @@ class ShareRequest:
     memory_mb: typing.Optional[int] = None
     compute_percent: typing.Optional[int] = None
     mps_pipe: str = '/run/nvidia-mps-{pci}'
+    mps_shm: str = '/run/nvidia-mps-{pci}-shm'
 
 
 def provider_units(device):
@@ -503,7 +507,7 @@ def _share_units(gpu, rc, count, rp_uuid, held, share):
     for key, slot in _pick(candidates, count, held, rc, rp_uuid, gpu):
         detail = {'slot': slot, 'project_id': share.project_id}
         if share.memory_mb is not None or share.compute_percent is not None:
-            detail.update(mps_pipe=share.mps_pipe,
+            detail.update(mps_pipe=share.mps_pipe, mps_shm=share.mps_shm,
                           gpu_memory_mb=share.memory_mb,
                           gpu_compute_percent=share.compute_percent)
         out.append((KIND_SHARE, key, {'type': 'gpu', 'gputype': 'physical',

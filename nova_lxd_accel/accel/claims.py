@@ -66,7 +66,8 @@ def share_request(conf, instance):
         any_project=group.shared_gpu_any_project,
         memory_mb=number('lxd:gpu_memory_mb'),
         compute_percent=number('lxd:gpu_compute_percent'),
-        mps_pipe=group.mps_pipe_directory)
+        mps_pipe=group.mps_pipe_directory,
+        mps_shm=group.mps_shm_directory)
 
 
 def with_projects(share, records, exclude):

@@ -68,13 +68,16 @@ def pipe_directory(template, pci_address):
 
 
 def lxd_config(pci_address, memory_mb=None, compute_percent=None,
-               pipe_template='/run/nvidia-mps-{pci}'):
+               pipe_template='/run/nvidia-mps-{pci}',
+               shm_template='/run/nvidia-mps-{pci}-shm'):
     """(devices, config) to add to the container for one shared GPU.
 
     The GPU is pinned by PCI address, never all GPUs. Without a quota the
     instance time-slices the GPU with the others; with one, the MPS pipe
-    directory is mounted and the MPS client limits set (device ordinal 0:
-    the container sees only this GPU).
+    directory is mounted, the MPS daemon's shared memory directory is
+    mounted as the container's ``/dev/shm`` (MPS clients and server share
+    memory there, so a private ``/dev/shm`` breaks them) and the MPS client
+    limits set (device ordinal 0: the container sees only this GPU).
     """
     pci = devices.normalise_pci_address(pci_address)
     devs = {'gpu-share-%s' % devices.pci_slug(pci): {
@@ -84,6 +87,8 @@ def lxd_config(pci_address, memory_mb=None, compute_percent=None,
         return devs, config
     pipe = pipe_directory(pipe_template, pci)
     devs['mps-pipe'] = {'type': 'disk', 'source': pipe, 'path': pipe}
+    devs['mps-shm'] = {'type': 'disk', 'path': '/dev/shm',
+                       'source': pipe_directory(shm_template, pci)}
     config['environment.CUDA_MPS_PIPE_DIRECTORY'] = pipe
     if memory_mb is not None:
         config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'] = (

@@ -306,7 +306,22 @@ address. It is mounted into instances with a GPU memory or compute quota.
 
 Related options:
 
-* ``shared_gpus``
+* ``shared_gpus``, ``mps_shm_directory``
+"""),
+    cfg.StrOpt('mps_shm_directory',
+               default='/run/nvidia-mps-{pci}-shm',
+               help="""
+The shared memory directory of the NVIDIA MPS control daemon of a shared
+GPU: the daemon's ``/dev/shm`` (start it in its own mount namespace with
+this directory bound on ``/dev/shm``). MPS clients and server exchange
+memory there, so it is mounted as ``/dev/shm`` into instances with a GPU
+memory or compute quota. Never the host's own ``/dev/shm``: instances would
+see the shared memory of every host process. ``{pci}`` is replaced by the
+GPU's PCI address.
+
+Related options:
+
+* ``mps_pipe_directory``
 """),
 ]
 

@@ -53,9 +53,12 @@ class SharedGpuTest(test_claims.ClaimTestBase):
         lxd_conf.register_opts(nova.conf.CONF)
         self.mps_root = self.useFixture(fixtures.TempDir()).path
         os.makedirs(os.path.join(self.mps_root, 'mps-' + SHARED_PCI))
+        os.makedirs(os.path.join(self.mps_root, 'shm-' + SHARED_PCI))
         self.flags(shared_gpus=['%s:2' % SHARED_PCI],
                    mps_pipe_directory=os.path.join(self.mps_root,
                                                    'mps-{pci}'),
+                   mps_shm_directory=os.path.join(self.mps_root,
+                                                  'shm-{pci}'),
                    group='lxd_accelerators')
         super().setUp()
         self.flags(max_attempts=1, group='scheduler')
@@ -141,8 +144,12 @@ class SharedGpuTest(test_claims.ClaimTestBase):
             (config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'],
              config['environment.CUDA_MPS_PIPE_DIRECTORY']))
         # the pipe directory is a real mount the daemon accepted
+        devices = self.container_of(first)['devices']
         self.assertEqual({'type': 'disk', 'source': pipe, 'path': pipe},
-                         self.container_of(first)['devices']['mps-pipe'])
+                         devices['mps-pipe'])
+        self.assertEqual({'type': 'disk', 'path': '/dev/shm', 'source':
+                          os.path.join(self.mps_root, 'shm-' + SHARED_PCI)},
+                         devices['mps-shm'])
         # a slot is free, the memory is not: Placement refuses
         second = self.wait_built(self.post(flavor))
         self.assertEqual('ERROR', second['status'])

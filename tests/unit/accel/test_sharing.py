@@ -77,6 +77,8 @@ class LxdConfigTest(testtools.TestCase):
             self._gpu(devs)
             self.assertEqual({'type': 'disk', 'source': pipe, 'path': pipe},
                              devs['mps-pipe'])
+            self.assertEqual({'type': 'disk', 'path': '/dev/shm',
+                              'source': pipe + '-shm'}, devs['mps-shm'])
             env['environment.CUDA_MPS_PIPE_DIRECTORY'] = pipe
             self.assertEqual(env, config)
 
@@ -194,6 +196,7 @@ class SharedBindingTest(test_binding.BindingTestBase):
         pipe = '/run/nvidia-mps-%s' % A100_SHARED
         self.assertEqual({'type': 'disk', 'source': pipe, 'path': pipe},
                          bound.devices['mps-pipe'])
+        self.assertEqual('/dev/shm', bound.devices['mps-shm']['path'])
         self.assertEqual(
             ('0=4096M', '25', pipe),
             (bound.config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'],
@@ -254,9 +257,11 @@ class ShareRequestTest(testtools.TestCase):
             'lxd:gpu_memory_mb': '2048', 'lxd:gpu_compute_percent': '50'})
         instance = objects.Instance(flavor=flavor, project_id='p9')
         conf = utils.make_conf(shared_gpu_any_project=True,
-                               mps_pipe_directory='/srv/mps/{pci}')
+                               mps_pipe_directory='/srv/mps/{pci}',
+                               mps_shm_directory='/srv/mps/{pci}/shm')
         self.assertEqual(
             binding.ShareRequest(project_id='p9', any_project=True,
                                  memory_mb=2048, compute_percent=50,
-                                 mps_pipe='/srv/mps/{pci}'),
+                                 mps_pipe='/srv/mps/{pci}',
+                                 mps_shm='/srv/mps/{pci}/shm'),
             claims.share_request(conf, instance))

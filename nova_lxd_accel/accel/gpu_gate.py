@@ -32,8 +32,10 @@ file (:mod:`.gpu_state`):
   slice still listed by ``nvidia-smi -L`` as it was, no compute process in
   its GPU/compute instance and its memory back to its own baseline (both
   from ``nvidia-smi -q``, since ``--query-compute-apps`` does not tell the
-  slices of one GPU apart). A GPU of another vendor cannot be probed and is
-  clean at once;
+  slices of one GPU apart); for a slot of a shared GPU, nothing while
+  another slot is still bound (the sharers' processes cannot be told apart),
+  and the whole-GPU check when the last slot is released. A GPU of another
+  vendor cannot be probed and is clean at once;
 * **usage**: per instance and unit, the seconds allocated and the seconds
   the GPU had a compute process or non-zero utilisation;
 * **idle**: a unit of a running instance whose GPU showed no compute use
@@ -78,7 +80,8 @@ _INSTANCE_KEY = 'user.nova_lxd_accel.instance_uuid'
 
 def _unit_gpu(record):
     """The GPU PCI address of a binding record, or None (InfiniBand)."""
-    if record.get('kind') in (binding.KIND_PGPU, binding.KIND_MIG):
+    if record.get('kind') in (binding.KIND_PGPU, binding.KIND_MIG,
+                              binding.KIND_SHARE):
         return devices.normalise_pci_address(record.get('pci'))
     return None
 
@@ -302,7 +305,7 @@ class GpuGate(object):
                           'instance': before.get('instance')})
         state['bound'] = bound
 
-    def _clean(self, unit, snapshot, known, state):
+    def _clean(self, unit, snapshot, known, state, current=None):
         """None when clean, else what still holds the unit."""
         pci = unit.get('pci')
         gpu = known.get(pci)
@@ -310,6 +313,12 @@ class GpuGate(object):
             return None
         if unit.get('kind') == binding.KIND_MIG:
             return self._mig_clean(unit, gpu, snapshot, state)
+        if unit.get('kind') == binding.KIND_SHARE and any(
+                u.get('pci') == pci for u in (current or {}).values()):
+            # the card is still shared: its processes cannot be told apart
+            # per slot, so a slot is free at once; the card is verified
+            # when its last slot is released
+            return None
         if not snapshot.available:
             return 'the GPU cannot be probed (%s)' % (snapshot.error or
                                                       'nvidia-smi failed')
@@ -367,7 +376,7 @@ class GpuGate(object):
                 # bound again (by a migration's revert, for example)
                 del state['dirty'][key]
                 continue
-            holding = self._clean(unit, snapshot, known, state)
+            holding = self._clean(unit, snapshot, known, state, current)
             if holding is None:
                 del state['dirty'][key]
                 gpu_state.add_event(state, 'clean', unit.get('pci'),

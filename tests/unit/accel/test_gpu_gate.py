@@ -359,6 +359,56 @@ class TestMigRelease(GateTestCase):
         self.assertEqual({}, self.gate.store.load()['dirty'])
 
 
+def share_container(slot, instance, pci=H100):
+    unit = binding.Unit(
+        name='nova-gpushare0', kind=binding.KIND_SHARE,
+        resource_class='CUSTOM_GPU_SHARE', provider='rp-share',
+        device_pci=pci, key=binding.share_key(pci, slot),
+        device={'type': 'gpu', 'gputype': 'physical', 'pci': pci},
+        detail={'slot': slot, 'project_id': 'proj-a'})
+    config = dict(binding.Binding(units=(unit,)).config)
+    config['user.nova_lxd_accel.instance_uuid'] = instance
+    return {'name': 'nova-' + instance, 'status': 'Running',
+            'config': config}
+
+
+class TestSharedRelease(GateTestCase):
+    """A shared GPU is verified when its last slot is released."""
+
+    OTHER = 'f0d1c2b3-0000-4000-8000-000000000002'
+
+    def dirty(self):
+        return self.gate.store.load()['dirty']
+
+    def test_slot_free_while_shared_card_verified_when_empty(self):
+        self.gate.refresh()             # baseline while free
+        self.containers = [share_container(0, INSTANCE),
+                           share_container(1, self.OTHER)]
+        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
+                  'nvsmi-h100-80gb-load-compute-apps.csv')
+        self.now += 60
+        self.gate.refresh()
+        state = self.gate.store.load()
+        self.assertEqual(2, len(state['bound']))
+        self.assertIn(INSTANCE, state['usage'])
+        # one sharer leaves, the other still computes: its slot is free
+        self.containers = [share_container(1, self.OTHER)]
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual({}, self.dirty())
+        # the last one leaves with its processes still there: held back
+        self.containers = []
+        self.now += 60
+        self.gate.refresh()
+        self.assertIn('gpu_burn', self.dirty()[
+            binding.share_key(H100, 1)]['holding'])
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual({}, self.dirty())
+
+
 class TestUsageIdleMetrics(GateTestCase):
 
     def test_usage_and_idle(self):

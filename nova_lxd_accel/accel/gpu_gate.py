@@ -100,7 +100,8 @@ def bound_units(containers, projects=None):
             out[unit['unit']] = {
                 'instance': instance,
                 'container': record.get('name'),
-                'project': projects.get(instance),
+                # a shared GPU's slot records its project too
+                'project': projects.get(instance) or unit.get('project_id'),
                 'pci': pci,
                 'kind': unit.get('kind'),
                 'resource_class': unit.get('resource_class'),

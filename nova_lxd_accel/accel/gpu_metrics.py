@@ -19,6 +19,8 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
     reserved-dirty, held, unhealthy, idle.
 ``nova_lxd_accel_gpu_dirty_units{pci}``
     released units of the GPU not yet verified clean.
+``nova_lxd_accel_gpu_shared_slots_used{pci, project}``
+    for a shared GPU, the slots its instances of each project hold.
 ``nova_lxd_accel_gpu_allocated_seconds_total{instance, project, pci, unit}``
 ``nova_lxd_accel_gpu_busy_seconds_total{instance, project, pci, unit}``
     seconds a unit was bound to the instance / had compute use, as observed
@@ -37,6 +39,8 @@ import os
 import tempfile
 
 from nova_lxd_accel.accel import gpu_gate
+
+SHARE_RC = 'CUSTOM_GPU_SHARE'
 
 PREFIX = 'nova_lxd_accel_gpu_'
 
@@ -85,6 +89,16 @@ def render(state, pcis, conf, now):
     family('dirty_units', 'gauge',
            'Released units not yet verified clean.',
            [({'pci': pci}, dirty.get(pci, 0)) for pci in pcis])
+    slots = {}
+    for unit in state.get('bound', {}).values():
+        if unit.get('resource_class') == SHARE_RC:
+            key = (unit.get('pci'), unit.get('project'))
+            slots[key] = slots.get(key, 0) + 1
+    family('shared_slots_used', 'gauge',
+           'Slots of a shared GPU held by the instances of a project.',
+           [({'pci': pci, 'project': project}, n)
+            for (pci, project), n in sorted(
+                slots.items(), key=lambda i: (i[0][0], i[0][1] or ''))])
     allocated, busy = [], []
     for instance, usage in sorted(state.get('usage', {}).items()):
         for key, rec in sorted(usage.get('units', {}).items()):

@@ -391,6 +391,9 @@ class TestSharedRelease(GateTestCase):
         state = self.gate.store.load()
         self.assertEqual(2, len(state['bound']))
         self.assertIn(INSTANCE, state['usage'])
+        text = gpu_metrics.render(state, [H100], self.conf, self.now)
+        self.assertIn('nova_lxd_accel_gpu_shared_slots_used{pci="%s",'
+                      'project="proj-a"} 2' % H100, text)
         # one sharer leaves, the other still computes: its slot is free
         self.containers = [share_container(1, self.OTHER)]
         self.now += 60
@@ -402,6 +405,10 @@ class TestSharedRelease(GateTestCase):
         self.gate.refresh()
         self.assertIn('gpu_burn', self.dirty()[
             binding.share_key(H100, 1)]['holding'])
+        text = gpu_metrics.render(self.gate.store.load(), [H100],
+                                  self.conf, self.now)
+        self.assertIn('nova_lxd_accel_gpu_dirty_units{pci="%s"} 1' % H100,
+                      text)
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
         self.now += 60

@@ -25,8 +25,10 @@ only at start. Every one must be accepted.
 
 import copy
 import json
+import os
 import uuid
 
+import fixtures
 from pylxd import exceptions as lxd_exceptions
 import testtools
 
@@ -181,6 +183,37 @@ class DeviceValidationTest(testtools.TestCase):
                 # nvidia.runtime needs the NVIDIA container tools on the
                 # host; their absence is the only refusal allowed
                 self.assertIn('NVIDIA container tools', str(exc), text)
+
+    def test_shared_gpu_binding_is_accepted(self):
+        # a shared A100 slot with an MPS quota: the gpu device, the MPS
+        # pipe and shared memory mounts and the MPS environment
+        conf = utils.make_conf(shared_gpus=['0000:07:00.0:4'])
+        resources = {'gpu': utils.load_json(
+            'handmade-lxd-two-a100-no-nvidia-object.json')['gpu'],
+            'network': {'cards': []}}
+        gpus, _ = discovery.discover(resources, '',
+                                     discovery.Options.from_conf(conf))
+        shared = [g for g in gpus if g.shared_slots]
+        self.assertEqual(['0000:07:00.0'], [g.pci_address for g in shared])
+        directory = self.useFixture(fixtures.TempDir()).path
+        # LXD checks that a disk's source exists when it is added: the
+        # operator's MPS daemon made these (doc/source/admin/gpu-sharing)
+        for sub in ('pipe-0000:07:00.0', 'shm-0000:07:00.0'):
+            os.mkdir(os.path.join(directory, sub))
+        bound = binding.bind(
+            {'rp': {'resources': {'CUSTOM_GPU_SHARE': 1}}},
+            {'rp': shared[0]}.get,
+            share=binding.ShareRequest(
+                project_id='p1', memory_mb=4096, compute_percent=25,
+                mps_pipe=directory + '/pipe-{pci}',
+                mps_shm=directory + '/shm-{pci}'))
+        self.assertEqual(3, len(bound.devices))
+        self._patch(devices=bound.devices, config=bound.config)
+        record = self.project.instance(self.name)
+        for name, device in bound.devices.items():
+            self.assertEqual(device, record['devices'][name])
+        self.assertEqual('0=4096M', record['config'][
+            'environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'])
 
     def test_legacy_mig_id_is_refused_in_mig_uuid(self):
         # why legacy MIG devices are bound with mig.gi/mig.ci

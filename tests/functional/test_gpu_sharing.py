@@ -60,6 +60,7 @@ class SharedGpuTest(test_claims.ClaimTestBase):
                    mps_shm_directory=os.path.join(self.mps_root,
                                                   'shm-{pci}'),
                    group='lxd_accelerators')
+        self.flags(allow_resize_to_same_host=True)
         super().setUp()
         self.flags(max_attempts=1, group='scheduler')
 
@@ -196,3 +197,25 @@ class SharedGpuTest(test_claims.ClaimTestBase):
                 return server
             time.sleep(0.1)
         self.fail('server %s stuck' % server['id'])
+
+    def test_resize_between_shared_and_whole_gpu(self):
+        shared = self.share_flavor()
+        whole = self.flavor(**{'resources:PGPU': '1'})
+        server = self.wait_built(self.post(shared))
+        self.assertEqual('ACTIVE', server['status'], server.get('fault'))
+        self.assertEqual('gpu_share', self.units(server)[0][0])
+        # to the whole A100 (the other one: the shared one is never PGPU)
+        server = self._resize_server(server, whole)
+        server = self._confirm_resize(server)
+        self.assertEqual([('pgpu', 'pci:0000:85:00.0', None)],
+                         self.units(server))
+        self.assertEqual({SHARE_RC: 0, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        # and back to a slot, which is free again
+        server = self._resize_server(server, shared)
+        server = self._confirm_resize(server)
+        self.assertEqual('gpu_share', self.units(server)[0][0])
+        self.assertEqual({SHARE_RC: 1, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        self._delete_server(server)
+        self.assertEqual([], self.container_names())

@@ -29,6 +29,7 @@ from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import lxd_resources
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import daemon as lxd_daemon
 
 OK = 'ok'
@@ -353,8 +354,55 @@ def check_gpu_states(view):
     return out
 
 
+def check_shared_gpus(view):
+    """Shared GPUs: their slots in use, and their MPS directories."""
+    group = view.conf.lxd_accelerators
+    if not group.shared_gpus:
+        return []
+    try:
+        sharing.parse_shared_gpus(group.shared_gpus)
+    except ValueError as exc:
+        return [Finding('gpu-shared', ERROR, str(exc),
+                        'write each entry as <PCI address or model>:<slots>')]
+    bound = list((view.state or {}).get('bound', {}).values())
+    out = []
+    for gpu in view.gpus():
+        slots = sharing.shared_slots(group.shared_gpus, gpu.pci_address,
+                                     gpu.model or gpu.product)
+        if not slots:
+            continue
+        users = {}
+        for unit in bound:
+            if unit.get('pci') == gpu.pci_address and \
+                    unit.get('resource_class') == sharing.SHARE_RC:
+                project = unit.get('project') or '?'
+                users[project] = users.get(project, 0) + 1
+        used = ', '.join('%d by project %s' % (n, p)
+                         for p, n in sorted(users.items())) or 'none used'
+        out.append(Finding('gpu-shared', INFO, 'GPU %s shared in %d slots: '
+                           '%s' % (gpu.pci_address, slots, used)))
+        for option in ('mps_pipe_directory', 'mps_shm_directory'):
+            path = sharing.pipe_directory(getattr(group, option),
+                                          gpu.pci_address)
+            if not view.exists(path):
+                out.append(Finding(
+                    'gpu-shared', WARN, '%s %s of GPU %s does not exist: '
+                    'instances with lxd:gpu_memory_mb or '
+                    'lxd:gpu_compute_percent cannot boot on it' % (
+                        option, path, gpu.pci_address),
+                    'start the GPU\'s MPS control daemon (admin guide, GPU '
+                    'sharing), or offer it without quotas only'))
+    if not out:
+        out.append(Finding('gpu-shared', WARN, '[lxd_accelerators] '
+                           'shared_gpus matches no GPU of this host',
+                           'check the PCI addresses and model names '
+                           '(nova-lxd-accel inventory)'))
+    return out
+
+
 CHECKS = (check_daemon, check_nvidia, check_iommu_and_vfs, check_infiniband,
-          check_cgroup, check_nova_conf, check_gpu_states)
+          check_cgroup, check_nova_conf, check_shared_gpus,
+          check_gpu_states)
 
 
 def run(view):

@@ -86,6 +86,28 @@ class TestDoctor(RecordedHost):
         self.assertIn('nova-lxd-accel gpu release 0000:07:00.0',
                       health['fix'])
 
+    def test_shared_gpu_slots_and_mps_directories(self):
+        path = self.host('a100-unhealthy-no-cdi')
+        conf = os.path.join(path, 'nova.conf')
+        with open(conf, 'w') as f:
+            f.write('[lxd_accelerators]\nshared_gpus = 0000:07:00.0:4\n')
+
+        def shared():
+            rc, out, _ = run('doctor', '--recorded', path, '--format',
+                             'json', '--at', AT, '--config-file', conf)
+            return [(f['status'], f['message'])
+                    for f in json.loads(out)['findings']
+                    if f['check'] == 'gpu-shared']
+
+        found = shared()
+        self.assertEqual(('info', 'GPU 0000:07:00.0 shared in 4 slots: '
+                          'none used'), found[0])
+        self.assertEqual(['warning', 'warning'], [s for s, _ in found[1:]])
+        self.assertIn('/run/nvidia-mps-0000:07:00.0 of GPU', found[1][1])
+        for sub in ('nvidia-mps-0000:07:00.0', 'nvidia-mps-0000:07:00.0-shm'):
+            os.makedirs(os.path.join(path, 'root', 'run', sub))
+        self.assertEqual(1, len(shared()))
+
     def test_unreachable_daemon(self):
         path = self.host('cpu-only-lxd502')
         os.unlink(os.path.join(path, 'server.json'))

@@ -264,6 +264,14 @@ class AcceleratorInventory(object):
             inventory = want.inventory
             for rc, keys in binding.provider_units(want.device).items():
                 taken = [k for k in keys if binding.holders_of(held, k)]
+                if rc == accel_tree.RC_INFINIBAND_VF:
+                    free = [k for k in keys if k not in taken]
+                    others = binding.unspecified_vfs(held, want.device)
+                    taken += free[max(0, len(free) - len(others)):] \
+                        if others else []
+                    held = dict(held, **{
+                        k: ['%s (nictype=sriov)' % h] for k, h in zip(
+                            reversed(free), others)})
                 if not taken or rc not in inventory:
                     continue
                 inventory = dict(inventory)

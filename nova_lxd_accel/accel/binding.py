@@ -271,6 +271,28 @@ def _pci_device_keys(address, ib_cards):
     return keys
 
 
+#: key prefix of a VF an ``nictype=sriov`` device takes from its parent
+VF_OF = 'vf-of:'
+
+
+def _device_id(device):
+    return json.dumps(device, sort_keys=True)
+
+
+def unspecified_vfs(held, card):
+    """Holders of VFs of ``card`` that LXD picks itself (``nictype=sriov``).
+
+    One entry per such device, whatever VF it ends up with.
+    """
+    parents = {p.netdev for p in card.ports if p.netdev}
+    out = []
+    for key, holders in sorted(held.items()):
+        if key.startswith(VF_OF) and \
+                key[len(VF_OF):].split('/', 1)[0] in parents:
+            out.extend(holders)
+    return out
+
+
 def device_unit_keys(device, host_devices=()):
     """Unit keys an LXD device dict pins (empty for other devices).
 
@@ -286,6 +308,11 @@ def device_unit_keys(device, host_devices=()):
     kind = device.get('type')
     if kind == 'gpu':
         return _gpu_device_keys(device, gpus)
+    if kind in ('infiniband', 'nic') and \
+            device.get('nictype') == 'sriov' and device.get('parent'):
+        # LXD takes a free VF of that parent when the instance starts:
+        # which one is not known here, so it holds one VF of the card
+        return {'%s%s/%s' % (VF_OF, device['parent'], _device_id(device))}
     if kind == 'infiniband' and device.get('parent'):
         return {'netdev:' + device['parent']}
     if kind == 'nic' and device.get('nictype') == 'physical' and \
@@ -559,6 +586,14 @@ def _ib_units(card, rc, count, rp_uuid, held):
         candidates = [('netdev:' + vf.netdevs[0], vf) for vf in card.vfs
                       if vf.netdevs]
         kind = KIND_IB_VF
+        others = unspecified_vfs(held, card)
+        if others:
+            # as many VFs as sriov devices of the card's ports elsewhere
+            # are not offered: the last free ones, so the count is right
+            held = dict(held)
+            free = [k for k, _ in candidates if not _holders(held, k)]
+            for key, holder in zip(reversed(free), others):
+                held[key] = ['%s (nictype=sriov)' % holder]
     elif rc == accel_tree.RC_INFINIBAND_PORT:
         candidates = [('netdev:' + p.netdev, p) for p in card.ports
                       if p.netdev]

@@ -16,8 +16,10 @@ import copy
 
 import testtools
 
+from nova_lxd_accel import accel
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import discovery
+from nova_lxd_accel import exception
 from tests.unit.accel import utils
 
 MIG_TEXT = utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
@@ -150,3 +152,54 @@ class SelectorTest(testtools.TestCase):
                                   host_devices=HOST)
         self.assertNotIn('netdev:ibp75s0v0', held)
         self.assertIn('pci:0000:07:00.0', held)
+
+
+class SriovParentTest(testtools.TestCase):
+    """``nictype=sriov`` devices take a VF LXD picks from their parent."""
+
+    CARD = [d for d in HOST if d.pci_address == '0000:4b:00.0'][0]
+    SRIOV = {'type': 'infiniband', 'nictype': 'sriov', 'parent': 'ibp75s0'}
+
+    def foreign(self, *devices):
+        return {'name': 'by-hand', 'project': 'other', 'config': {},
+                'devices': {'ib%d' % i: d for i, d in enumerate(devices)}}
+
+    def bind(self, count, records):
+        held = binding.held_units(records, host_devices=HOST)
+        return binding.bind({'rp': {'resources': {
+            'CUSTOM_INFINIBAND_VF': count}}}, {'rp': self.CARD}.get, held)
+
+    def test_one_vf_of_the_card_per_device(self):
+        held = binding.held_units([self.foreign(
+            self.SRIOV, dict(self.SRIOV, type='nic'))], host_devices=HOST)
+        self.assertEqual(['other/by-hand', 'other/by-hand'],
+                         binding.unspecified_vfs(held, self.CARD))
+        other_card = [d for d in HOST if d.pci_address == '0000:0c:00.0'][0]
+        self.assertEqual([], binding.unspecified_vfs(held, other_card))
+
+    def test_never_bound_beyond_what_is_left(self):
+        # 5 VFs with a netdev; a foreign sriov device takes one of them
+        records = [self.foreign(self.SRIOV)]
+        bound = self.bind(4, records)
+        self.assertEqual(4, len(bound.units))
+        exc = self.assertRaises(exception.AcceleratorUnavailable,
+                                self.bind, 5, records)
+        self.assertIn('nictype=sriov', str(exc))
+
+    def test_reported_reserved_in_placement(self):
+        resources = {'network': utils.load_json(
+            'handmade-lxd-connectx6-ib-vfs.json')['network']}
+        for i, vf in enumerate(resources['network']['cards'][1]['sriov'][
+                'vfs'][:4]):
+            vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
+                            'protocol': 'infiniband'}]
+        inventory = accel.AcceleratorInventory(
+            lambda: resources, lambda: '', utils.make_conf(),
+            provider_allocations=lambda rp: {},
+            list_instances=lambda: [self.foreign(self.SRIOV)],
+            is_ours=lambda record: False)
+        tree = utils.new_tree()
+        inventory.update_provider_tree(tree, utils.NODE, {})
+        vf = tree.data(utils.NODE + '_ib_0000_4b_00_0').inventory[
+            'CUSTOM_INFINIBAND_VF']
+        self.assertEqual((5, 1), (vf['total'], vf['reserved']))

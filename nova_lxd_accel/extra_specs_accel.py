@@ -61,9 +61,11 @@ EXTRA_SPEC_VALIDATORS = [
     LXDExtraSpecValidator(
         name='Accelerator:VirtualizationType',
         description='How the instance gets the accelerator: passthrough '
-                    '(whole device), MIG (a MIG slice), vGPU or SR-IOV.',
-        value={'type': str, 'enum': ['passthrough', 'MIG', 'vGPU', 'SR-IOV'],
-               'description': 'passthrough, MIG, vGPU or SR-IOV'},
+                    '(whole device), MIG (a MIG slice), shared (a share of a '
+                    'GPU), vGPU or SR-IOV.',
+        value={'type': str,
+               'enum': ['passthrough', 'MIG', 'shared', 'vGPU', 'SR-IOV'],
+               'description': 'passthrough, MIG, shared, vGPU or SR-IOV'},
     ),
 ]
 

@@ -45,6 +45,9 @@ VENDORS = {'10de': 'NVIDIA', '1002': 'AMD', '8086': 'Intel'}
 TYPE_GPU = 'GPU'
 VIRT_PASSTHROUGH = 'passthrough'
 VIRT_MIG = 'MIG'
+VIRT_SHARED = 'shared'
+#: a shared GPU's slots (see :mod:`.sharing`)
+SHARE_RC = 'CUSTOM_GPU_SHARE'
 
 #: Every ``Accelerator:`` key a flavor may carry (see extra_specs_accel).
 KEYS = ('Accelerator:Type', 'Accelerator:Vendor', 'Accelerator:Model',
@@ -122,6 +125,32 @@ def _base_specs(gpu, rc, count, model, memory, virt):
     return specs
 
 
+def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
+                   prefix):
+    """One time-sliced share of a shared GPU (see admin/gpu-sharing).
+
+    Like a MIG slice, a share is counted as one accelerator whose model
+    says what part of which GPU it is: ``<model> share 1/<slots>``.
+    """
+    name = '%s.%s-share-1of%d' % (prefix, _slug(model), gpu.shared_slots)
+    if name in out:
+        out[name] = dataclasses.replace(out[name], gpus=tuple(sorted(
+            set(out[name].gpus) | {gpu.pci_address})))
+        return
+    memory = _gpu_memory_mib(gpu, memory_by_pci.get(gpu.pci_address))
+    specs = _base_specs(gpu, SHARE_RC, 1, '%s share 1/%d' % (
+        model, gpu.shared_slots), None, VIRT_SHARED)
+    description = (
+        '1 share of an %s %s GPU (one of %d, time-sliced%s), in an LXD '
+        'container with %d vCPUs and %d GiB of RAM.' % (
+            vendor, model, gpu.shared_slots,
+            ': its %d GB are shared with the other instances on it'
+            % round(memory / 1024) if memory else '', vcpus, ram // 1024))
+    out[name] = Proposal(name=name, vcpus=vcpus, ram=ram, disk=disk,
+                         description=description, extra_specs=specs,
+                         gpus=(gpu.pci_address,))
+
+
 def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
             count=1, prefix='g1'):
     """Flavors for the GPUs of one host (one per GPU model or MIG profile).
@@ -135,6 +164,10 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
     for gpu in gpus:
         model = model_name(gpu)
         vendor = vendor_name(gpu)
+        if gpu.shared_slots:
+            _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus,
+                           ram, disk, prefix)
+            continue
         if gpu.mig_devices:
             for mig in gpu.mig_devices:
                 name = '%s.%s-%s' % (prefix, _slug(model), mig.profile.lower())

@@ -12,6 +12,8 @@
 
 """GPU flavor proposals from recorded hosts, and the Accelerator: keys."""
 
+import dataclasses
+
 from nova.api.validation.extra_specs import validators
 from nova import exception
 import testtools
@@ -61,6 +63,25 @@ class TestPropose(testtools.TestCase):
                           'lxd:gpu_runtime': 'nvidia',
                           'trait:CUSTOM_GPU_MODEL_GEFORCE_GT_730':
                               'required'}, p.extra_specs)
+
+    def test_shared_gpu_share_flavor(self):
+        gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
+                     'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+        shared = [dataclasses.replace(g, shared_slots=4) for g in gpus
+                  if g.pci_address == '0000:07:00.0']
+        [p] = flavors.propose(shared, {'0000:07:00.0': 81920})
+        self.assertEqual('g1.a100-sxm4-80gb-share-1of4', p.name)
+        self.assertEqual('1', p.extra_specs['resources:CUSTOM_GPU_SHARE'])
+        self.assertNotIn('resources:PGPU', p.extra_specs)
+        self.assertEqual(('A100-SXM4-80GB share 1/4', '1', 'shared'), (
+            p.extra_specs['Accelerator:Model'],
+            p.extra_specs['Accelerator:Number'],
+            p.extra_specs['Accelerator:VirtualizationType']))
+        self.assertIn('1 share of an NVIDIA A100-SXM4-80GB GPU (one of 4, '
+                      'time-sliced: its 80 GB are shared', p.description)
+        validators.load_validators()
+        for key, value in p.extra_specs.items():
+            validators.validate(key, value)
 
     def test_no_gpu(self):
         self.assertEqual([], flavors.propose([]))

@@ -402,6 +402,15 @@ main() {
     # shellcheck disable=SC1091
     . "$SANDBOX_DIR/openrc"
 
+    # flavors people can read: a description in plain words (2.55+)
+    local description
+    description=$(openstack flavor show "$FLAVOR" -f value -c description)
+    case "$description" in
+        "1 vCPU, 128 MB RAM, 1 GB disk: "*)
+            say "flavor $FLAVOR: $description" ;;
+        *) fail "flavor $FLAVOR has no plain description: '$description'" ;;
+    esac
+
     local before after start
     before=$(daemon_cli list --format csv -c n | sort)
     say "openstack server create --flavor $FLAVOR --image $IMAGE" \

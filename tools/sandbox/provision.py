@@ -181,12 +181,24 @@ def accelerator_classes(document):
     return found
 
 
-def _ensure_flavor(conn, name, vcpus, ram, disk, extra_specs):
+def _describe(vcpus, ram, disk, what):
+    """A flavor's description in plain words (shown by Horizon)."""
+    return '%d vCPU%s, %d MB RAM, %d GB disk: %s' % (
+        vcpus, '' if vcpus == 1 else 's', ram, disk, what)
+
+
+def _ensure_flavor(conn, name, vcpus, ram, disk, extra_specs, what):
+    description = _describe(vcpus, ram, disk, what)
     flavor = conn.compute.find_flavor(name, ignore_missing=True)
     if flavor is None:
+        # the description needs compute microversion 2.55 (the SDK
+        # negotiates it)
         flavor = conn.compute.create_flavor(
-            name=name, vcpus=vcpus, ram=ram, disk=disk, is_public=True)
+            name=name, vcpus=vcpus, ram=ram, disk=disk, is_public=True,
+            description=description)
         print('created flavor %s' % name)
+    elif flavor.description != description:
+        flavor = conn.compute.update_flavor(flavor, description=description)
     if extra_specs:
         conn.compute.create_flavor_extra_specs(flavor, extra_specs)
     return flavor
@@ -206,9 +218,11 @@ def _flavor_lines(path):
 
 def phase_flavors(conn, plain, inventory_path, lines_path=None,
                   second=None):
-    _ensure_flavor(conn, plain, 1, 128, 1, {})
+    _ensure_flavor(conn, plain, 1, 128, 1, {},
+                   'a small LXD container (unprivileged)')
     if second:
-        _ensure_flavor(conn, second, 2, 256, 2, {})
+        _ensure_flavor(conn, second, 2, 256, 2, {},
+                       'a larger LXD container, to resize to')
     if lines_path and os.path.exists(lines_path):
         # The DevStack plugin's recipes (devstack/files/accel-flavors.py).
         wanted = _flavor_lines(lines_path)
@@ -227,7 +241,11 @@ def phase_flavors(conn, plain, inventory_path, lines_path=None,
     if not wanted:
         print('no accelerators found on this host: only flavor %s' % plain)
     for name, specs in wanted:
-        _ensure_flavor(conn, name, 1, 256, 1, specs)
+        asked = ', '.join('%s %s' % (n, rc.split(':', 1)[1])
+                          for rc, n in sorted(specs.items())
+                          if rc.startswith('resources'))
+        _ensure_flavor(conn, name, 1, 256, 1, specs,
+                       'an LXD container with %s' % (asked or 'accelerators'))
         print('accelerator flavor %s: %s' % (name, ' '.join(
             '%s=%s' % kv for kv in sorted(specs.items()))))
     return 0

@@ -12,7 +12,9 @@
 # functional-incus and integration-incus against Incus, genconfig, release
 # notes, docs, the DevStack plugin harness and the federation tools (real
 # cASO and cloud-info-provider), $TOX_PARALLEL at a time;
-# then the sandbox end to end. Stops the daemons it started.
+# then the sandbox end to end and tempest's compute and image smoke tests
+# against it (tools/sandbox-tempest.sh --subset ci). Stops the daemons it
+# started.
 #
 #   tools/run-tests.sh                 # everything
 #   tools/run-tests.sh -e py3,pep8     # only these tox environments
@@ -156,6 +158,15 @@ esac
 
 if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     step "Sandbox end to end"
-    "$repo/tools/sandbox-e2e.sh"
+    SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" ||
+        { "$repo/tools/sandbox.sh" down; exit 1; }
+    # Tempest's compute and image smoke tests against the same cloud (the
+    # full compute set is run by hand: tools/sandbox-tempest.sh --subset
+    # compute, see doc/source/reference/conformance.rst)
+    step "Tempest (smoke subset) against the sandbox"
+    tempest_rc=0
+    "$repo/tools/sandbox-tempest.sh" --subset ci || tempest_rc=$?
+    "$repo/tools/sandbox.sh" down
+    [ "$tempest_rc" = 0 ] || { echo "tempest failed" >&2; exit 1; }
 fi
 step "All tests passed"

@@ -1,0 +1,141 @@
+#!/bin/bash
+# Tempest, OpenStack's conformance suite, against a running sandbox.
+#
+#   tools/sandbox.sh up
+#   tools/sandbox-tempest.sh [--subset ci|compute] [--concurrency N]
+#
+# Installs tempest 47.0.0 and python-tempestconf 3.5.4 in their own venv
+# under the sandbox's state directory (pinned with the project's
+# constraints.txt), writes tempest.conf offline with
+# discover-tempest-config (the sandbox's own image and flavors, never a
+# download; the features the driver does not have are turned off below,
+# each with its reason), runs the subset and prints the pass / fail / skip
+# totals. The subunit stream, a text report and the totals (JSON) are
+# written to $SANDBOX_DIR/tempest/results/<subset>.*.
+#
+#   --subset ci       compute and image API tests tagged "smoke" (a few
+#                     minutes; what CI runs)
+#   --subset compute  all of tempest.api.compute, plus the image and network
+#                     API smoke tests (about ten minutes at concurrency 2)
+#
+# Environment: SANDBOX_DIR (default /var/tmp/nova-lxd-accel-sandbox),
+# TEMPEST_CONSTRAINTS (default <repo>/constraints.txt).
+set -Eeuo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
+SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/nova-lxd-accel-sandbox}
+TEMPEST_CONSTRAINTS=${TEMPEST_CONSTRAINTS:-$REPO_DIR/constraints.txt}
+VENV=$SANDBOX_DIR/tempest-venv
+WORK=$SANDBOX_DIR/tempest
+SUBSET=ci
+CONCURRENCY=2
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --subset) SUBSET=$2; shift 2 ;;
+        --concurrency) CONCURRENCY=$2; shift 2 ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "sandbox-tempest: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+case "$SUBSET" in
+    # tempest run --smoke cannot be combined with --regex: the smoke tag is
+    # in the regex instead
+    ci) REGEX='^tempest\.api\.(compute|image)\..*\[.*\bsmoke\b.*\]' ;;
+    compute) REGEX='^tempest\.api\.compute\.|^tempest\.api\.(image|network)\..*\[.*\bsmoke\b.*\]' ;;
+    *) echo "sandbox-tempest: --subset is ci or compute" >&2; exit 2 ;;
+esac
+
+say() { printf 'sandbox-tempest: %s\n' "$*"; }
+fail() { say "$*" >&2; exit 1; }
+
+[ -f "$SANDBOX_DIR/clouds.yaml" ] ||
+    fail "no sandbox in $SANDBOX_DIR: run tools/sandbox.sh up first"
+export OS_CLIENT_CONFIG_FILE=$SANDBOX_DIR/clouds.yaml
+OPENSTACK=$SANDBOX_DIR/venv/bin/openstack
+
+if [ ! -x "$VENV/bin/tempest" ]; then
+    say "installing tempest 47.0.0 and python-tempestconf 3.5.4 in $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q -c "$TEMPEST_CONSTRAINTS" \
+        tempest==47.0.0 python-tempestconf==3.5.4
+fi
+
+id_of() {  # id_of image|flavor NAME
+    "$OPENSTACK" --os-cloud sandbox "$1" show "$2" -f value -c id ||
+        fail "the sandbox has no $1 $2"
+}
+IMAGE=$(id_of image lxd-tiny)
+FLAVOR=$(id_of flavor sandbox.small)
+FLAVOR_ALT=$(id_of flavor sandbox.medium)
+
+if [ ! -f "$WORK/.stestr.conf" ]; then
+    rm -rf "$WORK"
+    "$VENV/bin/tempest" init "$WORK" >"$SANDBOX_DIR/tempest-init.log" 2>&1 ||
+        fail "tempest init failed: see $SANDBOX_DIR/tempest-init.log"
+fi
+mkdir -p "$WORK/results"
+cd "$WORK"
+
+# What the driver and the sandbox offer. Each "false" says why; the
+# conformance page (tools/conformance-report.py) lists them.
+FEATURES=(
+    # on: the driver has them, the sandbox gives what they need
+    compute-feature-enabled.resize true                           # resize and same-host resize (allow_resize_to_same_host)
+    compute-feature-enabled.snapshot true                         # publish to Glance
+    compute-feature-enabled.shelve true                           # snapshot, then the container is removed
+    compute-feature-enabled.pause true                            # frozen container
+    compute-feature-enabled.suspend true                          # frozen container
+    compute-feature-enabled.console_output true                   # the container console log
+    compute-feature-enabled.rescue true                           # a rescue container with the root disk attached
+    # off: inherent to containers or not in this driver
+    compute-feature-enabled.live_migration false        # containers: refused, as by drivers without it
+    compute-feature-enabled.cold_migration false        # the sandbox has one compute host
+    compute-feature-enabled.vnc_console false           # containers have no graphical console
+    compute-feature-enabled.spice_console false         # containers have no graphical console
+    compute-feature-enabled.serial_console false        # not implemented
+    compute-feature-enabled.change_password false       # needs a guest agent
+    compute-feature-enabled.personality false           # deprecated file injection
+    compute-feature-enabled.config_drive false          # user data goes through the LXD seed instead
+    compute-feature-enabled.interface_attach false      # the sandbox has no instance networking yet
+    compute-feature-enabled.attach_encrypted_volume false  # no Cinder in the sandbox
+    compute-feature-enabled.stable_rescue false         # rescue keeps the root disk of the image only
+    # the sandbox's own limits
+    auth.create_isolated_networks false                 # the sandbox has no router yet
+    validation.run_validation false                     # no floating IPs, no SSH into the tiny image
+    service_available.cinder false                      # no Cinder in the sandbox
+    service_available.swift false                       # no Swift in the sandbox
+)
+overrides=()
+for ((i = 0; i < ${#FEATURES[@]}; i += 2)); do
+    section_key=${FEATURES[i]}
+    overrides+=("${section_key%%.*}.${section_key#*.}" "${FEATURES[i + 1]}")
+done
+say "writing tempest.conf (offline: the sandbox's image and flavors)"
+"$VENV/bin/discover-tempest-config" --os-cloud sandbox --create --no-rng \
+    --no-default-deployer --image-disk-format raw --out etc/tempest.conf \
+    compute.image_ref "$IMAGE" compute.image_ref_alt "$IMAGE" \
+    compute.flavor_ref "$FLAVOR" compute.flavor_ref_alt "$FLAVOR_ALT" \
+    "${overrides[@]}" >"$WORK/results/discover.log" 2>&1 ||
+    fail "discover-tempest-config failed: see $WORK/results/discover.log"
+# the reasons, for the conformance page
+grep -E '^ +[a-z_-]+\.[a-z_]+ (true|false)' "$0" >"$WORK/results/features.txt"
+
+say "tempest run --subset $SUBSET --concurrency $CONCURRENCY"
+status=0
+"$VENV/bin/tempest" run --concurrency "$CONCURRENCY" --regex "$REGEX" \
+    --exclude-list "$SCRIPT_DIR/tempest-exclude.txt" \
+    >"$WORK/results/$SUBSET.txt" 2>&1 || status=$?
+cp "$SCRIPT_DIR/tempest-exclude.txt" "$WORK/results/excluded.txt"
+"$VENV/bin/stestr" last --subunit >"$WORK/results/$SUBSET.subunit" || true
+"$VENV/bin/python" "$SCRIPT_DIR/conformance-report.py" totals \
+    "$WORK/results/$SUBSET.subunit" >"$WORK/results/$SUBSET.json"
+say "$SUBSET: $("$VENV/bin/python" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("%(passed)d passed, %(failed)d failed, %(skipped)d skipped" % r)
+' "$WORK/results/$SUBSET.json")"
+say "report: $WORK/results/$SUBSET.txt; subunit: $WORK/results/$SUBSET.subunit"
+exit "$status"

@@ -47,8 +47,12 @@ class PageTest(testtools.TestCase):
         with open(os.path.join(results, 'excluded.txt'), 'w') as f:
             f.write('# header\n\n# sandbox gap: no networking\n'
                     '^tempest\\.api\\.compute\\.t\\.T\\.test_addr\n')
+        triage = os.path.join(results, 'triage.txt')
+        with open(triage, 'w') as f:
+            f.write('# sandbox gap: no network\n^tempest\\.api\\.compute'
+                    '\\.a\\.\n')
         out = os.path.join(results, 'page.rst')
-        self.assertEqual(0, _module().main(['page', results, out]))
+        self.assertEqual(0, _module().main(['page', results, out, triage]))
         with open(out) as f:
             page = f.read()
         self.assertIn('ci      17      1       2', page)
@@ -56,7 +60,8 @@ class PageTest(testtools.TestCase):
                       'containers have no graphical console', page)
         self.assertIn('* ``tempest.api.compute.t.T.test_addr``: sandbox '
                       'gap: no networking', page)
-        self.assertIn('* ``tempest.api.compute.a.B.test_c``', page)
+        self.assertIn('* ``tempest.api.compute.a.B.test_c``: sandbox gap: '
+                      'no network', page)
         self.assertIn('* Volume service not enabled. (1): ``test_z``', page)
 
     def test_usage(self):

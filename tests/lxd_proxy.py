@@ -284,8 +284,11 @@ class Rewriter(object):
     """The proxy's state and rewriting rules (runs in the proxy process)."""
 
     def __init__(self, resources_file, strip_devices, upstream,
-                 server_info_file=None):
+                 server_info_file=None, state_file=None,
+                 all_projects=False):
         self.resources_file = resources_file
+        self.state_file = state_file
+        self.all_projects = all_projects
         self.strip_devices = strip_devices
         self.upstream = upstream
         self._lock = threading.Lock()
@@ -297,7 +300,7 @@ class Rewriter(object):
                 self.server_info = json.load(f)['metadata']
         self._failed_operations = {}
         # (project, instance name) -> {'devices': {...}, 'config': {...}}
-        self._devices = {}
+        self._devices = self._load_state()
         # projects this proxy's client used: all-projects listings show
         # only these and those named in <resources file>.projects, so
         # that tests running beside each other on one daemon do not see
@@ -308,6 +311,28 @@ class Rewriter(object):
     def resources(self):
         with open(self.resources_file) as f:
             return json.load(f)
+
+    def _load_state(self):
+        """The hidden devices a previous run of the proxy saved."""
+        if not self.state_file or not os.path.exists(self.state_file):
+            return {}
+        with open(self.state_file) as f:
+            return {(project, name): entry
+                    for project, name, entry in json.load(f)}
+
+    def _save_state(self):
+        """Keep the hidden devices across restarts (called locked).
+
+        Without it, a restarted proxy (the sandbox's ``up`` re-run) would
+        show running instances without their accelerators.
+        """
+        if not self.state_file:
+            return
+        tmp = self.state_file + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump([[project, name, entry] for (project, name), entry
+                       in sorted(self._devices.items())], f)
+        os.replace(tmp, self.state_file)
 
     def hidden(self, project):
         """Instance name -> hidden devices, for instances that have some."""
@@ -333,6 +358,8 @@ class Rewriter(object):
                 self._projects.add(query['project'])
 
     def visible_projects(self):
+        if self.all_projects:
+            return None
         try:
             with open(self.resources_file + '.projects') as f:
                 shown = set(json.load(f))
@@ -377,6 +404,7 @@ class Rewriter(object):
                     entry.setdefault(key, {}).update(values)
                 else:
                     entry[key] = values
+            self._save_state()
         return json.dumps(payload).encode()
 
     def _reinsert(self, project, record):
@@ -496,6 +524,7 @@ class Rewriter(object):
             with self._lock:
                 self._devices.pop((project, self._instance_name(path)),
                                   None)
+                self._save_state()
             return data
         if method != 'GET' or status != 200:
             return data
@@ -503,10 +532,12 @@ class Rewriter(object):
                 query.get('all-projects') == 'true':
             body = json.loads(data)
             visible = self.visible_projects()
-            body['metadata'] = [
-                r for r in body.get('metadata') or []
-                if not isinstance(r, dict) or r.get('project') in visible]
-            data = json.dumps(body).encode()
+            if visible is not None:
+                body['metadata'] = [
+                    r for r in body.get('metadata') or []
+                    if not isinstance(r, dict) or
+                    r.get('project') in visible]
+                data = json.dumps(body).encode()
         if path == '/1.0/resources':
             resources = self.resources
             body = json.loads(data)
@@ -632,14 +663,28 @@ def _lxd_socket():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--socket', required=True)
-    parser.add_argument('--upstream', default=_lxd_socket())
+    parser.add_argument('--upstream', default=None,
+                        help='the real daemon\'s socket (default: the '
+                             'test run\'s daemon)')
     parser.add_argument('--resources', required=True)
     parser.add_argument('--no-strip', action='store_true')
     parser.add_argument('--server-info')
+    parser.add_argument('--state', metavar='FILE',
+                        help='keep the hidden devices in FILE across '
+                             'restarts')
+    parser.add_argument('--all-projects', action='store_true',
+                        help='show every project in all-projects listings '
+                             '(one client owns the daemon)')
+    parser.add_argument('--banner', metavar='TEXT',
+                        help='print TEXT (one line) once listening')
     args = parser.parse_args(argv)
     server = _Server(args.socket, _Handler)
     server.proxy = Rewriter(args.resources, not args.no_strip,
-                            args.upstream, args.server_info)
+                            args.upstream or _lxd_socket(), args.server_info,
+                            state_file=args.state,
+                            all_projects=args.all_projects)
+    if args.banner:
+        print(args.banner, flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -12,9 +12,10 @@
 # functional-incus and integration-incus against Incus, genconfig, release
 # notes, docs, the DevStack plugin harness and the federation tools (real
 # cASO and cloud-info-provider), $TOX_PARALLEL at a time;
-# then the sandbox end to end and tempest's compute and image smoke tests
-# against it (tools/sandbox-tempest.sh --subset ci). Stops the daemons it
-# started.
+# then the sandbox end to end, tempest's compute and image smoke tests
+# against it (tools/sandbox-tempest.sh --subset ci), and the sandbox on a
+# simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware). Stops the
+# daemons it started.
 #
 #   tools/run-tests.sh                 # everything
 #   tools/run-tests.sh -e py3,pep8     # only these tox environments
@@ -166,7 +167,11 @@ if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     step "Tempest (smoke subset) against the sandbox"
     tempest_rc=0
     "$repo/tools/sandbox-tempest.sh" --subset ci || tempest_rc=$?
-    "$repo/tools/sandbox.sh" down
-    [ "$tempest_rc" = 0 ] || { echo "tempest failed" >&2; exit 1; }
+    [ "$tempest_rc" = 0 ] ||
+        { "$repo/tools/sandbox.sh" down; echo "tempest failed" >&2; exit 1; }
+    # The same cloud on a SIMULATED GPU and InfiniBand host (the recorded
+    # host of tools/sandbox/hardware/h100-mig-a100-ib): MIG and VF boots.
+    step "Sandbox on a simulated GPU host"
+    "$repo/tools/sandbox-e2e.sh" --hardware h100-mig-a100-ib
 fi
 step "All tests passed"

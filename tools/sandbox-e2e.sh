@@ -19,6 +19,12 @@
 # and brings the sandbox down. Exits non-zero, naming the failed check, on
 # any failure.
 #
+# With --hardware NAME (a recorded host, see tools/sandbox/hardware), it
+# brings the sandbox up on that SIMULATED host instead and checks that a
+# MIG flavor and an InfiniBand VF flavor boot, that the server's
+# diagnostics, the container's binding record and Placement agree on the
+# unit it got, that delete frees it, and that everything says "simulated".
+#
 # Environment:
 #   SANDBOX_E2E_KEEP=1   leave the sandbox running at the end
 #   SANDBOX_E2E_TIMEOUT  seconds to wait for each state change (default 120)
@@ -395,7 +401,139 @@ check_broken_image() {
     broken_image noinit "$WORK/noinit.tar.gz" '(refused|failed|unable|cannot) (to )?start'
 }
 
+# The diagnostics of a server at compute API 2.47, whose free-form answer
+# names the accelerators bound into the container (the CLI shows only the
+# 2.48+ fields).
+diagnostics_247() {
+    local token url
+    token=$(openstack token issue -f value -c id)
+    url=$(openstack endpoint list --service compute --interface public \
+        -f value -c URL)
+    curl -fsS -H "X-Auth-Token: $token" \
+        -H 'OpenStack-API-Version: compute 2.47' "$url/servers/$1/diagnostics"
+}
+
+# A flavor whose extra specs ask for a resource class matching $1.
+flavor_asking() {
+    openstack flavor list --long -f value -c Name -c Properties |
+        awk -v rc="$1" 'index($0, "resources:" rc) && $1 ~ /^sandbox\./ &&
+            !found { print $1; found = 1 }'
+}
+
+# boot_simulated FLAVOR NAME: boot and wait ACTIVE; sets SERVER_ID and
+# CONTAINER.
+boot_simulated() {
+    local start
+    start=$(date +%s%N)
+    SERVER_ID=$(openstack server create --flavor "$1" --image "$IMAGE" \
+        --nic none --wait "$2" -f value -c id) ||
+        fail "openstack server create --flavor $1 failed:" \
+            "$(server_field fault "$2" 2>/dev/null)"
+    MADE_SERVERS+=("$SERVER_ID")
+    [ "$(server_field status)" = ACTIVE ] ||
+        fail "server $2 is $(server_field status): $(server_field fault)"
+    CONTAINER=nova-$SERVER_ID
+    expect_container RUNNING
+    say "server $2 ($1) ACTIVE after $(since "$start")s;" \
+        "container $CONTAINER RUNNING"
+}
+
+# The binding record the driver keeps in the container's config on the
+# real daemon (user.nova_lxd_accel.devices).
+binding_record() {
+    daemon_cli config get "$CONTAINER" user.nova_lxd_accel.devices
+}
+
+provider_usage() {
+    local rp
+    rp=$(openstack resource provider allocation show "$SERVER_ID" -f value \
+        -c resource_provider -c resources | awk -v rc="$1" 'index($0, rc) &&
+            !found { print $1; found = 1 }')
+    [ -n "$rp" ] || fail "no $1 allocation for $SERVER_ID in Placement"
+    printf '%s\n' "$rp"
+}
+
+# up --hardware NAME, then with the real CLI: the host reports the
+# recorded GPUs, MIG devices and InfiniBand VFs; a MIG flavor and an
+# InfiniBand VF flavor boot; the server's diagnostics, the container's
+# binding record on the real daemon and Placement agree on which unit it
+# got; delete frees it; everything says "simulated".
+main_hardware() {
+    local hardware=$1 status description flavor rp mig record usage
+    trap cleanup EXIT
+    say "sandbox up --hardware $hardware"
+    "$SANDBOX" up --hardware "$hardware" ||
+        fail "tools/sandbox.sh up --hardware $hardware failed (see above)"
+    # shellcheck disable=SC1091
+    . "$SANDBOX_DIR/openrc"
+    status=$("$SANDBOX" status) || fail "sandbox status: $status"
+    grep -q "^hardware: SIMULATED, recorded host $hardware " <<<"$status" ||
+        fail "sandbox status does not say the hardware is simulated:" \
+            "$status"
+    grep -q "SIMULATED hardware '$hardware'" "$SANDBOX_DIR/log/hwproxy.log" ||
+        fail "the LXD proxy's log does not say it simulates $hardware"
+    say "status and the proxy's log say: SIMULATED hardware $hardware"
+
+    flavor=$(flavor_asking CUSTOM_MIG_)
+    [ -n "$flavor" ] || fail "no MIG flavor made from the simulated host:" \
+        "$(openstack flavor list -f value -c Name | tr '\n' ' ')"
+    description=$(openstack flavor show "$flavor" -f value -c description)
+    case $description in
+        *"MIG slice"*"SIMULATED hardware (recorded host $hardware)"*)
+            say "flavor $flavor: $description" ;;
+        *) fail "flavor $flavor's description: '$description'" ;;
+    esac
+    openstack flavor show "$flavor" -f value -c properties |
+        grep -q "Accelerator:VirtualizationType.*MIG" ||
+        fail "flavor $flavor has no Accelerator:* properties"
+
+    boot_simulated "$flavor" "e2e-mig-$$"
+    record=$(binding_record)
+    mig=$(grep -o 'MIG-[0-9a-f-]*' <<<"$record" | head -n 1)
+    [ -n "$mig" ] || fail "no MIG device in the binding record: $record"
+    grep -qF "$mig" "$SANDBOX_DIR/data/hardware/nvidia-smi-L.txt" ||
+        fail "$mig is not one of the recorded host's MIG devices"
+    diagnostics_247 "$SERVER_ID" | grep -q "mig_uuid=$mig" ||
+        fail "the diagnostics of $SERVER_ID do not name $mig:" \
+            "$(diagnostics_247 "$SERVER_ID")"
+    say "bound: $mig (binding record on the real daemon, diagnostics)"
+    rp=$(provider_usage CUSTOM_MIG_)
+    usage=$(openstack resource provider usage show "$rp" -f value |
+        awk '/CUSTOM_MIG_/ { n += $2 } END { print n + 0 }')
+    [ "$usage" = 1 ] || fail "Placement shows $usage MIG units used on $rp"
+    say "Placement: 1 MIG unit used on provider $rp"
+
+    openstack server delete --wait "$SERVER_ID" ||
+        fail "openstack server delete failed"
+    expect_container ""
+    usage=$(openstack resource provider usage show "$rp" -f value |
+        awk '/CUSTOM_MIG_/ { n += $2 } END { print n + 0 }')
+    [ "$usage" = 0 ] || fail "$usage MIG units still used after delete"
+    say "deleted: container gone, MIG usage 0 on $rp"
+    SERVER_ID=
+
+    flavor=$(flavor_asking CUSTOM_INFINIBAND_VF)
+    if [ -n "$flavor" ]; then
+        boot_simulated "$flavor" "e2e-ib-$$"
+        record=$(binding_record)
+        grep -q '"kind": "ib_vf"\|infiniband' <<<"$record" ||
+            fail "no InfiniBand VF in the binding record: $record"
+        say "bound: $(grep -o '"pci": "[^"]*"' <<<"$record" | head -n 1)"
+        openstack server delete --wait "$SERVER_ID" ||
+            fail "openstack server delete failed"
+        expect_container ""
+        SERVER_ID=
+    fi
+    if grep -q ' ERROR ' "$SANDBOX_DIR/log/hwproxy.log"; then
+        fail "errors in the LXD proxy's log"
+    fi
+}
+
 main() {
+    if [ "${1:-}" = --hardware ]; then
+        main_hardware "${2:?usage: $0 [--hardware NAME]}"
+        return
+    fi
     trap cleanup EXIT
     say "sandbox up"
     "$SANDBOX" up || fail "tools/sandbox.sh up failed (see above)"

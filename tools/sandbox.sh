@@ -73,8 +73,16 @@ PLAIN_FLAVOR=sandbox.small
 SECOND_FLAVOR=sandbox.medium
 
 # Start order; "down" goes in reverse.
+# hwproxy runs only with simulated hardware (up --hardware).
 SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
-    nova-api nova-conductor nova-scheduler nova-compute)
+    nova-api nova-conductor nova-scheduler hwproxy nova-compute)
+
+# Simulated hardware (up --hardware NAME): the recorded host's files, and
+# the LXD proxy that serves them in front of the real daemon.
+SANDBOX_HARDWARE=
+HARDWARE=$DATA/hardware
+HW_SOCKET=$RUN/hwproxy.sock
+HW_DEVICES=$DATA/hwproxy-devices.json
 
 # Set by pip_install when it installed a new build of this project.
 PROJECT_CHANGED=0
@@ -269,7 +277,15 @@ service_files() {
             echo "$ETC/nova/api-paste.ini"
             ;;
         nova-conductor | nova-scheduler) echo "$ETC/nova/nova.conf" ;;
-        nova-compute) echo "$ETC/nova/nova-compute.conf" ;;
+        nova-compute)
+            echo "$ETC/nova/nova-compute.conf"
+            # another recorded host behind the same paths
+            echo "$HARDWARE/name"
+            ;;
+        hwproxy)
+            echo "$HARDWARE/resources.json"
+            echo "$REPO_DIR/tests/lxd_proxy.py"
+            ;;
     esac
     case $1 in
         keystone | placement | glance | neutron | nova-api)
@@ -845,6 +861,9 @@ start_nova_services() {
     COMPUTE_SINCE=$(date -u +%FT%T)
     start_daemon nova-conductor "$VENV/bin/nova-conductor" "${conf[@]}"
     start_daemon nova-scheduler "$VENV/bin/nova-scheduler" "${conf[@]}"
+    if hardware_active; then
+        start_hwproxy
+    fi
     if is_running nova-compute; then
         return 0
     fi
@@ -855,6 +874,137 @@ start_nova_services() {
     sleep 1
     start_daemon nova-compute "$VENV/bin/nova-compute" \
         --config-file "$ETC/nova/nova-compute.conf"
+}
+
+# --- simulated hardware (up --hardware) ------------------------------------------
+
+hardware_active() {
+    [ -f "$HARDWARE/resources.json" ]
+}
+
+hardware_names() {
+    local dir
+    for dir in "$HELPERS"/hardware/*/ "$REPO_DIR"/tests/unit/cmd/samples/doctor/*/; do
+        [ -f "$dir/resources.json" ] && basename "$dir"
+    done | sort -u | tr '\n' ' '
+}
+
+# hardware_source NAME|DIR: the directory of a recorded host.
+hardware_source() {
+    local dir
+    case $1 in
+        */*)
+            [ -f "$1/resources.json" ] && (cd "$1" && pwd)
+            return
+            ;;
+    esac
+    for dir in "$HELPERS/hardware/$1" \
+        "$REPO_DIR/tests/unit/cmd/samples/doctor/$1"; do
+        if [ -f "$dir/resources.json" ]; then
+            printf '%s\n' "$dir"
+            return 0
+        fi
+    done
+    return 1
+}
+
+hardware_summary() {
+    python3 - "$HARDWARE/resources.json" "$HARDWARE/nvidia-smi-L.txt" <<'PY'
+import json, re, sys
+res = json.load(open(sys.argv[1]))
+gpus = [c for c in res.get('gpu', {}).get('cards') or []
+        if c.get('pci_address') and (c.get('vendor_id') or '') == '10de']
+try:
+    mig = len(re.findall(r'^\s+MIG ', open(sys.argv[2]).read(), re.M))
+except OSError:
+    mig = 0
+ib = sum(1 for c in res.get('network', {}).get('cards') or []
+         for p in (c.get('ports') or []) + [
+             q for vf in ((c.get('sriov') or {}).get('vfs') or [])
+             for q in vf.get('ports') or []]
+         if p.get('protocol') == 'infiniband')
+print('%d NVIDIA GPUs, %d MIG devices, %d InfiniBand ports and VFs'
+      % (len(gpus), mig, ib))
+PY
+}
+
+# The recorded host's answers, copied under $DATA, and an nvidia-smi that
+# prints them (the driver runs it as [lxd_accelerators] nvidia_smi_path).
+prepare_hardware() {
+    local source file
+    if [ -z "$SANDBOX_HARDWARE" ]; then
+        if hardware_active; then
+            echo "SIMULATED hardware kept from the last up: $(cat \
+                "$HARDWARE/name") (up --hardware none: the host's own)"
+        else
+            echo "the host's own hardware (up --hardware NAME simulates one)"
+        fi
+        return 0
+    fi
+    if [ "$SANDBOX_HARDWARE" = none ]; then
+        rm -rf "$HARDWARE" "$HW_DEVICES"
+        echo "simulated hardware off: nova-compute sees the host's own"
+        return 0
+    fi
+    source=$(hardware_source "$SANDBOX_HARDWARE")
+    rm -rf "$HARDWARE.new"
+    mkdir -p "$HARDWARE.new"
+    for file in resources.json nvidia-smi-L.txt nvidia-smi-q.txt \
+        query-gpu.csv compute-apps.csv; do
+        if [ -f "$source/$file" ]; then
+            cp "$source/$file" "$HARDWARE.new/$file"
+        fi
+    done
+    cat >"$HARDWARE.new/nvidia-smi" <<'SMI'
+#!/bin/sh
+# SIMULATED nvidia-smi of the nova-lxd-accel sandbox (up --hardware): it
+# prints the recorded answers of the host named in ./name.
+dir=$(dirname "$0")
+case "$1" in
+    -L) file=nvidia-smi-L.txt ;;
+    -q) file=nvidia-smi-q.txt ;;
+    --query-gpu=*) file=query-gpu.csv ;;
+    --query-compute-apps=*) file=compute-apps.csv ;;
+    *) file= ;;
+esac
+if [ -z "$file" ] || [ ! -f "$dir/$file" ]; then
+    echo "simulated nvidia-smi: no recorded answer to '$*'" >&2
+    exit 9
+fi
+exec cat "$dir/$file"
+SMI
+    chmod 0755 "$HARDWARE.new/nvidia-smi"
+    printf '%s\n' "$(basename "$source")" >"$HARDWARE.new/name"
+    printf '%s\n' "$source" >"$HARDWARE.new/source"
+    rm -rf "$HARDWARE"
+    mv "$HARDWARE.new" "$HARDWARE"
+    echo "SIMULATED hardware: $(cat "$HARDWARE/name") from $source"
+    echo "  $(hardware_summary)"
+}
+
+start_hwproxy() {
+    local name i
+    name=$(cat "$HARDWARE/name")
+    if ! is_running hwproxy; then
+        rm -f "$HW_SOCKET"
+    fi
+    # The project's LXD proxy (tests/lxd_proxy.py): /1.0/resources answers
+    # with the recorded host; gpu and infiniband devices are kept out of
+    # the real daemon (it has no such hardware) and shown back to Nova.
+    start_daemon hwproxy env PYTHONPATH="$REPO_DIR" "$VENV/bin/python" \
+        -m tests.lxd_proxy --socket "$HW_SOCKET" \
+        --upstream "$DAEMON_DIR/unix.socket" \
+        --resources "$HARDWARE/resources.json" --state "$HW_DEVICES" \
+        --all-projects --banner "SIMULATED hardware '$name' \
+($(hardware_summary)) served at $HW_SOCKET in front of $DAEMON_DIR/unix.socket; \
+containers run without these devices"
+    for ((i = 0; i < 80; i++)); do
+        [ -S "$HW_SOCKET" ] && return 0
+        is_running hwproxy || break
+        sleep 0.25
+    done
+    echo "the LXD proxy did not start: see $LOGS/hwproxy.log"
+    return 1
 }
 
 provision() {
@@ -935,6 +1085,7 @@ check_metadefs() {
 
 make_flavors() {
     local inventory=$DATA/inventory.json lines=$DATA/accel-flavors.txt
+    local gpu_flavors=$DATA/gpu-flavors.json
     local recipes=$REPO_DIR/devstack/files/accel-flavors.py
     rm -f "$inventory" "$lines"
     if "$VENV/bin/nova-lxd-accel" inventory --format json \
@@ -949,8 +1100,24 @@ make_flavors() {
     if [ -f "$inventory" ] && [ -f "$recipes" ]; then
         "$VENV/bin/python" "$recipes" "$inventory" sandbox none >"$lines"
     fi
+    # GPU flavors as an operator makes them: with the Accelerator:*
+    # properties and descriptions of nova-lxd-accel flavors, sized for the
+    # tiny image.
+    rm -f "$gpu_flavors"
+    if [ -f "$inventory" ] && "$VENV/bin/nova-lxd-accel" flavors \
+        --format json --prefix sandbox --vcpus 1 --ram 256 --disk 1 \
+        --config-file "$ETC/nova/nova-compute.conf" \
+        >"$gpu_flavors.tmp" 2>>"$UP_LOG"; then
+        mv "$gpu_flavors.tmp" "$gpu_flavors"
+    else
+        rm -f "$gpu_flavors.tmp"
+    fi
+    local simulated=
+    if hardware_active; then
+        simulated=$(cat "$HARDWARE/name")
+    fi
     provision flavors "$PLAIN_FLAVOR" "$inventory" "$lines" \
-        "$SECOND_FLAVOR"
+        "$SECOND_FLAVOR" "$simulated" "$gpu_flavors"
 }
 
 # --- commands -----------------------------------------------------------------
@@ -1027,6 +1194,7 @@ cmd_up() {
     step "Python venv (pip -c constraints.txt)" pip_install
     step "secrets and configuration" make_secrets
     load_secrets
+    step "hardware nova-compute sees" prepare_hardware
     step "configuration files" write_configs
     step "stop of services whose configuration changed" stop_reconfigured
     # shellcheck source=tools/sandbox/config.sh disable=SC1091
@@ -1142,11 +1310,22 @@ service_port() {
 }
 
 cmd_status() {
-    local name pid rss total=0 running=0 state
+    local name pid rss total=0 running=0 state expected=${#SERVICES[@]}
     say "daemon: $SANDBOX_BACKEND at $DAEMON_DIR/unix.socket"
+    if hardware_active; then
+        say "hardware: SIMULATED, recorded host $(cat "$HARDWARE/name")" \
+            "($(hardware_summary)); no real device is attached"
+    else
+        say "hardware: the host's own"
+    fi
     say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' SERVICE STATE PID PORT \
         RSS_MiB LOG)"
     for name in "${SERVICES[@]}"; do
+        if [ "$name" = hwproxy ] && ! hardware_active &&
+            ! is_running hwproxy; then
+            expected=$((expected - 1))
+            continue
+        fi
         if pid=$(pid_of "$name"); then
             state=running
             running=$((running + 1))
@@ -1159,10 +1338,10 @@ cmd_status() {
         say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' "$name" "$state" \
             "$pid" "$(service_port "$name")" "$rss" "$LOGS/$name.log")"
     done
-    say "$running/${#SERVICES[@]} running, $((total / 1024)) MiB resident" \
+    say "$running/$expected running, $((total / 1024)) MiB resident" \
         "(LXD and containers not counted); state in $SANDBOX_DIR"
     check_secrets || true
-    [ "$running" = "${#SERVICES[@]}" ]
+    [ "$running" = "$expected" ]
 }
 
 # The ids of every image this sandbox's Glance ever had (deleted ones
@@ -1198,11 +1377,32 @@ cmd_clean() {
     say "removed sandbox state (kept $VENV)"
 }
 
+USAGE="usage: $0 up [--backend lxd|incus] [--hardware NAME|DIR|none]|down|status|clean"
+
 main() {
     local command=${1:-}
     shift || true
-    if [ "$command" = up ] && [ "${1:-}" = --backend ]; then
-        SANDBOX_BACKEND=${2:?usage: $0 up --backend lxd|incus}
+    while [ "$command" = up ] && [ "$#" -gt 0 ]; do
+        case $1 in
+            --backend)
+                SANDBOX_BACKEND=${2:?$USAGE}
+                shift 2
+                ;;
+            --hardware)
+                SANDBOX_HARDWARE=${2:?$USAGE}
+                shift 2
+                ;;
+            *)
+                say "$USAGE"
+                return 2
+                ;;
+        esac
+    done
+    if [ -n "$SANDBOX_HARDWARE" ] && [ "$SANDBOX_HARDWARE" != none ] &&
+        ! hardware_source "$SANDBOX_HARDWARE" >/dev/null; then
+        say "sandbox up: no recorded host '$SANDBOX_HARDWARE' (a directory" \
+            "with resources.json); recorded hosts: $(hardware_names)"
+        return 2
     fi
     choose_backend
     case $command in
@@ -1211,7 +1411,7 @@ main() {
         status) cmd_status ;;
         clean) cmd_clean ;;
         *)
-            say "usage: $0 up [--backend lxd|incus]|down|status|clean"
+            say "$USAGE"
             return 2
             ;;
     esac

@@ -95,6 +95,16 @@ def _mig_memory_mib(profile):
     return int(match.group('mem')) * 1024 if match else None
 
 
+def _cpu_and_ram(vcpus, ram_mib):
+    """``4 vCPUs and 16 GiB of RAM``, ``1 vCPU and 256 MiB of RAM``."""
+    if ram_mib % 1024:
+        ram = '%d MiB' % ram_mib
+    else:
+        ram = '%d GiB' % (ram_mib // 1024)
+    return '%d vCPU%s and %s of RAM' % (vcpus, '' if vcpus == 1 else 's',
+                                        ram)
+
+
 def _gpu_memory_mib(gpu, memory_mib):
     if memory_mib:
         return memory_mib
@@ -142,10 +152,11 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
         model, gpu.shared_slots), None, VIRT_SHARED)
     description = (
         '1 share of an %s %s GPU (one of %d, time-sliced%s), in an LXD '
-        'container with %d vCPUs and %d GiB of RAM.' % (
+        'container with %s.' % (
             vendor, model, gpu.shared_slots,
             ': its %d GB are shared with the other instances on it'
-            % round(memory / 1024) if memory else '', vcpus, ram // 1024))
+            % round(memory / 1024) if memory else '',
+            _cpu_and_ram(vcpus, ram)))
     out[name] = Proposal(name=name, vcpus=vcpus, ram=ram, disk=disk,
                          description=description, extra_specs=specs,
                          gpus=(gpu.pci_address,))
@@ -190,9 +201,9 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
                         share += ' of its %d GB' % round(total / 1024)
                 description = (
                     '%d MIG slice%s %s of an %s %s%s, in an LXD container '
-                    'with %d vCPUs and %d GiB of RAM.' % (
+                    'with %s.' % (
                         count, '' if count == 1 else 's', mig.profile,
-                        vendor, model, share, vcpus, ram // 1024))
+                        vendor, model, share, _cpu_and_ram(vcpus, ram)))
                 out[name] = Proposal(
                     name=name, vcpus=vcpus, ram=ram, disk=disk,
                     description=description,
@@ -210,11 +221,11 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
                 set(out[name].gpus) | {gpu.pci_address})))
             continue
         memory = _gpu_memory_mib(gpu, memory_by_pci.get(gpu.pci_address))
-        description = ('%d whole %s %s GPU%s%s, in an LXD container with %d '
-                       'vCPUs and %d GiB of RAM.' % (
+        description = ('%d whole %s %s GPU%s%s, in an LXD container with '
+                       '%s.' % (
                            count, vendor, model, '' if count == 1 else 's',
                            ' (%d GB each)' % round(memory / 1024) if memory
-                           else '', vcpus, ram // 1024))
+                           else '', _cpu_and_ram(vcpus, ram)))
         out[name] = Proposal(
             name=name, vcpus=vcpus, ram=ram, disk=disk,
             description=description,

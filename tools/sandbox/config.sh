@@ -191,6 +191,21 @@ flat_networks = *
 CONF
 }
 
+# With simulated hardware (up --hardware), nova-compute (only it) talks to
+# the LXD proxy in front of the daemon and runs the recorded nvidia-smi.
+simulate_hardware_for_compute() {
+    local conf=$1
+    hardware_active || return 0
+    sed -i "s|^endpoint = $DAEMON_DIR/unix.socket\$|endpoint = $HW_SOCKET|" \
+        "$conf"
+    cat >>"$conf" <<SECTION
+
+# SIMULATED hardware: recorded host $(cat "$HARDWARE/name") (up --hardware)
+[lxd_accelerators]
+nvidia_smi_path = $HARDWARE/nvidia-smi
+SECTION
+}
+
 write_nova_conf() {
     mkdir -p "$ETC/nova" "$DATA/nova/instances" "$DATA/nova/lock"
     # nova.wsgi.osapi_compute reads api-paste.ini and nova.conf from
@@ -277,4 +292,5 @@ CONF
     # nova-compute must not see the databases (nova checks it).
     awk '/^\[/ { skip = ($0 == "[database]" || $0 == "[api_database]") }
         !skip' "$ETC/nova/nova.conf" >"$ETC/nova/nova-compute.conf"
+    simulate_hardware_for_compute "$ETC/nova/nova-compute.conf"
 }

@@ -187,8 +187,10 @@ def _describe(vcpus, ram, disk, what):
         vcpus, '' if vcpus == 1 else 's', ram, disk, what)
 
 
-def _ensure_flavor(conn, name, vcpus, ram, disk, extra_specs, what):
-    description = _describe(vcpus, ram, disk, what)
+def _ensure_flavor(conn, name, vcpus, ram, disk, extra_specs, what,
+                   description=None):
+    if description is None:
+        description = _describe(vcpus, ram, disk, what)
     flavor = conn.compute.find_flavor(name, ignore_missing=True)
     if flavor is None:
         # the description needs compute microversion 2.55 (the SDK
@@ -204,6 +206,25 @@ def _ensure_flavor(conn, name, vcpus, ram, disk, extra_specs, what):
     return flavor
 
 
+def _remove_stale_accelerator_flavors(conn, wanted):
+    """Delete this sandbox's accelerator flavors the host no longer has.
+
+    After ``up --hardware NAME`` then ``up --hardware none`` (or another
+    recorded host), flavors for hardware nova-compute does not report
+    would only ever end in "No valid host". Only flavors named
+    ``sandbox.*`` that ask for resources are touched; servers keep their
+    copy of a deleted flavor.
+    """
+    for flavor in conn.compute.flavors(details=True, is_public=None):
+        if not flavor.name.startswith('sandbox.') or flavor.name in wanted:
+            continue
+        specs = flavor.extra_specs or {}
+        if any(key.startswith('resources') for key in specs):
+            conn.compute.delete_flavor(flavor)
+            print('deleted flavor %s: this host no longer reports what it '
+                  'asks for' % flavor.name)
+
+
 def _flavor_lines(path):
     """[(name, {key: value})] from ``name key=value...`` lines."""
     out = []
@@ -216,8 +237,33 @@ def _flavor_lines(path):
     return out
 
 
+GPU_RESOURCES = ('resources:PGPU', 'resources:CUSTOM_MIG_',
+                 'resources:CUSTOM_GPU_SHARE')
+
+
+def _gpu_proposals(path):
+    """``nova-lxd-accel flavors --format json`` output, [] if none."""
+    if not path or not os.path.exists(path):
+        return []
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except ValueError as exc:
+        print('nova-lxd-accel flavors output is not JSON (%s)' % exc)
+        return []
+
+
 def phase_flavors(conn, plain, inventory_path, lines_path=None,
-                  second=None):
+                  second=None, simulated='', gpu_flavors_path=None):
+    """The CPU flavors, and one flavor per accelerator kind found.
+
+    :param simulated: the name of the recorded host nova-compute sees
+        (``up --hardware``), said in every accelerator flavor's
+        description; empty for the host's own hardware.
+    :param gpu_flavors_path: ``nova-lxd-accel flavors --format json``
+        output: the GPU flavors, with their ``Accelerator:*`` properties
+        and descriptions, replace the recipes' GPU lines.
+    """
     _ensure_flavor(conn, plain, 1, 128, 1, {},
                    'a small LXD container (unprivileged)')
     if second:
@@ -238,14 +284,36 @@ def phase_flavors(conn, plain, inventory_path, lines_path=None,
         wanted = [('sandbox.%s' % rc.lower().replace('custom_', '').replace(
                    '_', '-'), {'resources:%s' % rc: '1'})
                   for rc in sorted(classes)]
-    if not wanted:
+    proposals = _gpu_proposals(gpu_flavors_path)
+    if proposals:
+        wanted = [(name, specs) for name, specs in wanted
+                  if not any(key.startswith(GPU_RESOURCES) for key in specs)]
+    if not wanted and not proposals:
         print('no accelerators found on this host: only flavor %s' % plain)
+    _remove_stale_accelerator_flavors(
+        conn, {plain, second} | {name for name, _ in wanted} |
+        {p['name'] for p in proposals})
+    suffix = ''
+    if simulated:
+        suffix = (' SIMULATED hardware (recorded host %s): no real device '
+                  'is attached.' % simulated)
+    for proposal in proposals:
+        # Its own words already name CPUs and RAM: no size prefix.
+        _ensure_flavor(conn, proposal['name'], proposal['vcpus'],
+                       proposal['ram'], proposal['disk'],
+                       proposal['extra_specs'], None,
+                       description=proposal['description'] + suffix)
+        print('GPU flavor %s: %s' % (proposal['name'], ' '.join(
+            '%s=%s' % kv for kv in sorted(proposal['extra_specs'].items()))))
     for name, specs in wanted:
         asked = ', '.join('%s %s' % (n, rc.split(':', 1)[1])
                           for rc, n in sorted(specs.items())
                           if rc.startswith('resources'))
-        _ensure_flavor(conn, name, 1, 256, 1, specs,
-                       'an LXD container with %s' % (asked or 'accelerators'))
+        what = 'an LXD container with %s' % (asked or 'accelerators')
+        if simulated:
+            what += (' on SIMULATED hardware (recorded host %s: no real '
+                     'device is attached)' % simulated)
+        _ensure_flavor(conn, name, 1, 256, 1, specs, what)
         print('accelerator flavor %s: %s' % (name, ' '.join(
             '%s=%s' % kv for kv in sorted(specs.items()))))
     return 0

@@ -50,6 +50,17 @@ class TestPropose(testtools.TestCase):
         self.assertIn('1 MIG slice 1g.10gb of an NVIDIA A100-SXM4-80GB',
                       mig.description)
 
+    def test_description_sizes_in_plain_words(self):
+        gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
+                     'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+        small = {p.name: p for p in flavors.propose(gpus, vcpus=1, ram=256)}
+        self.assertTrue(small['g1.a100-sxm4-80gb-1g.10gb'].description
+                        .endswith('in an LXD container with 1 vCPU and '
+                                  '256 MiB of RAM.'))
+        large = {p.name: p for p in flavors.propose(gpus)}
+        self.assertTrue(large['g1.a100-sxm4-80gb-1g.10gb'].description
+                        .endswith('with 4 vCPUs and 16 GiB of RAM.'))
+
     def test_count_and_whole_gpu(self):
         gpus = _gpus('lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json',
                      'mig-L-a100-sxm4-80gb-7x1g10gb.txt')

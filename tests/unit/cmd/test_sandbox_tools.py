@@ -107,6 +107,55 @@ class StatusSecretsTest(testtools.TestCase):
                       % secrets, self._status())
 
 
+class SimulatedHardwareTest(testtools.TestCase):
+    """``up --hardware`` checks its argument; ``status`` says "simulated"."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.state = os.path.join(self.tmp.name, 'sandbox')
+        os.makedirs(self.state, mode=0o700)
+
+    def _sandbox(self, *args):
+        env = dict(os.environ, SANDBOX_DIR=self.state,
+                   SANDBOX_PORT_BASE='46100')
+        return subprocess.run(['bash', SANDBOX_SH] + list(args), env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_unknown_recorded_host_is_refused_before_anything_runs(self):
+        result = self._sandbox('up', '--hardware', 'no-such-host')
+        self.assertEqual(2, result.returncode, result.stderr)
+        self.assertIn("no recorded host 'no-such-host'", result.stdout)
+        # the names it offers are the shipped and the doctor's hosts
+        self.assertIn('h100-mig-a100-ib', result.stdout)
+        self.assertIn('h100-mig-cdi', result.stdout)
+        self.assertEqual([], os.listdir(self.state))
+
+    def test_status_of_the_host_s_own_hardware(self):
+        result = self._sandbox('status')
+        self.assertIn("hardware: the host's own", result.stdout)
+        self.assertIn('0/11 running', result.stdout)
+
+    def test_status_says_simulated(self):
+        hardware = os.path.join(self.state, 'data', 'hardware')
+        os.makedirs(hardware)
+        source = os.path.join(REPO, 'tools', 'sandbox', 'hardware',
+                              'h100-mig-a100-ib')
+        for name in ('resources.json', 'nvidia-smi-L.txt'):
+            with open(os.path.join(source, name)) as f, \
+                    open(os.path.join(hardware, name), 'w') as g:
+                g.write(f.read())
+        with open(os.path.join(hardware, 'name'), 'w') as f:
+            f.write('h100-mig-a100-ib\n')
+        result = self._sandbox('status')
+        self.assertIn('hardware: SIMULATED, recorded host h100-mig-a100-ib '
+                      '(3 NVIDIA GPUs, 4 MIG devices, 8 InfiniBand ports '
+                      'and VFs); no real device is attached', result.stdout)
+        # the LXD proxy is one more service to run
+        self.assertIn('0/12 running', result.stdout)
+
+
 def _load_wsgi_server():
     spec = importlib.util.spec_from_file_location(
         'sandbox_wsgi_server', WSGI_SERVER)

@@ -19,6 +19,11 @@ Incus (found and reached through the driver's own seam,
 same discovery apply) and
 ``nvidia-smi`` or from saved files, and prints the result. It never talks
 to Placement.
+
+For each shared GPU (``[lxd_accelerators] shared_gpus``) it also shows
+who shares it: its slots in use and, per held slot, the instance and
+project holding it, read from the binding records of the daemon's
+instances (every project) as a claim reads them, fresh at each run.
 """
 
 import json
@@ -38,6 +43,10 @@ class InputError(Exception):
     """A file given on the command line cannot be used."""
 
 
+class DaemonError(Exception):
+    """The daemon did not answer a question the output needs."""
+
+
 def register(subparsers):
     parser = subparsers.add_parser(
         'inventory',
@@ -54,6 +63,12 @@ def register(subparsers):
         '--nvidia-smi-list', metavar='FILE',
         help='saved output of "nvidia-smi -L"; default: run the configured '
              'nvidia-smi (when [lxd_accelerators] report_mig is on)')
+    parser.add_argument(
+        '--instances-file', metavar='FILE',
+        help='JSON of LXD /1.0/instances?recursion=1&all-projects=true, '
+             'to show who holds the slots of shared GPUs with '
+             '--resources-file; default: ask the daemon (only when '
+             'reading /1.0/resources from it too)')
     parser.add_argument(
         '--nodename', metavar='NAME', default=None,
         help='compute node name (default: this host name)')
@@ -127,6 +142,25 @@ def load_nvidia_smi_file(path):
     return text
 
 
+def load_instances_file(path):
+    """The instance records held by ``path`` (a list).
+
+    :raises InputError: naming the file and what is wrong with it.
+    """
+    try:
+        data = json.loads(_read(path))
+    except ValueError as exc:
+        raise InputError('%s: not valid JSON: %s' % (path, exc))
+    if isinstance(data, dict) and 'type' in data:
+        data = data.get('metadata')     # a raw API response
+    if not isinstance(data, list) or not all(
+            isinstance(record, dict) for record in data):
+        raise InputError('%s: expected a JSON list of instance records '
+                         '(LXD /1.0/instances?recursion=1), got %s' % (
+                             path, type(data).__name__))
+    return data
+
+
 def _load_conf(config_files):
     from nova_lxd_accel import conf as accel_conf
 
@@ -148,26 +182,79 @@ def _load_conf(config_files):
     return conf
 
 
-def _local_resources(conf):
-    """``(/1.0/resources, DaemonInfo)`` of the daemon nova-compute uses."""
+def _local_daemon(conf):
+    """``(/1.0/resources, DaemonInfo, client)`` of nova-compute's daemon."""
     from nova_lxd_accel import client as lxd_client
 
     client = lxd_client.LXDClient(conf)
-    return client.resources(), client.daemon_info()
+    return client.resources(), client.daemon_info(), client
 
 
-def compute(resources, mig_text, nodename, conf, daemon=None):
+def shared_gpu_usage(gpu, records, host_devices=()):
+    """Who holds the slots of the shared GPU ``gpu``.
+
+    Read from the instances' binding records as a claim reads them
+    (:func:`nova_lxd_accel.accel.claims.claim`): a slot is held by every
+    instance whose record names it, whatever its project or host, and
+    anything else holding the card itself (a container made by hand, a
+    profile's ``gpu`` device) leaves no slot free.
+
+    :param records: every instance record of the daemon, or None when
+        they were not read: then only the total is known.
+    :returns: ``{"slots_total", "slots_used", "slots", "card_held_by"}``;
+        ``slots`` lists each held slot's ``slot``, ``unit``,
+        ``instance`` (uuid), ``project`` and ``container``
+        (``<LXD project>/<name>``).
+    """
+    from nova_lxd_accel.accel import binding
+    from nova_lxd_accel.accel import devices
+    from nova_lxd_accel import config as lxd_config
+
+    total = gpu.shared_slots
+    if records is None:
+        return {'slots_total': total, 'slots_used': None, 'slots': None,
+                'card_held_by': None}
+    slots = []
+    for record in records:
+        config = record.get('config') or {}
+        for unit in binding.recorded_units(config):
+            if unit.get('kind') != binding.KIND_SHARE or \
+                    devices.normalise_pci_address(unit.get('pci') or '') \
+                    != gpu.pci_address:
+                continue
+            slots.append({'slot': unit.get('slot'), 'unit': unit['unit'],
+                          'instance': config.get(
+                              lxd_config.KEY_INSTANCE_UUID),
+                          'project': unit.get('project_id'),
+                          'container': binding.holder_name(record)})
+    slots.sort(key=lambda s: (str(s['unit']), str(s['container'])))
+    held = binding.held_units(records, host_devices=host_devices)
+    card_held_by = sorted(binding.holders_of(held, 'pci:' + gpu.pci_address))
+    offered = {binding.share_key(gpu.pci_address, n) for n in range(total)}
+    used = len(offered & {s['unit'] for s in slots})
+    return {'slots_total': total,
+            'slots_used': total if card_held_by else used,
+            'slots': slots, 'card_held_by': card_held_by}
+
+
+def compute(resources, mig_text, nodename, conf, daemon=None,
+            list_instances=None):
     """Run the driver's code path on a scratch tree.
 
     :param mig_text: ``nvidia-smi -L`` text, or None to run nvidia-smi.
     :param daemon: the :class:`nova_lxd_accel.daemon.DaemonInfo` the
         resources came from: the root provider then gets its traits, as
         the driver gives them (None for saved files).
-    :returns: the ``describe`` dict.
+    :param list_instances: zero-argument callable returning every
+        instance record of the daemon; called only when a GPU is shared.
+        None: who holds the slots is unknown.
+    :returns: the ``describe`` dict; each shared GPU's provider has a
+        ``sharing`` entry (:func:`shared_gpu_usage`).
     """
     from nova.compute import provider_tree
 
     from nova_lxd_accel import accel
+    from nova_lxd_accel.accel import provider_tree as accel_tree
     from nova_lxd_accel import host as lxd_host
 
     tree = provider_tree.ProviderTree()
@@ -179,7 +266,18 @@ def compute(resources, mig_text, nodename, conf, daemon=None):
         lambda: resources, list_mig, conf,
         provider_allocations=lambda rp_uuid: {})
     inventory.update_provider_tree(tree, nodename, allocations={})
-    return inventory.describe(tree, nodename)
+    description = inventory.describe(tree, nodename)
+    shared = {accel_tree.gpu_provider_name(nodename, gpu.pci_address): gpu
+              for gpu in inventory.reported_gpus() if gpu.shared_slots}
+    if shared:
+        # read after the resources, so no slot claimed since is missed
+        records = list_instances() if list_instances is not None else None
+        for provider in description['providers']:
+            gpu = shared.get(provider['name'])
+            if gpu is not None:
+                provider['sharing'] = shared_gpu_usage(
+                    gpu, records, inventory.all_devices())
+    return description
 
 
 def format_table(description):
@@ -198,33 +296,79 @@ def format_table(description):
                              rec.get('allocation_ratio')))
         if provider['traits']:
             lines.append('    traits: %s' % ', '.join(provider['traits']))
+        if 'sharing' in provider:
+            lines.extend(_sharing_lines(provider['sharing']))
     children = len(description['providers']) - 1
     lines.append('%d accelerator provider%s' % (children,
                                                 '' if children == 1 else 's'))
     return '\n'.join(lines)
 
 
+def _saved(records):
+    def list_instances():
+        return records
+    return list_instances
+
+
+def _asking(client):
+    """Every instance of the daemon, all projects, as a claim lists them."""
+    def list_instances():
+        try:
+            return client.list_all_instances()
+        except Exception as exc:
+            raise DaemonError('cannot list the instances of the local '
+                              'daemon (to show who shares its GPUs): %s'
+                              % exc)
+    return list_instances
+
+
+def _sharing_lines(sharing):
+    if sharing['slots'] is None:
+        return ['    shared: %d slots, holders unknown (give '
+                '--instances-file with --resources-file)'
+                % sharing['slots_total']]
+    lines = ['    shared: %d of %d slots used' % (sharing['slots_used'],
+                                                  sharing['slots_total'])]
+    for slot in sharing['slots']:
+        lines.append('      slot %s: instance %s project %s (%s)' % (
+            slot['slot'], slot['instance'], slot['project'],
+            slot['container']))
+    if sharing['card_held_by']:
+        lines.append('      whole card held by %s: no slot free' %
+                     ', '.join(sharing['card_held_by']))
+    return lines
+
+
 def _run(args):
     try:
         conf = _load_conf(args.config_file)
-        resources = mig_text = None
+        resources = mig_text = list_instances = None
         if args.resources_file:
             resources = load_resources_file(args.resources_file)
         if args.nvidia_smi_list:
             mig_text = load_nvidia_smi_file(args.nvidia_smi_list)
+        if args.instances_file:
+            list_instances = _saved(load_instances_file(args.instances_file))
     except InputError as exc:
         _error(exc)
         return EXIT_BAD_INPUT
     daemon = None
     if resources is None:
         try:
-            resources, daemon = _local_resources(conf)
+            resources, daemon, client = _local_daemon(conf)
         except Exception as exc:
             _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)
             return EXIT_LXD
+        if list_instances is None:
+            list_instances = _asking(client)
     nodename = args.nodename or socket.gethostname()
-    description = compute(resources, mig_text, nodename, conf, daemon)
+    try:
+        description = compute(resources, mig_text, nodename, conf, daemon,
+                              list_instances)
+    except DaemonError as exc:
+        _error(exc)
+        return EXIT_LXD
     if args.format == 'json':
         print(json.dumps(description, indent=2))
     else:

@@ -12,14 +12,22 @@
 
 """``nova-lxd-accel inventory`` from saved files."""
 
+import copy
 import io
 import json
 import os
+from unittest import mock
 
 import fixtures
 from oslotest import base
 
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims
 from nova_lxd_accel.cmd import main
+from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel import daemon as lxd_daemon
+from nova_lxd_accel import exception
+from tests import fake_lxd
 from tests.unit.accel import utils
 
 H100 = utils.sample_path('handmade-lxd-h100-mig-host.json')
@@ -27,6 +35,7 @@ H100_L = utils.sample_path('nvsmi-h100-80gb-mig-4slices-L.txt')
 IB = utils.sample_path('maas-lp1939456-connectx3-infiniband.json')
 GT730 = utils.sample_path(
     'lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json')
+TWO_A100 = 'handmade-lxd-two-a100-no-nvidia-object.json'
 
 
 def _rec(total):
@@ -176,3 +185,172 @@ class TestInventoryCommand(base.BaseTestCase):
         self.conf_file = self._write(
             'bad.conf', '[lxd_accelerators]\nreport_mig = perhaps\n')
         self.assertIn('report_mig', self._bad('--resources-file', H100))
+
+
+SHARED_PCI = '0000:07:00.0'
+SHARED_RP = 'c_gpu_0000_07_00_0'
+WHOLE_RP = 'c_gpu_0000_85_00_0'
+
+
+class _Daemon(fake_lxd.FakeLXDClient):
+    """The shared fake daemon, answering /1.0/resources too."""
+
+    def __init__(self, resources):
+        super().__init__()
+        self._resources = resources
+        self.instance_listings = 0
+
+    def resources(self):
+        return copy.deepcopy(self._resources)
+
+    def daemon_info(self):
+        return lxd_daemon.DaemonInfo.from_server_info(self.server_info())
+
+    def list_all_instances(self):
+        self.instance_listings += 1
+        return super().list_all_instances()
+
+
+class TestSharedGpuHolders(base.BaseTestCase):
+    """Who shares which GPU, from the binding records claims write."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.stdout = io.StringIO()
+        self.stderr = io.StringIO()
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
+        self.conf_file = os.path.join(self.tmp, 'nova.conf')
+        with open(self.conf_file, 'w') as f:
+            f.write('[lxd_accelerators]\nshared_gpus = %s:2\n' % SHARED_PCI)
+        self.resources = utils.load_json(TWO_A100)
+        self.daemon = _Daemon(self.resources)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.client.LXDClient', lambda conf: self.daemon))
+        # the devices nova-compute reports, to claim slots of as it does
+        conf = utils.make_conf(shared_gpus=['%s:2' % SHARED_PCI])
+        self.reported, self.tree = utils.report(self.resources, conf=conf,
+                                                nodename='c')
+
+    def claim(self, name, instance_uuid, project_id, lxd_project='nova'):
+        """A container holding a slot, written by the claim code."""
+        self.daemon.create_container(
+            name, {lxd_config.KEY_INSTANCE_UUID: instance_uuid}, {}, [], {})
+        self.daemon.records[name]['project'] = lxd_project
+        rp_uuid = self.tree.data(SHARED_RP).uuid
+        return claims.claim(
+            self.daemon, name,
+            {rp_uuid: {'resources': {'CUSTOM_GPU_SHARE': 1}}},
+            self.reported.device_for_provider,
+            share=binding.ShareRequest(project_id=project_id))
+
+    def run_inventory(self, *argv, expect=0):
+        self.assertEqual(expect, main.main(
+            ['inventory', '--config-file', self.conf_file,
+             '--nodename', 'c'] + list(argv)), self.stderr.getvalue())
+        return self.stdout.getvalue()
+
+    def providers(self, *argv):
+        out = json.loads(self.run_inventory('--format', 'json', *argv))
+        return {p['name']: p for p in out['providers']}
+
+    def test_slots_and_their_holders_in_json(self):
+        self.claim('nova-a', 'uuid-a', 'proj-1')
+        self.claim('nova-b', 'uuid-b', 'proj-1')
+        providers = self.providers()
+        self.assertEqual({
+            'slots_total': 2, 'slots_used': 2, 'card_held_by': [],
+            'slots': [
+                {'slot': 0, 'unit': 'share:%s/0' % SHARED_PCI,
+                 'instance': 'uuid-a', 'project': 'proj-1',
+                 'container': 'nova/nova-a'},
+                {'slot': 1, 'unit': 'share:%s/1' % SHARED_PCI,
+                 'instance': 'uuid-b', 'project': 'proj-1',
+                 'container': 'nova/nova-b'}]},
+            providers[SHARED_RP]['sharing'])
+        # a whole GPU's provider is printed as before
+        self.assertEqual({'name', 'parent', 'inventories', 'traits'},
+                         set(providers[WHOLE_RP]))
+
+    def test_read_fresh_at_each_run(self):
+        self.claim('nova-a', 'uuid-a', 'proj-1')
+        self.claim('nova-b', 'uuid-b', 'proj-1')
+        self.daemon.delete_container('nova-a')
+        self.stdout.truncate(0)
+        sharing = self.providers()[SHARED_RP]['sharing']
+        self.assertEqual(1, sharing['slots_used'])
+        self.assertEqual(['uuid-b'], [s['instance']
+                                      for s in sharing['slots']])
+
+    def test_table(self):
+        self.claim('nova-a', 'uuid-a', 'proj-1')
+        lines = self.run_inventory().splitlines()
+        start = lines.index('c_gpu_0000_07_00_0  (parent: c)')
+        self.assertEqual(
+            ['    shared: 1 of 2 slots used',
+             '      slot 0: instance uuid-a project proj-1 (nova/nova-a)',
+             'c_gpu_0000_85_00_0  (parent: c)'],
+            lines[start + 3:start + 6])
+        self.assertEqual('2 accelerator providers', lines[-1])
+
+    def test_card_held_by_a_foreign_container_leaves_no_slot(self):
+        self.claim('nova-a', 'uuid-a', 'proj-1')
+        self.daemon.create_container(
+            'by-hand', {}, {'gpu0': {'type': 'gpu', 'pci': SHARED_PCI}},
+            [], {})
+        sharing = self.providers()[SHARED_RP]['sharing']
+        self.assertEqual((2, ['by-hand']),
+                         (sharing['slots_used'], sharing['card_held_by']))
+        self.assertEqual(['uuid-a'], [s['instance']
+                                      for s in sharing['slots']])
+
+    def test_no_shared_gpu_no_listing_and_output_as_before(self):
+        with open(self.conf_file, 'w') as f:
+            f.write('[DEFAULT]\n')
+        providers = self.providers()
+        self.assertEqual(0, self.daemon.instance_listings)
+        for provider in providers.values():
+            self.assertNotIn('sharing', provider)
+
+    def test_listing_failure_is_an_lxd_error(self):
+        self.daemon.list_all_instances = mock.Mock(
+            side_effect=exception.LXDOperationFailed(
+                action='list', target='instances of all projects',
+                reason='not authorized'))
+        self.run_inventory(expect=1)
+        self.assertIn('cannot list the instances of the local daemon',
+                      self.stderr.getvalue())
+        self.assertEqual('', self.stdout.getvalue())
+
+    def test_saved_files(self):
+        self.claim('nova-a', 'uuid-a', 'proj-1')
+        instances = os.path.join(self.tmp, 'instances.json')
+        with open(instances, 'w') as f:
+            # as the API answers /1.0/instances?recursion=1&all-projects
+            json.dump({'type': 'sync', 'metadata':
+                       self.daemon.list_all_instances()}, f)
+        resources = os.path.join(self.tmp, 'resources.json')
+        with open(resources, 'w') as f:
+            json.dump(self.resources, f)
+        # the daemon is not asked when files are given
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.client.LXDClient', None))
+        sharing = self.providers('--resources-file', resources,
+                                 '--instances-file', instances)[SHARED_RP][
+                                     'sharing']
+        self.assertEqual((1, 'uuid-a'), (sharing['slots_used'],
+                                         sharing['slots'][0]['instance']))
+        self.stdout.seek(0)
+        self.stdout.truncate(0)
+        self.assertIn('    shared: 2 slots, holders unknown (give '
+                      '--instances-file with --resources-file)',
+                      self.run_inventory('--resources-file', resources))
+
+    def test_bad_instances_file(self):
+        path = os.path.join(self.tmp, 'instances.json')
+        with open(path, 'w') as f:
+            f.write('{"gpu": {}}')
+        self.run_inventory('--instances-file', path, expect=2)
+        self.assertIn(path + ': expected a JSON list of instance records',
+                      self.stderr.getvalue())

@@ -26,7 +26,9 @@ import fixtures
 from oslotest import base
 
 import nova_lxd_accel
+from nova_lxd_accel.accel import binding
 from nova_lxd_accel.cmd import main
+from nova_lxd_accel import config as lxd_config
 from tests import lxd_fixtures
 from tests import lxd_proxy
 from tests.unit.accel import utils
@@ -67,6 +69,37 @@ class InventoryThroughTheSeamTest(base.BaseTestCase):
         self.assertEqual(
             ['CUSTOM_LXD_DAEMON_%s' % lxd_fixtures.daemon().upper()],
             providers[0]['traits'])
+
+    def test_slot_holders_of_every_project_are_listed(self):
+        # a slot holder in an LXD project of its own: the listing spans
+        # all projects, as a claim's does
+        project = self.useFixture(lxd_fixtures.LXDProject('inv'))
+        record = {'name': 'nova-gpushare0', 'kind': binding.KIND_SHARE,
+                  'resource_class': 'CUSTOM_GPU_SHARE', 'provider': 'rp',
+                  'pci': '0000:00:09.0', 'unit': 'share:0000:00:09.0/1',
+                  'slot': 1, 'project_id': 'proj-1'}
+        created = project.client.api.instances.post(json={
+            'name': 'nova-x', 'type': 'container', 'source': {'type': 'none'},
+            'config': {lxd_config.KEY_INSTANCE_UUID: 'uuid-x',
+                       binding.DEVICES_KEY: json.dumps([record])}})
+        project.client.operations.wait_for_operation(
+            created.json()['operation'])
+        resources = utils.load_json('handmade-lxd-h100-mig-host.json')
+        proxy = self.useFixture(lxd_proxy.LXDProxy(
+            {'gpu': resources['gpu']}))
+        # (the proxy hides other tests' projects from such listings)
+        proxy.show_project(project.name)
+        self.assertEqual(0, self._run(
+            '[lxd]\nendpoint = %s\n[lxd_accelerators]\n'
+            'shared_gpus = 0000:00:09.0:3\n' % proxy.socket_path))
+        shared = [p for p in json.loads(self.stdout.getvalue())['providers']
+                  if p['name'] == 'cmp1_gpu_0000_00_09_0'][0]
+        self.assertEqual(
+            (1, 3, [('uuid-x', 'proj-1', '%s/nova-x' % project.name)]),
+            (shared['sharing']['slots_used'],
+             shared['sharing']['slots_total'],
+             [(s['instance'], s['project'], s['container'])
+              for s in shared['sharing']['slots']]))
 
     def test_unreachable_endpoint_named(self):
         self.assertEqual(1, self._run('[lxd]\nendpoint = /nonexistent/s\n'))

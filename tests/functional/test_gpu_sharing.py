@@ -32,6 +32,7 @@ from nova.tests.functional.api import client as api_client
 from nova_lxd_accel import conf as lxd_conf
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
 from tests.unit.accel import test_gpu_probe
@@ -44,7 +45,7 @@ MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
 CARD_MIB = 81920
 
 
-class SharedGpuTest(test_claims.ClaimTestBase):
+class SharedGpuTestBase(test_claims.ClaimTestBase):
 
     host_resources = staticmethod(accel_ft.mixed_host)
     mig_text = accel_ft.H100_MIG_L
@@ -98,10 +99,39 @@ class SharedGpuTest(test_claims.ClaimTestBase):
         return self._create_flavor(memory_mb=128, vcpu=1, disk=disk,
                                    ephemeral=0, extra_spec=specs)
 
+    def held_slots(self):
+        """Slot key -> holders, as the next claim sees them.
+
+        Every instance of the daemon, all projects, read through the
+        driver's own client (the proxy adds back the recorded devices),
+        then :func:`binding.held_units`, as
+        :func:`nova_lxd_accel.accel.claims.claim` does.
+        """
+        records = self.compute.driver._client.list_all_instances()
+        return {key: sorted(holders) for key, holders in
+                binding.held_units(records).items()
+                if key.startswith('share:')}
+
+    def share_inventory(self):
+        """{rc: (total, reserved)} of the shared GPU's provider."""
+        return {rc: (r['total'], r['reserved']) for rc, r in
+                self._get_provider_inventory(self.rp(SHARED_RP)).items()}
+
     def units(self, server):
         return [(u['kind'], u['unit'], u.get('project_id'))
                 for u in json.loads(self.container_of(server)['config'][
                     binding.DEVICES_KEY])]
+
+    def wait_built_by(self, api, server):
+        for _ in range(600):
+            server = api.get_server(server['id'])
+            if server['status'] in ('ACTIVE', 'ERROR'):
+                return server
+            time.sleep(0.1)
+        self.fail('server %s stuck' % server['id'])
+
+
+class SharedGpuTest(SharedGpuTestBase):
 
     def test_inventory(self):
         inventory = self._get_provider_inventory(self.rp(SHARED_RP))
@@ -190,14 +220,6 @@ class SharedGpuTest(test_claims.ClaimTestBase):
         self.assertEqual(('gpu_share', 'share:%s/1' % SHARED_PCI,
                           'other-project'), self.units(again)[0])
 
-    def wait_built_by(self, api, server):
-        for _ in range(600):
-            server = api.get_server(server['id'])
-            if server['status'] in ('ACTIVE', 'ERROR'):
-                return server
-            time.sleep(0.1)
-        self.fail('server %s stuck' % server['id'])
-
     def test_resize_between_shared_and_whole_gpu(self):
         shared = self.share_flavor()
         whole = self.flavor(**{'resources:PGPU': '1'})
@@ -219,3 +241,106 @@ class SharedGpuTest(test_claims.ClaimTestBase):
                          self._get_provider_usages(self.rp(SHARED_RP)))
         self._delete_server(server)
         self.assertEqual([], self.container_names())
+
+    def test_cold_migration_keeps_one_slot(self):
+        # one compute: nova migrates to the same host (the driver
+        # supports it), so the source and the destination share the card
+        flavor = self.share_flavor(memory_mb=8192)
+        server = self.wait_built(self.post(flavor))
+        self.assertEqual('ACTIVE', server['status'], server.get('fault'))
+        name = 'nova-%s' % server['id']
+        source_slot = self.units(server)[0][1]
+        self.assertEqual({source_slot: ['%s/%s' % (self.lxd.name, name)]},
+                         self.held_slots())
+
+        server = self._migrate_server(server)
+        # until confirmed the kept original holds its slot, the moved
+        # instance the other one; Placement counts both (migration and
+        # instance consumers)
+        backup = 'nova-resize-%s' % server['id']
+        dest_slot = self.units(server)[0][1]
+        self.assertNotEqual(source_slot, dest_slot)
+        self.assertEqual({source_slot: ['%s/%s' % (self.lxd.name, backup)],
+                          dest_slot: ['%s/%s' % (self.lxd.name, name)]},
+                         self.held_slots())
+        self.assertEqual({SHARE_RC: 2, MEMORY_RC: 2 * 8192},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+
+        server = self._confirm_resize(server)
+        self.assertEqual([name], self.container_names())
+        self.assertEqual({dest_slot: ['%s/%s' % (self.lxd.name, name)]},
+                         self.held_slots())
+        self.assertEqual({SHARE_RC: 1, MEMORY_RC: 8192},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        # the source's slot is free again for the next instance
+        self._run_periodics()
+        self.assertEqual({SHARE_RC: (2, 0), MEMORY_RC: (CARD_MIB, 0)},
+                         self.share_inventory())
+        other = self.wait_built(self.post(flavor))
+        self.assertEqual('ACTIVE', other['status'], other.get('fault'))
+        self.assertEqual(source_slot, self.units(other)[0][1])
+        for each in (server, other):
+            self._delete_server(each)
+        self.assertEqual({}, self.held_slots())
+        self.assertEqual({SHARE_RC: 0, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+
+    def test_cold_migration_revert_keeps_one_slot(self):
+        flavor = self.share_flavor()
+        server = self.wait_built(self.post(flavor))
+        self.assertEqual('ACTIVE', server['status'], server.get('fault'))
+        name = 'nova-%s' % server['id']
+        source_slot = self.units(server)[0][1]
+        server = self._migrate_server(server)
+        self.assertEqual(2, len(self.held_slots()))
+        server = self._revert_resize(server)
+        # the original is back with its slot; the destination's is free
+        self.assertEqual([name], self.container_names())
+        self.assertEqual({source_slot: ['%s/%s' % (self.lxd.name, name)]},
+                         self.held_slots())
+        self.assertEqual({SHARE_RC: 1, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        self._delete_server(server)
+        self.assertEqual({}, self.held_slots())
+        self.assertEqual({SHARE_RC: 0, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+
+
+class SharedGpuStartFailsTest(SharedGpuTestBase):
+    """The slot's device reaches the real daemon, which has no such GPU.
+
+    The claim has recorded the slot in the container when LXD refuses to
+    start it: the spawn must leave no holder of the slot behind, and give
+    its allocation back.
+    """
+
+    strip_devices = False
+
+    def test_start_fails_and_the_slot_is_released(self):
+        claimed = []
+        real_claim = claims.claim
+
+        def claim(*args, **kwargs):
+            bound = real_claim(*args, **kwargs)
+            claimed.extend(u.key for u in bound.units)
+            return bound
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.accel.claims.claim', claim))
+        server = self.wait_built(self.post(self.share_flavor(
+            memory_mb=8192)))
+        self.assertEqual('ERROR', server['status'])
+        # the failure came after the claim, from the daemon's start
+        self.assertEqual(['share:%s/0' % SHARED_PCI], claimed)
+        self.assertIn('refused to start', server['fault']['message'])
+        self.assertIn('nova-gpushare0', server['fault']['message'])
+        self.assertEqual([], self.container_names())
+        self.assertEqual({}, self.held_slots())
+        self.assertEqual({}, self._get_allocations_by_server_uuid(
+            server['id']))
+        self.assertEqual({SHARE_RC: 0, MEMORY_RC: 0},
+                         self._get_provider_usages(self.rp(SHARED_RP)))
+        # and nothing keeps it reserved once the host is read again
+        self._run_periodics()
+        self.assertEqual({SHARE_RC: (2, 0), MEMORY_RC: (CARD_MIB, 0)},
+                         self.share_inventory())

@@ -73,6 +73,16 @@ if [ -z "$(ovs-vsctl --db="unix:$DB_SOCK" --no-wait get-manager)" ]; then
     ovs-vsctl --db="unix:$DB_SOCK" --no-wait set-manager ptcp:6640:127.0.0.1
 fi
 
+# Userspace TSO makes the datapath read and write the kernel's offload
+# metadata (virtio-net headers) on its veth ports. Without it a TCP segment
+# whose checksum the sending namespace left to "the hardware" (veths do)
+# reaches conntrack unfinished, is taken as invalid and dropped: TCP
+# through the OVS firewall, or from a Neutron router's namespace, never
+# connects (ICMP and DHCP, checksummed in software, do). Read only when
+# ovs-vswitchd starts.
+ovs-vsctl --db="unix:$DB_SOCK" --no-wait set Open_vSwitch . \
+    other_config:userspace-tso-enable=true
+
 if ! ovs-appctl -t "$OVS_RUNDIR/ovs-vswitchd.$(cat \
         "$OVS_RUNDIR/ovs-vswitchd.pid" 2>/dev/null || echo 0).ctl" \
         version >/dev/null 2>&1; then

@@ -11,8 +11,13 @@
 #  - resizes it to the second CPU flavor and confirms (LXD limits follow);
 #  - shelves it (container gone) and unshelves it (container back);
 #  - deletes it: no container, no allocation, no usage left;
-#  - checks that bad lxd: flavor properties are refused with HTTP 400, that
-#    a server create without --nic (no network to give) is an HTTP 400, and
+#  - networking: two servers created without --nic get their address on
+#    the network "private" by DHCP and ping each other, a floating IP
+#    answers ping from the outside namespace, removing the security group's
+#    ICMP rule stops that and restoring it brings it back, the metadata
+#    service answers from inside, and delete leaves no port, OVS port,
+#    bridge or container;
+#  - checks that bad lxd: flavor properties are refused with HTTP 400, and
 #    that servers booted from broken images (not an LXD image; an LXD image
 #    with no init) end in ERROR with a fault naming the cause and leave no
 #    container in any LXD project;
@@ -325,21 +330,133 @@ check_bad_flavor() {
 # "openstack server create" without --nic asks for networks=auto: with no
 # network to give, Nova must refuse it clearly (HTTP 400), never with a 500,
 # and create nothing.
-check_no_nic() {
-    local out
-    if out=$(openstack server create --flavor "$FLAVOR" --image "$IMAGE" \
-        "$SERVER-nonic" 2>&1); then
-        MADE_SERVERS+=("$SERVER-nonic")
-        fail "server create without --nic was accepted with no network" \
-            "to give it: $out"
+# fixed_ip SERVER: its first address on the network "private".
+fixed_ip() {
+    openstack server show "$1" -f json -c addresses | python3 -c '
+import json, sys
+print(json.load(sys.stdin)["addresses"]["private"][0])'
+}
+
+# in_server SERVER_ID COMMAND...: run COMMAND in the server's container.
+in_server() {
+    local id=$1
+    shift
+    daemon_cli exec "nova-$id" -- "$@"
+}
+
+# until_ok TRIES COMMAND...: run COMMAND once a second until it succeeds.
+until_ok() {
+    local tries=$1 i
+    shift
+    for ((i = 0; i < tries; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 1
+    done
+    return 1
+}
+
+outside_ping() {
+    ip netns exec sandbox-outside busybox ping -c 1 -W 1 "$1"
+}
+
+outside_silent() {
+    ! outside_ping "$1"
+}
+
+has_address() {
+    in_server "$1" ip -4 -o addr show eth0 | grep -qF " $2/"
+}
+
+# The admin project's default security group (every project has one
+# named "default": the name alone is ambiguous to an admin).
+default_group() {
+    openstack security group list --project "$OS_PROJECT_NAME" \
+        --project-domain Default -f value -c ID -c Name |
+        awk '$2 == "default" { print $1 }'
+}
+
+icmp_rule() {
+    openstack security group rule list "$(default_group)" --ingress \
+        --protocol icmp --ethertype IPv4 -f value -c ID | head -n 1
+}
+
+# Networking the way a real cloud has it, with the real CLI: servers
+# created without --nic land on the network "private"; they get their
+# Neutron address by DHCP and ping each other; a floating IP answers ping
+# from the outside namespace; the security group decides (ICMP rule out:
+# no ping; back: ping); the metadata service answers from inside; delete
+# leaves no port, OVS port, bridge or container.
+check_networking() {
+    local a b a_ip b_ip fip rule port ports start
+    start=$(date +%s%N)
+    for name in a b; do
+        openstack server create --flavor "$FLAVOR" --image "$IMAGE" \
+            --wait "$SERVER-net-$name" -f value -c id >/dev/null ||
+            fail "server create without --nic failed:" \
+                "$(server_field fault "$SERVER-net-$name" 2>/dev/null)"
+        MADE_SERVERS+=("$SERVER-net-$name")
+    done
+    a=$(openstack server show "$SERVER-net-a" -f value -c id)
+    b=$(openstack server show "$SERVER-net-b" -f value -c id)
+    a_ip=$(fixed_ip "$a") b_ip=$(fixed_ip "$b")
+    say "two servers without --nic ACTIVE on private ($a_ip, $b_ip)" \
+        "after $(since "$start")s"
+    until_ok 40 has_address "$a" "$a_ip" ||
+        fail "server $a has no DHCP address $a_ip: $(in_server "$a" \
+            ip -4 -o addr show eth0)"
+    until_ok 40 has_address "$b" "$b_ip" ||
+        fail "server $b has no DHCP address $b_ip"
+    say "DHCP: both containers have their Neutron address"
+    until_ok 20 in_server "$a" ping -c 1 -W 1 "$b_ip" ||
+        fail "server $a_ip cannot ping $b_ip"
+    say "ping $a_ip -> $b_ip"
+
+    fip=$(openstack floating ip create public -f value \
+        -c floating_ip_address) || fail "floating ip create failed"
+    openstack server add floating ip "$a" "$fip" ||
+        fail "server add floating ip failed"
+    until_ok 30 outside_ping "$fip" ||
+        fail "floating IP $fip does not answer ping from the outside"
+    say "floating IP $fip answers ping from namespace sandbox-outside"
+
+    rule=$(icmp_rule)
+    [ -n "$rule" ] || fail "no ICMP rule in the default security group"
+    openstack security group rule delete "$rule"
+    if ! until_ok 20 outside_silent "$fip"; then
+        fail "ping to $fip still answered without the ICMP rule"
     fi
-    grep -q '400.*allocate a network' <<<"$out" ||
-        fail "server create without --nic: expected HTTP 400 'Unable to" \
-            "automatically allocate a network', got: $out"
-    [ -z "$(openstack server list --name "$SERVER-nonic" -f value -c ID)" ] ||
-        fail "server create without --nic left a server record"
-    say "server create without --nic refused: $(grep -o 'Unable to.*' \
-        <<<"$out" | cut -c1-60)... (HTTP 400)"
+    say "security group: ICMP rule removed, $fip no longer answers"
+    openstack security group rule create "$(default_group)" --ingress \
+        --protocol icmp --ethertype IPv4 --remote-ip 0.0.0.0/0 >/dev/null
+    until_ok 30 outside_ping "$fip" ||
+        fail "ping to $fip not answered after the ICMP rule came back"
+    say "security group: ICMP rule back, $fip answers again"
+
+    local metadata
+    metadata=$(in_server "$a" sh -c 'printf "GET /openstack/latest/meta_data.json HTTP/1.0\r\n\r\n" |
+        nc -w 10 169.254.169.254 80' 2>&1 || true)
+    grep -qF "\"uuid\": \"$a\"" <<<"$metadata" ||
+        fail "metadata service from inside $a: $(tail -c 300 <<<"$metadata")"
+    say "metadata: 169.254.169.254 answers from inside with the server's uuid"
+
+    ports=$(openstack port list --device-owner compute:nova -f value -c ID)
+    openstack floating ip delete "$fip"
+    openstack server delete --wait "$a" "$b" ||
+        fail "openstack server delete failed"
+    for port in $ports; do
+        if openstack port show "$port" >/dev/null 2>&1; then
+            fail "port $port left after delete"
+        fi
+        if ovs-vsctl list-ports br-int | grep -q "${port:0:11}"; then
+            fail "OVS port of $port left on br-int"
+        fi
+        if ip link show "qbr${port:0:11}" >/dev/null 2>&1; then
+            fail "bridge qbr${port:0:11} left after delete"
+        fi
+    done
+    [ -z "$(containers_of "$a")$(containers_of "$b")" ] ||
+        fail "containers left: $(containers_of "$a") $(containers_of "$b")"
+    say "deleted: no port, OVS port, bridge or container left"
 }
 
 # broken_image KIND FILE FAULT_REGEX: a server from FILE (an image that
@@ -615,7 +732,7 @@ main() {
     SERVER_ID=
 
     check_bad_flavor
-    check_no_nic
+    check_networking
     check_broken_image
     placement_idle
     say "Placement: no usage left"

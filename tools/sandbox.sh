@@ -60,7 +60,19 @@ PORT_NOVA=$((SANDBOX_PORT_BASE + 74))
 PORT_PLACEMENT=$((SANDBOX_PORT_BASE + 78))
 PORT_GLANCE=$((SANDBOX_PORT_BASE + 92))
 PORT_NEUTRON=$((SANDBOX_PORT_BASE + 96))
+PORT_METADATA=$((SANDBOX_PORT_BASE + 75))
 export PORT_PLACEMENT PORT_GLANCE PORT_NEUTRON PORT_NOVA
+
+# Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
+# the network namespace that plays "the outside" of the external network.
+# Addresses are from the documentation ranges, used inside this machine
+# only: nothing is routed off it.
+BR_EX=br-ex
+OUTSIDE_NS=sandbox-outside
+OUTSIDE_VETH=sbx-outside
+PUBLIC_CIDR=203.0.113.0/24
+OUTSIDE_IP=203.0.113.1
+PRIVATE_CIDR=192.0.2.0/24
 
 REGION=RegionOne
 KEYSTONE_URL=http://127.0.0.1:$PORT_KEYSTONE
@@ -75,7 +87,9 @@ SECOND_FLAVOR=sandbox.medium
 # Start order; "down" goes in reverse.
 # hwproxy runs only with simulated hardware (up --hardware).
 SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
-    nova-api nova-conductor nova-scheduler hwproxy nova-compute)
+    neutron-rpc neutron-ovs-agent neutron-dhcp-agent neutron-l3-agent
+    neutron-metadata-agent nova-api nova-metadata nova-conductor
+    nova-scheduler hwproxy nova-compute)
 
 # Simulated hardware (up --hardware NAME): the recorded host's files, and
 # the LXD proxy that serves them in front of the real daemon.
@@ -268,11 +282,21 @@ service_files() {
         keystone) echo "$ETC/keystone/keystone.conf" ;;
         placement) echo "$ETC/placement/placement.conf" ;;
         glance) echo "$ETC/glance/glance-api.conf" ;;
-        neutron)
+        neutron | neutron-rpc)
             echo "$ETC/neutron/neutron.conf"
             echo "$ETC/neutron/plugins/ml2/ml2_conf.ini"
             ;;
-        nova-api)
+        neutron-ovs-agent)
+            echo "$ETC/neutron/neutron.conf"
+            echo "$ETC/neutron/openvswitch_agent.ini"
+            ;;
+        neutron-dhcp-agent) echo "$ETC/neutron/neutron.conf"
+            echo "$ETC/neutron/dhcp_agent.ini" ;;
+        neutron-l3-agent) echo "$ETC/neutron/neutron.conf"
+            echo "$ETC/neutron/l3_agent.ini" ;;
+        neutron-metadata-agent) echo "$ETC/neutron/neutron.conf"
+            echo "$ETC/neutron/metadata_agent.ini" ;;
+        nova-api | nova-metadata)
             echo "$ETC/nova/nova.conf"
             echo "$ETC/nova/api-paste.ini"
             ;;
@@ -288,7 +312,7 @@ service_files() {
             ;;
     esac
     case $1 in
-        keystone | placement | glance | neutron | nova-api)
+        keystone | placement | glance | neutron | nova-api | nova-metadata)
             echo "$HELPERS/wsgi_server.py"
             ;;
     esac
@@ -304,7 +328,9 @@ conf_sum() {
         return 0
     fi
     # shellcheck disable=SC2086  # one path a line, no spaces in them
-    cat $files 2>/dev/null | sha256sum | cut -d' ' -f1
+    # (a file that is absent, such as the simulated hardware's, counts as
+    # empty)
+    { cat $files 2>/dev/null || true; } | sha256sum | cut -d' ' -f1
 }
 
 # stop_reconfigured: stop each running service whose configuration changed
@@ -480,16 +506,16 @@ pip_install() {
 make_secrets() {
     local file=$SANDBOX_DIR/secrets.env name
     if [ ! -f "$file" ]; then
-        (
-            umask 077
-            for name in ADMIN_PASSWORD SERVICE_PASSWORD DB_PASSWORD \
-                RABBIT_PASSWORD; do
-                printf '%s=%s\n' "$name" \
-                    "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
-            done >"$file"
-        )
+        (umask 077 && : >"$file")
         echo "wrote $file"
     fi
+    # Names added by later versions are appended to an existing file.
+    for name in ADMIN_PASSWORD SERVICE_PASSWORD DB_PASSWORD \
+        RABBIT_PASSWORD METADATA_SECRET; do
+        grep -q "^$name=" "$file" && continue
+        printf '%s=%s\n' "$name" \
+            "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')" >>"$file"
+    done
 }
 
 load_secrets() {
@@ -813,14 +839,14 @@ start_apis() {
     start_daemon nova-api env OS_NOVA_CONFIG_DIR="$ETC/nova" \
         "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name nova-api \
         --port "$PORT_NOVA" --app nova.wsgi.osapi_compute
+    # The metadata API, reached from servers through Neutron's metadata
+    # agent (shared secret) on 169.254.169.254.
+    start_daemon nova-metadata env OS_NOVA_CONFIG_DIR="$ETC/nova" \
+        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name nova-metadata \
+        --port "$PORT_METADATA" --app nova.wsgi.metadata --threads 4
     local name port
-    for name in placement glance neutron nova-api; do
-        case $name in
-            placement) port=$PORT_PLACEMENT ;;
-            glance) port=$PORT_GLANCE ;;
-            neutron) port=$PORT_NEUTRON ;;
-            nova-api) port=$PORT_NOVA ;;
-        esac
+    for name in placement glance neutron nova-api nova-metadata; do
+        port=$(service_port "$name")
         STEP_HINT=$LOGS/$name.log
         wait_port "$name" "$port" 180
     done
@@ -874,6 +900,78 @@ start_nova_services() {
     sleep 1
     start_daemon nova-compute "$VENV/bin/nova-compute" \
         --config-file "$ETC/nova/nova-compute.conf"
+}
+
+# --- networking (Neutron ML2/OVS agents) -------------------------------------------
+
+ovs_ready() {
+    # Open vSwitch with the userspace datapath, started by hand (no
+    # systemd, no kernel module needed).
+    (cd / && OVS_INSTALL=$SANDBOX_APT "$REPO_DIR/tools/ovs-up.sh")
+    ovs-vsctl --may-exist add-br "$BR_EX" -- \
+        set bridge "$BR_EX" datapath_type=netdev
+    # "The outside" of the external network: a namespace of this sandbox,
+    # wired into br-ex by a veth pair, with the external subnet's gateway
+    # address. Nothing routes further.
+    ip netns list | grep -qw "$OUTSIDE_NS" || ip netns add "$OUTSIDE_NS"
+    if ! ip link show "$OUTSIDE_VETH" >/dev/null 2>&1; then
+        ip link add "$OUTSIDE_VETH" type veth peer name eth0 \
+            netns "$OUTSIDE_NS"
+    fi
+    ip link set "$OUTSIDE_VETH" up
+    ovs-vsctl --may-exist add-port "$BR_EX" "$OUTSIDE_VETH"
+    ip netns exec "$OUTSIDE_NS" ip link set lo up
+    ip netns exec "$OUTSIDE_NS" ip link set eth0 up
+    ip netns exec "$OUTSIDE_NS" ip addr replace "$OUTSIDE_IP/24" dev eth0
+    echo "OVS ready; $BR_EX; namespace $OUTSIDE_NS at $OUTSIDE_IP"
+}
+
+start_network_agents() {
+    local neutron=(--config-file "$ETC/neutron/neutron.conf") since
+    since=$(date -u '+%F %T')
+    start_daemon neutron-rpc "$VENV/bin/neutron-rpc-server" "${neutron[@]}" \
+        --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini"
+    STEP_HINT=$LOGS/neutron-rpc.log
+    SANDBOX_TRANSPORT_URL=$(rabbit_url) provision wait-rpc 120
+    start_daemon neutron-ovs-agent "$VENV/bin/neutron-openvswitch-agent" \
+        "${neutron[@]}" --config-file "$ETC/neutron/openvswitch_agent.ini"
+    start_daemon neutron-dhcp-agent "$VENV/bin/neutron-dhcp-agent" \
+        "${neutron[@]}" --config-file "$ETC/neutron/dhcp_agent.ini"
+    start_daemon neutron-l3-agent "$VENV/bin/neutron-l3-agent" \
+        "${neutron[@]}" --config-file "$ETC/neutron/l3_agent.ini"
+    start_daemon neutron-metadata-agent "$VENV/bin/neutron-metadata-agent" \
+        "${neutron[@]}" --config-file "$ETC/neutron/metadata_agent.ini"
+    STEP_HINT=$LOGS/neutron-ovs-agent.log
+    provision wait-agents 180 "$since"
+}
+
+# The dnsmasq and haproxy processes the agents started (they outlive the
+# agents), by the pid files under Neutron's state path.
+stop_network_helpers() {
+    local pidfile pid
+    for pidfile in "$DATA"/neutron/external/pids/*.pid* \
+        "$DATA"/neutron/dhcp/*/pid; do
+        [ -f "$pidfile" ] || continue
+        pid=$(cat "$pidfile" 2>/dev/null) || continue
+        if [ -n "$pid" ]; then
+            kill -TERM "$pid" 2>/dev/null || true
+        fi
+    done
+}
+
+# Namespaces, bridges and ports of this sandbox's networking (clean).
+remove_network_plumbing() {
+    local ns
+    stop_network_helpers
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' |
+        grep -E '^(qrouter|qdhcp|snat|fip)-|^'"$OUTSIDE_NS"'$' || true); do
+        ip netns delete "$ns" 2>/dev/null || true
+    done
+    if command -v ovs-vsctl >/dev/null 2>&1; then
+        ovs-vsctl --if-exists del-br br-int -- --if-exists del-br br-tun \
+            -- --if-exists del-br "$BR_EX" 2>/dev/null || true
+    fi
+    ip link delete "$OUTSIDE_VETH" 2>/dev/null || true
 }
 
 # --- simulated hardware (up --hardware) ------------------------------------------
@@ -1071,12 +1169,19 @@ incus_ready() {
 }
 
 upload_image() {
-    local tarball=$DATA/images/$IMAGE_NAME.tar.gz
+    local tarball=$DATA/images/$IMAGE_NAME.tar.gz replace=
+    local recipe=$DATA/images/$IMAGE_NAME.recipe want
     mkdir -p "$DATA/images"
-    if [ ! -s "$tarball" ]; then
+    # A new version of the image's recipe (tools/build-tiny-image.sh)
+    # replaces the image in Glance; servers of the old one keep running.
+    want=$(sha256sum "$REPO_DIR/tools/build-tiny-image.sh" | cut -d' ' -f1)
+    if [ ! -s "$tarball" ] || [ "$(cat "$recipe" 2>/dev/null)" != "$want" ]
+    then
         "$REPO_DIR/tools/build-tiny-image.sh" "$tarball"
+        replace=replace
+        echo "$want" >"$recipe"
     fi
-    provision image "$IMAGE_NAME" "$tarball"
+    provision image "$IMAGE_NAME" "$tarball" $replace
 }
 
 check_metadefs() {
@@ -1209,10 +1314,15 @@ cmd_up() {
     step "Keystone users, services, endpoints" provision keystone
     step "restart of nova-compute, nova-api if updated" restart_changed
     step "Placement, Glance, Neutron, Nova APIs" start_apis
+    step "Open vSwitch, $BR_EX, namespace $OUTSIDE_NS" ovs_ready
+    step "Neutron RPC server and agents (OVS, DHCP, L3, metadata)" \
+        start_network_agents
     step "nova-conductor, nova-scheduler, nova-compute" start_nova_services
     step "compute registered, hosts discovered" wait_compute
     step "LXD image '$IMAGE_NAME' in Glance" upload_image
     step "flavors" make_flavors
+    step "networks public and private, router, security group" \
+        provision network "$PUBLIC_CIDR" "$OUTSIDE_IP" "$PRIVATE_CIDR"
     step "metadata definitions in Glance" check_metadefs
     say ""
     say "sandbox ready in $(elapsed)s."
@@ -1221,7 +1331,10 @@ cmd_up() {
     say "Next:"
     say "  . $SANDBOX_DIR/openrc"
     say "  openstack server create --flavor $PLAIN_FLAVOR" \
-        "--image $IMAGE_NAME --nic none --wait s1"
+        "--image $IMAGE_NAME --wait s1     # on the network private"
+    say "  openstack floating ip create public   # then:" \
+        "openstack server add floating ip s1 <address>"
+    say "  ip netns exec $OUTSIDE_NS ping <address>   # from \"the outside\""
     say "  openstack resource provider list"
     say "  $(daemon_cli_name) list"
     say "  $0 down"
@@ -1240,6 +1353,7 @@ cmd_down() {
             say "stopping $name (pid $pid)"
     done
     wait_pids 30 "${pids[@]}"
+    stop_network_helpers
     for name in rabbitmq mariadb epmd; do
         pid=$(stop_service "$name") || true
         if [ -n "$pid" ]; then
@@ -1305,6 +1419,7 @@ service_port() {
         glance) echo "$PORT_GLANCE" ;;
         neutron) echo "$PORT_NEUTRON" ;;
         nova-api) echo "$PORT_NOVA" ;;
+        nova-metadata) echo "$PORT_METADATA" ;;
         *) echo "-" ;;
     esac
 }
@@ -1362,6 +1477,7 @@ cmd_clean() {
     # Only this sandbox's: other clouds on the host may use the daemon.
     ids=$(sandbox_image_ids)
     cmd_down
+    remove_network_plumbing
     if command -v "$(daemon_cli_name)" >/dev/null 2>&1 && [ -n "$ids" ]; then
         for alias in $(daemon_cli image alias list --format csv 2>/dev/null |
                 cut -d, -f1 | grep '^nova-image-' || true); do

@@ -150,15 +150,21 @@ $(authtoken_section glance)
 CONF
 }
 
+# Neutron with ML2/Open vSwitch and its agents (L2, DHCP, L3, metadata).
+# Why ML2/OVS and not OVN: here OVS runs only with the userspace datapath
+# (no openvswitch kernel module), where the agents' veth ports
+# (ovs_use_veth) and the OVS firewall (conntrack of the userspace
+# datapath) work as measured; OVN's metadata and gateway ports are OVS
+# internal ports moved into namespaces, which the userspace datapath
+# cannot serve there.
 write_neutron_conf() {
     mkdir -p "$ETC/neutron/plugins/ml2" "$DATA/neutron"
     cat >"$ETC/neutron/neutron.conf" <<CONF
 [DEFAULT]
 use_stderr = true
 core_plugin = ml2
-# auto_allocate (with router, which it needs) answers Nova's dry run for
-# "networks=auto" (the CLI's default without --nic): with no default
-# external network that is a clear HTTP 400, not a 500 from a 404.
+# router: the L3 agent's routers and floating IPs; auto_allocate answers
+# Nova's "networks=auto" (the CLI's default without --nic).
 service_plugins = router,auto_allocate
 auth_strategy = keystone
 transport_url = $(rabbit_url)
@@ -167,9 +173,18 @@ state_path = $DATA/neutron
 bind_host = 127.0.0.1
 bind_port = $PORT_NEUTRON
 api_workers = 1
-rpc_workers = 0
-notify_nova_on_port_status_changes = false
-notify_nova_on_port_data_changes = false
+rpc_workers = 1
+rpc_state_report_workers = 0
+# nova waits for network-vif-plugged before it calls a server ACTIVE
+notify_nova_on_port_status_changes = true
+notify_nova_on_port_data_changes = true
+dhcp_agents_per_network = 1
+global_physnet_mtu = 1500
+
+[agent]
+# Everything runs as root already: no sudo, no rootwrap; the same prefix
+# starts the privsep helpers from the venv.
+root_helper = $(neutron_root_helper)
 
 [database]
 connection = $(db_url neutron)
@@ -178,17 +193,90 @@ connection = $(db_url neutron)
 lock_path = $DATA/neutron/lock
 
 $(authtoken_section neutron)
+
+$(service_auth_section nova neutron)
 CONF
     cat >"$ETC/neutron/plugins/ml2/ml2_conf.ini" <<CONF
 [ml2]
-type_drivers = flat
-tenant_network_types =
-mechanism_drivers =
-extension_drivers =
+type_drivers = flat,vxlan
+tenant_network_types = vxlan
+mechanism_drivers = openvswitch
+extension_drivers = port_security
 
 [ml2_type_flat]
-flat_networks = *
+flat_networks = public
+
+[ml2_type_vxlan]
+vni_ranges = 1:1000
 CONF
+    cat >"$ETC/neutron/openvswitch_agent.ini" <<CONF
+[ovs]
+datapath_type = netdev
+integration_bridge = br-int
+tunnel_bridge = br-tun
+bridge_mappings = public:$BR_EX
+local_ip = 127.0.0.1
+ovsdb_connection = tcp:127.0.0.1:6640
+of_listen_address = 127.0.0.1
+
+[agent]
+tunnel_types = vxlan
+root_helper = $(neutron_root_helper)
+
+[securitygroup]
+firewall_driver = openvswitch
+enable_security_group = true
+CONF
+    cat >"$ETC/neutron/dhcp_agent.ini" <<CONF
+[DEFAULT]
+interface_driver = openvswitch
+# veth pairs, not OVS internal ports: the userspace datapath cannot serve
+# an internal port moved into another network namespace.
+ovs_use_veth = true
+dhcp_driver = neutron.agent.linux.dhcp.Dnsmasq
+# dnsmasq re-reads its hosts file on each new port: as root, since the
+# sandbox's state directory is root-only (0700), not as "nobody".
+dnsmasq_config_file = $ETC/neutron/dnsmasq.conf
+# metadata through the router (L3 agent), or here on a network without one
+enable_isolated_metadata = true
+
+[ovs]
+integration_bridge = br-int
+ovsdb_connection = tcp:127.0.0.1:6640
+
+[agent]
+root_helper = $(neutron_root_helper)
+CONF
+    printf 'user=root\n' >"$ETC/neutron/dnsmasq.conf"
+    cat >"$ETC/neutron/l3_agent.ini" <<CONF
+[DEFAULT]
+interface_driver = openvswitch
+ovs_use_veth = true
+agent_mode = legacy
+
+[ovs]
+integration_bridge = br-int
+ovsdb_connection = tcp:127.0.0.1:6640
+
+[agent]
+root_helper = $(neutron_root_helper)
+CONF
+    cat >"$ETC/neutron/metadata_agent.ini" <<CONF
+[DEFAULT]
+nova_metadata_host = 127.0.0.1
+nova_metadata_port = $PORT_METADATA
+metadata_proxy_shared_secret = $METADATA_SECRET
+metadata_proxy_socket = $DATA/neutron/metadata_proxy
+metadata_workers = 0
+
+[agent]
+root_helper = $(neutron_root_helper)
+CONF
+}
+
+neutron_root_helper() {
+    printf 'env PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        "$VENV"
 }
 
 # With simulated hardware (up --hardware), nova-compute (only it) talks to
@@ -282,6 +370,19 @@ $(authtoken_section nova)
 $(service_auth_section placement nova)
 
 $(service_auth_section neutron nova)
+service_metadata_proxy = true
+metadata_proxy_shared_secret = $METADATA_SECRET
+default_floating_pool = public
+
+# os-vif's privileged helpers, started as root without sudo or rootwrap.
+[vif_plug_ovs_privileged]
+helper_command = $VENV/bin/privsep-helper --config-file $ETC/nova/nova-compute.conf
+
+[vif_plug_linux_bridge_privileged]
+helper_command = $VENV/bin/privsep-helper --config-file $ETC/nova/nova-compute.conf
+
+[os_vif_ovs]
+ovsdb_connection = tcp:127.0.0.1:6640
 
 [lxd]
 # Named, not discovered: LXD and Incus may both run on this host.

@@ -22,9 +22,10 @@ Phases:
     the ``service`` project, one user per service with the ``admin`` and
     ``service`` roles there, and the catalog (placement, image, network,
     compute) with public, internal and admin endpoints.
-``image NAME FILE``
+``image NAME FILE [replace]``
     upload an LXD unified image tarball to Glance (raw/bare,
-    ``hypervisor_type=lxc``) unless an active image of that name exists.
+    ``hypervisor_type=lxc``) unless an active image of that name exists
+    (with ``replace``: in place of the images of that name).
 ``flavors PLAIN INVENTORY_JSON [FLAVOR_LINES [SECOND]]``
     the plain flavor (1 vCPU, 128 MB) and, when given, a second CPU flavor
     SECOND (2 vCPUs, 256 MB) to resize to, plus the accelerator flavors:
@@ -34,6 +35,22 @@ Phases:
     resource class found in the output of ``nova-lxd-accel inventory``.
 ``metadefs NAMESPACE...``
     check that Glance serves these metadata definition namespaces.
+``wait-rpc TIMEOUT``
+    wait until Neutron's RPC server consumes its agents' topics (the
+    message bus drops what is sent to a topic nobody consumes yet: an
+    agent started earlier waits a minute for its first answer). The bus
+    is ``$SANDBOX_TRANSPORT_URL`` (not in argv: it holds a password).
+``wait-agents TIMEOUT SINCE``
+    wait until Neutron's Open vSwitch, DHCP, L3 and metadata agents have
+    reported alive since SINCE (UTC ISO 8601).
+``network PUBLIC_CIDR OUTSIDE_IP PRIVATE_CIDR``
+    the external network ``public`` (flat, physical network ``public``,
+    the default external network; OUTSIDE_IP, in the sandbox's outside
+    namespace, is its gateway), the admin project's network ``private``
+    with DHCP, the router ``router1`` between them, a default subnet pool
+    (so that Neutron can auto-allocate a network to any project: the CLI's
+    ``networks=auto``), and ICMP and SSH allowed by the admin project's
+    default security group.
 ``wait-compute TIMEOUT PID SINCE [yes]``
     wait until nova-compute (process PID, started at SINCE, UTC ISO 8601)
     has reported in and has a resource provider in Placement; with
@@ -126,8 +143,13 @@ def phase_keystone(conn):
     return 0
 
 
-def phase_image(conn, name, path):
+def phase_image(conn, name, path, replace=''):
     for image in conn.image.images(name=name):
+        if replace == 'replace':
+            print('replacing image %s (%s): its recipe changed'
+                  % (name, image.id))
+            conn.image.delete_image(image)
+            continue
         if image.status == 'active':
             print('image %s exists (%s)' % (name, image.id))
             return 0
@@ -319,6 +341,147 @@ def phase_flavors(conn, plain, inventory_path, lines_path=None,
     return 0
 
 
+AGENT_TYPES = ('Open vSwitch agent', 'DHCP agent', 'L3 agent',
+               'Metadata agent')
+
+
+RPC_TOPICS = ('q-plugin', 'q-reports-plugin', 'q-l3-plugin',
+              'q-server-resource-versions')
+
+
+def phase_wait_rpc(timeout):
+    import kombu  # oslo.messaging's AMQP library, in the sandbox venv
+
+    url = os.environ['SANDBOX_TRANSPORT_URL'].replace('rabbit://',
+                                                      'amqp://', 1)
+    started = time.monotonic()
+    deadline = started + float(timeout)
+    waiting = RPC_TOPICS
+    with kombu.Connection(url) as connection:
+        while time.monotonic() < deadline:
+            waiting = []
+            for topic in RPC_TOPICS:
+                channel = connection.channel()
+                try:
+                    declared = channel.queue_declare(queue=topic,
+                                                     passive=True)
+                    if not declared.consumer_count:
+                        waiting.append(topic)
+                except Exception:  # 404: not declared yet
+                    waiting.append(topic)
+                finally:
+                    try:
+                        channel.close()
+                    except Exception:
+                        pass
+            if not waiting:
+                print('%.1fs: Neutron RPC server consumes %s' % (
+                    time.monotonic() - started, ', '.join(RPC_TOPICS)))
+                return 0
+            time.sleep(0.5)
+    print('timed out after %ss: nobody consumes %s (see '
+          'log/neutron-rpc.log)' % (timeout, ', '.join(waiting)),
+          file=sys.stderr)
+    return 1
+
+
+def phase_wait_agents(conn, timeout, since):
+    started = time.monotonic()
+    deadline = started + float(timeout)
+    missing = AGENT_TYPES
+    while time.monotonic() < deadline:
+        alive = {a.agent_type for a in conn.network.agents()
+                 if a.is_alive and (a.last_heartbeat_at or '') >= since}
+        missing = [t for t in AGENT_TYPES if t not in alive]
+        if not missing:
+            print('%.1fs: Neutron agents alive: %s' % (
+                time.monotonic() - started, ', '.join(AGENT_TYPES)))
+            return 0
+        time.sleep(1)
+    print('timed out after %ss: no live %s (see log/neutron-*-agent.log)'
+          % (timeout, ', '.join(missing)), file=sys.stderr)
+    return 1
+
+
+def _find_or_create(find, create, name, **attrs):
+    found = find(name, ignore_missing=True)
+    if found is not None:
+        return found
+    print('created %s' % name)
+    return create(name=name, **attrs)
+
+
+def _pool(cidr, first, last):
+    base = cidr.rsplit('.', 1)[0]
+    return [{'start': '%s.%d' % (base, first), 'end': '%s.%d' % (base, last)}]
+
+
+def phase_network(conn, public_cidr, outside_ip, private_cidr):
+    net = conn.network
+    # Owned by the service project: a network of the admin project would
+    # be one more candidate for the admin's "networks=auto" (Nova then
+    # refuses with "Multiple possible networks found").
+    service = conn.identity.find_project('service')
+    public = _find_or_create(
+        net.find_network, net.create_network, 'public',
+        project_id=service.id, is_router_external=True, is_default=True,
+        provider_network_type='flat', provider_physical_network='public')
+    _find_or_create(
+        net.find_subnet, net.create_subnet, 'public-subnet',
+        project_id=service.id, network_id=public.id, ip_version=4,
+        cidr=public_cidr, gateway_ip=outside_ip, is_dhcp_enabled=False,
+        allocation_pools=_pool(public_cidr, 10, 200))
+    private = _find_or_create(net.find_network, net.create_network,
+                              'private')
+    private_subnet = _find_or_create(
+        net.find_subnet, net.create_subnet, 'private-subnet',
+        network_id=private.id, ip_version=4, cidr=private_cidr,
+        is_dhcp_enabled=True, allocation_pools=_pool(private_cidr, 10, 200))
+    router = net.find_router('router1', ignore_missing=True)
+    if router is None:
+        router = net.create_router(name='router1')
+        print('created router1')
+    if (router.external_gateway_info or {}).get('network_id') != public.id:
+        router = net.update_router(
+            router, external_gateway_info={'network_id': public.id})
+        print('router1: gateway on public')
+    if not list(net.ports(device_id=router.id,
+                          network_id=private.id)):
+        net.add_interface_to_router(router, subnet_id=private_subnet.id)
+        print('router1: interface on private')
+    # Auto-allocated networks (a project's first server without --nic)
+    # take their subnet from the default pool; the range is the sandbox's
+    # third documentation range.
+    _find_or_create(net.find_subnet_pool, net.create_subnet_pool,
+                    'sandbox-default', prefixes=['198.51.100.0/24'],
+                    default_prefix_length=28, is_default=True,
+                    is_shared=True)
+    project = conn.current_project_id
+    group = [g for g in net.security_groups(name='default',
+                                            project_id=project)]
+    if not group:
+        print('no default security group in project %s' % project,
+              file=sys.stderr)
+        return 1
+    wanted = (('icmp', None), ('tcp', 22))
+    rules = list(net.security_group_rules(security_group_id=group[0].id,
+                                          direction='ingress'))
+    for protocol, port in wanted:
+        if any(r.protocol == protocol and r.ether_type == 'IPv4' and
+               r.port_range_min == port and not r.remote_group_id
+               for r in rules):
+            continue
+        net.create_security_group_rule(
+            security_group_id=group[0].id, direction='ingress',
+            ether_type='IPv4', protocol=protocol, port_range_min=port,
+            port_range_max=port, remote_ip_prefix='0.0.0.0/0')
+        print('default security group: allowed %s%s in' % (
+            protocol, ' port %d' % port if port else ''))
+    print('networks: public %s (outside %s), private %s, router1'
+          % (public_cidr, outside_ip, private_cidr))
+    return 0
+
+
 def phase_metadefs(conn, *namespaces):
     """Fail unless Glance serves each metadata definition namespace."""
     served = {ns.namespace for ns in conn.image.metadef_namespaces()}
@@ -387,6 +550,8 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     phase, args = argv[0], argv[1:]
+    if phase == 'wait-rpc':
+        return phase_wait_rpc(*args)
     conn = connect()
     if phase == 'keystone':
         return phase_keystone(conn)
@@ -396,6 +561,10 @@ def main(argv):
         return phase_flavors(conn, *args)
     if phase == 'metadefs':
         return phase_metadefs(conn, *args)
+    if phase == 'wait-agents':
+        return phase_wait_agents(conn, *args)
+    if phase == 'network':
+        return phase_network(conn, *args)
     if phase == 'wait-compute':
         return phase_wait_compute(conn, *args)
     print('unknown phase %r' % phase, file=sys.stderr)

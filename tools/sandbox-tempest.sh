@@ -103,7 +103,7 @@ FEATURES=(
     compute-feature-enabled.attach_encrypted_volume false  # no Cinder in the sandbox
     compute-feature-enabled.stable_rescue false         # rescue keeps the root disk of the image only
     # the sandbox's own limits
-    auth.create_isolated_networks false                 # the sandbox has no router yet
+    auth.create_isolated_networks true                  # each test project gets its network, subnet and router (ML2/OVS)
     validation.run_validation false                     # no floating IPs, no SSH into the tiny image
     service_available.cinder false                      # no Cinder in the sandbox
     service_available.swift false                       # no Swift in the sandbox
@@ -121,7 +121,7 @@ say "writing tempest.conf (offline: the sandbox's image and flavors)"
     "${overrides[@]}" >"$WORK/results/discover.log" 2>&1 ||
     fail "discover-tempest-config failed: see $WORK/results/discover.log"
 # the reasons, for the conformance page
-grep -E '^ +[a-z_-]+\.[a-z_]+ (true|false)' "$0" >"$WORK/results/features.txt"
+grep -E '^ +[a-z_-]+\.[a-z_]+ (true|false)' "$SCRIPT_DIR/sandbox-tempest.sh" >"$WORK/results/features.txt"
 
 say "tempest run --subset $SUBSET --concurrency $CONCURRENCY"
 status=0

@@ -46,8 +46,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
 SANDBOX_DIR = os.environ.get('SANDBOX_DIR', '/var/tmp/nova-lxd-accel-sandbox')
 SERVICES = ('epmd', 'rabbitmq', 'mariadb', 'keystone', 'placement', 'glance',
-            'neutron', 'nova-api', 'nova-conductor', 'nova-scheduler',
-            'nova-compute')
+            'neutron', 'neutron-rpc', 'neutron-ovs-agent',
+            'neutron-dhcp-agent', 'neutron-l3-agent', 'neutron-metadata-agent',
+            'nova-api', 'nova-metadata', 'nova-conductor', 'nova-scheduler',
+            'hwproxy', 'nova-compute', 'nova-compute-fake')
 IMAGE = 'lxd-tiny'
 FLAVOR = 'sandbox.small'
 

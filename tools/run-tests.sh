@@ -169,6 +169,10 @@ if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     "$repo/tools/sandbox-tempest.sh" --subset ci || tempest_rc=$?
     [ "$tempest_rc" = 0 ] ||
         { "$repo/tools/sandbox.sh" down; echo "tempest failed" >&2; exit 1; }
+    # Its numbers: this driver next to Nova's fake driver and raw LXD.
+    step "Sandbox bench (3 servers)"
+    "$repo/tools/sandbox.sh" bench 3 ||
+        { "$repo/tools/sandbox.sh" down; echo "bench failed" >&2; exit 1; }
     # The same cloud on a SIMULATED GPU and InfiniBand host (the recorded
     # host of tools/sandbox/hardware/h100-mig-a100-ib): MIG and VF boots.
     step "Sandbox on a simulated GPU host"

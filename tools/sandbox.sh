@@ -1225,6 +1225,73 @@ make_flavors() {
         "$SECOND_FLAVOR" "$simulated" "$gpu_flavors"
 }
 
+# --- bench ----------------------------------------------------------------------
+
+FAKE_HOST=sandbox-fake-compute
+FAKE_IMAGE=$IMAGE_NAME-any-hypervisor
+
+# A second nova-compute with Nova's own fake driver, for the bench only.
+start_fake_compute() {
+    local fake_conf=$ETC/nova/nova-compute-fake.conf i
+    sed -e 's/^compute_driver = .*/compute_driver = fake.FakeDriver/' \
+        "$ETC/nova/nova-compute.conf" >"$fake_conf"
+    printf '\n[DEFAULT]\nhost = %s\n' "$FAKE_HOST" >>"$fake_conf"
+    chmod 600 "$fake_conf"
+    start_daemon nova-compute-fake "$VENV/bin/nova-compute" \
+        --config-file "$fake_conf" >>"$UP_LOG"
+    for ((i = 0; i < 120; i++)); do
+        "$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf" \
+            cell_v2 discover_hosts >/dev/null 2>&1 || true
+        if openstack hypervisor list -f value -c "Hypervisor Hostname" \
+            2>/dev/null | grep -qx "$FAKE_HOST"; then
+            return 0
+        fi
+        sleep 1
+    done
+    die "the fake driver's nova-compute did not register: see" \
+        "$LOGS/nova-compute-fake.log"
+}
+
+stop_fake_compute() {
+    local pid id
+    pid=$(stop_service nova-compute-fake) || true
+    [ -z "$pid" ] || wait_pids 30 "$pid"
+    rm -f "$RUN/nova-compute-fake.pid" "$RUN/nova-compute-fake.conf-sum"
+    # Its service record and resource provider go too: no host stays
+    # "down" in the cloud after the bench.
+    id=$(openstack compute service list --host "$FAKE_HOST" \
+        --service nova-compute -f value -c ID 2>/dev/null || true)
+    [ -z "$id" ] || openstack compute service delete "$id" >/dev/null 2>&1 ||
+        true
+}
+
+cmd_bench() {
+    local count=${1:-5} lxd_host tarball=$DATA/images/$IMAGE_NAME.tar.gz
+    is_running nova-compute || die "the sandbox does not run: run up first"
+    # shellcheck disable=SC1091
+    . "$SANDBOX_DIR/openrc"
+    lxd_host=$(openstack compute service list --service nova-compute \
+        -f value -c Host | grep -vx "$FAKE_HOST" | head -n 1)
+    # The fake driver's hosts are not "lxc" hosts: the same tarball as an
+    # image without hypervisor_type, for them.
+    if ! openstack image show "$FAKE_IMAGE" >/dev/null 2>&1; then
+        openstack image create --disk-format raw --container-format bare \
+            --file "$tarball" "$FAKE_IMAGE" >/dev/null
+    fi
+    : >"$UP_LOG.bench"
+    UP_LOG=$UP_LOG.bench
+    say "starting nova-compute with nova's fake driver (host $FAKE_HOST)"
+    start_fake_compute
+    trap stop_fake_compute EXIT
+    say "benchmark: $count servers on $lxd_host (this driver) and on" \
+        "$FAKE_HOST (fake driver), and $count raw LXD launches"
+    OS_CLIENT_CONFIG_FILE=$SANDBOX_DIR/clouds.yaml \
+        "$VENV/bin/python" "$REPO_DIR/benchmarks/bench_sandbox_fleet.py" \
+        --count "$count" --lxd-host "$lxd_host" --fake-host "$FAKE_HOST" \
+        --image "$IMAGE_NAME" --fake-image "$FAKE_IMAGE" \
+        --flavor "$PLAIN_FLAVOR" --tarball "$tarball"
+}
+
 # --- commands -----------------------------------------------------------------
 
 prepare_dirs() {
@@ -1493,7 +1560,7 @@ cmd_clean() {
     say "removed sandbox state (kept $VENV)"
 }
 
-USAGE="usage: $0 up [--backend lxd|incus] [--hardware NAME|DIR|none]|down|status|clean"
+USAGE="usage: $0 up [--backend lxd|incus] [--hardware NAME|DIR|none]|down|status|clean|bench [N]"
 
 main() {
     local command=${1:-}
@@ -1526,6 +1593,7 @@ main() {
         down) cmd_down ;;
         status) cmd_status ;;
         clean) cmd_clean ;;
+        bench) cmd_bench "$@" ;;
         *)
             say "$USAGE"
             return 2

@@ -9,8 +9,9 @@ if grep -rqs 'bookworm-backports' /etc/apt/sources.list \
         /etc/apt/sources.list.d/; then
     exit 0
 fi
-mirror=$(grep -hos 'https\?://[^ ]*/debian/\?\( \|$\)' \
-    /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list |
+# Either file may be missing (grep then exits 2): the default mirror.
+mirror=$({ grep -hos 'https\?://[^ ]*/debian/\?\( \|$\)' \
+    /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list || true; } |
     head -n1 | tr -d ' ')
 cat >"$list" <<SOURCES
 Types: deb

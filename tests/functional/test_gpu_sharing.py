@@ -123,12 +123,14 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
                     binding.DEVICES_KEY])]
 
     def wait_built_by(self, api, server):
-        for _ in range(600):
+        # as long as wait_built: a refused claim is rescheduled first, and
+        # two suites run side by side on CI's two cores
+        for _ in range(1200):
             server = api.get_server(server['id'])
             if server['status'] in ('ACTIVE', 'ERROR'):
                 return server
             time.sleep(0.1)
-        self.fail('server %s stuck' % server['id'])
+        self.fail('server %s stuck in %s' % (server['id'], server['status']))
 
 
 class SharedGpuTest(SharedGpuTestBase):
@@ -199,11 +201,7 @@ class SharedGpuTest(SharedGpuTestBase):
         other.microversion = self.api.microversion
         server = other.post_server({'server': self._build_server(
             image_uuid=self.image_id, flavor_id=flavor, networks='none')})
-        for _ in range(600):
-            server = other.get_server(server['id'])
-            if server['status'] in ('ACTIVE', 'ERROR'):
-                break
-            time.sleep(0.1)
+        server = self.wait_built_by(other, server)
         # one host only: the reschedule finds no other
         self.assertEqual('ERROR', server['status'], server)
         # the fault says why, not just "no more hosts"

@@ -222,7 +222,7 @@ scenario_debian_host_without_accelerators() {
     local image=$DATA_DIR/nova-lxd-accel/tiny-lxd.tar.gz
     assert_ran "build-tiny-image.sh $image"
     assert_ran "openstack --os-cloud devstack-admin image create --public --disk-format raw --container-format bare --property hypervisor_type=lxc --file $image tiny-lxd"
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 lxd.small"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: an unprivileged LXD container\" lxd.small"
     assert_count "flavor create" 1
     assert_documented "^(install_package|sudo (systemctl enable|lxd|lxc .* create) )"
     assert_documented "(image|flavor) create"
@@ -278,7 +278,7 @@ scenario_debian12_incus_backend() {
     assert_ini "$NOVA_CONF" lxd storage_pool default
     assert_ini "$SYSTEMD_DIR/devstack@n-cpu.service" Service \
         SupplementaryGroups incus-admin
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 lxd.small"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: an unprivileged LXD container\" lxd.small"
 
     FAKE_CONTAINERS=$'nova-1b2c\nhandmade'
     phase unstack
@@ -353,8 +353,8 @@ scenario_ubuntu_snap_host_with_two_gpus() {
     assert_ran "get_extra_file https://images.example.org/jammy-lxd.tar.gz"
     assert_not_ran "build-tiny-image"
     assert_ran "openstack --os-cloud devstack-admin image create --public --disk-format raw --container-format bare --property hypervisor_type=lxc --file $WORK/files/jammy-lxd.tar.gz tiny-lxd"
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 --property resources:PGPU=1 --property lxd:gpu_runtime=nvidia lxd.gpu"
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 --property resources:PGPU=1 --property trait:CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB=required --property lxd:gpu_runtime=nvidia lxd.gpu.nvidia-a100-sxm4-80gb"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 whole GPU, any model, with NVIDIA's user space (nvidia.runtime)\" --property resources:PGPU=1 --property lxd:gpu_runtime=nvidia lxd.gpu"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 whole NVIDIA A100 SXM4 80GB GPU, with NVIDIA's user space (nvidia.runtime)\" --property resources:PGPU=1 --property trait:CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB=required --property lxd:gpu_runtime=nvidia lxd.gpu.nvidia-a100-sxm4-80gb"
     assert_count "flavor create" 3
     assert_documented "^sudo (snap|lxc .* create)"
     assert_documented "flavor create"
@@ -376,11 +376,15 @@ scenario_mig_host_with_lxd_already_installed() {
     assert_not_ran "storage create"
     assert_ran "sudo lxd waitready --timeout=120"
     assert_ini "$NOVA_CONF" lxd_accelerators report_mig True
-    local profile
+    local profile slices words
     for profile in 1G_10GB 2G_20GB 3G_40GB; do
         local name=lxd.mig.${profile,,}
         name=${name//_/.}
-        assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 --property resources:CUSTOM_MIG_$profile=1 $name"
+        slices="${profile:0:1} compute slices"
+        [[ "$profile" == 1G_* ]] && slices="1 compute slice"
+        words="1 NVIDIA MIG slice ${name#lxd.mig.} of an NVIDIA H100 80GB HBM3"
+        words+=" ($slices, ${profile:3:2} GB GPU memory)"
+        assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: $words\" --property resources:CUSTOM_MIG_$profile=1 $name"
     done
     assert_documented "flavor create .* lxd.mig.1g.10gb"
     # A GPU split into MIG devices offers no whole GPU: no lxd.gpu.
@@ -397,8 +401,8 @@ scenario_infiniband_host() {
 
     assert_ini "$NOVA_CONF" lxd_accelerators excluded_pci_addresses \
         0000:61:00.1
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 --property resources:CUSTOM_INFINIBAND_VF=1 lxd.ib.vf"
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 --property resources:CUSTOM_INFINIBAND_PORT=1 lxd.ib.port"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 InfiniBand virtual function (SR-IOV VF)\" --property resources:CUSTOM_INFINIBAND_VF=1 lxd.ib.vf"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 whole InfiniBand port\" --property resources:CUSTOM_INFINIBAND_PORT=1 lxd.ib.port"
     assert_count "flavor create" 3
     assert_documented "flavor create"
 }
@@ -411,7 +415,7 @@ scenario_reporting_turned_off_on_a_gpu_host() {
     NOVA_LXD_ACCEL_FLAVOR_DISK=5
     load_plugin_settings
     stack
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 2 --ram 2048 --disk 5 lxd.small"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 2 --ram 2048 --disk 5 --description \"2 vCPUs, 2048 MiB RAM, 5 GiB disk: an unprivileged LXD container\" lxd.small"
 
     assert_ini "$NOVA_CONF" lxd_accelerators gpu_vendor_ids ""
     assert_ini "$NOVA_CONF" lxd_accelerators report_mig False
@@ -441,7 +445,7 @@ scenario_api_only_node_leaves_nova_conf_alone() {
     assert_ini "$NOVA_CONF" DEFAULT compute_driver "<unset>"
     assert_ini "$NOVA_CONF" DEFAULT allow_resize_to_same_host "<unset>"
     assert_not_ran "nova-lxd-accel inventory"
-    assert_ran "openstack --os-cloud devstack-admin flavor create --public --vcpus 1 --ram 512 --disk 1 lxd.small"
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: an unprivileged LXD container\" lxd.small"
 }
 
 # Failures must stop stack.sh: each runs in a subshell of its own, as die

@@ -144,7 +144,20 @@ _fake_daemon_cli() {
 # A fake cloud: "create" remembers the object (last argument), "show"
 # finds it and prints "id-<name>" for -f value -c id.
 openstack() {
-    record "openstack $*"
+    # an argument with spaces (a description) is recorded in double quotes,
+    # as the admin guide writes it
+    local arg words=()
+    for arg in "$@"; do
+        if [[ "$arg" == *" "* ]]; then
+            words+=("\"$arg\"")
+        else
+            words+=("$arg")
+        fi
+    done
+    record "openstack ${words[*]}"
+    if [[ "$3" == --os-compute-api-version ]]; then
+        set -- "$1" "$2" "${@:5}"
+    fi
     local kind=$3 verb=$4 name=$5
     case "$verb" in
         show)

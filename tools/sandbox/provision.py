@@ -205,7 +205,7 @@ def accelerator_classes(document):
 
 def _describe(vcpus, ram, disk, what):
     """A flavor's description in plain words (shown by Horizon)."""
-    return '%d vCPU%s, %d MB RAM, %d GB disk: %s' % (
+    return '%d vCPU%s, %d MiB RAM, %d GiB disk: %s' % (
         vcpus, '' if vcpus == 1 else 's', ram, disk, what)
 
 
@@ -248,14 +248,19 @@ def _remove_stale_accelerator_flavors(conn, wanted):
 
 
 def _flavor_lines(path):
-    """[(name, {key: value})] from ``name key=value...`` lines."""
+    """[(name, {key: value}, words)] from ``name key=value...<TAB>words``.
+
+    ``words`` (what the flavor gives, in plain words) may be missing: ''.
+    """
     out = []
     with open(path) as handle:
         for line in handle:
-            words = line.split()
-            if words:
-                out.append((words[0], dict(w.split('=', 1)
-                                           for w in words[1:])))
+            spec, _, words = line.rstrip('\n').partition('\t')
+            fields = spec.split()
+            if fields:
+                out.append((fields[0], dict(f.split('=', 1)
+                                            for f in fields[1:]),
+                            words.strip()))
     return out
 
 
@@ -304,16 +309,16 @@ def phase_flavors(conn, plain, inventory_path, lines_path=None,
                 print('inventory output is not JSON (%s)' % exc)
         classes = accelerator_classes(document) if document else {}
         wanted = [('sandbox.%s' % rc.lower().replace('custom_', '').replace(
-                   '_', '-'), {'resources:%s' % rc: '1'})
+                   '_', '-'), {'resources:%s' % rc: '1'}, '')
                   for rc in sorted(classes)]
     proposals = _gpu_proposals(gpu_flavors_path)
     if proposals:
-        wanted = [(name, specs) for name, specs in wanted
+        wanted = [(name, specs, words) for name, specs, words in wanted
                   if not any(key.startswith(GPU_RESOURCES) for key in specs)]
     if not wanted and not proposals:
         print('no accelerators found on this host: only flavor %s' % plain)
     _remove_stale_accelerator_flavors(
-        conn, {plain, second} | {name for name, _ in wanted} |
+        conn, {plain, second} | {name for name, _, _ in wanted} |
         {p['name'] for p in proposals})
     suffix = ''
     if simulated:
@@ -327,11 +332,12 @@ def phase_flavors(conn, plain, inventory_path, lines_path=None,
                        description=proposal['description'] + suffix)
         print('GPU flavor %s: %s' % (proposal['name'], ' '.join(
             '%s=%s' % kv for kv in sorted(proposal['extra_specs'].items()))))
-    for name, specs in wanted:
+    for name, specs, words in wanted:
         asked = ', '.join('%s %s' % (n, rc.split(':', 1)[1])
                           for rc, n in sorted(specs.items())
                           if rc.startswith('resources'))
-        what = 'an LXD container with %s' % (asked or 'accelerators')
+        what = 'an LXD container with %s' % (words or asked or
+                                             'accelerators')
         if simulated:
             what += (' on SIMULATED hardware (recorded host %s: no real '
                      'device is attached)' % simulated)

@@ -421,6 +421,14 @@ apt_install() {
     command -v busybox >/dev/null || missing+=(busybox-static)
     command -v mariadbd >/dev/null || missing+=(mariadb-server)
     [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
+    # What Neutron's agents run: the L3 agent's NAT and the DHCP agent's
+    # rules (iptables), DHCP (dnsmasq), the metadata proxy (haproxy),
+    # conntrack cleanup and gratuitous ARP for floating IPs.
+    command -v iptables-save >/dev/null || missing+=(iptables)
+    command -v dnsmasq >/dev/null || missing+=(dnsmasq-base)
+    command -v haproxy >/dev/null || missing+=(haproxy)
+    command -v conntrack >/dev/null || missing+=(conntrack)
+    command -v arping >/dev/null || missing+=(iputils-arping)
     "$SANDBOX_PYTHON" -c 'import venv, ensurepip' 2>/dev/null ||
         missing+=(python3-venv)
     if [ "${#missing[@]}" -eq 0 ]; then

@@ -77,9 +77,16 @@ def vendor_name(gpu):
         gpu.vendor or 'UNKNOWN').split(' ')[0]
 
 
-def model_name(gpu):
-    """The GPU model without its vendor word (``H100 80GB HBM3``)."""
-    model = gpu.model or gpu.product or gpu.product_id or 'unknown'
+def model_name(gpu, probed_name=None):
+    """The GPU model without its vendor word (``H100 80GB HBM3``).
+
+    :param probed_name: the name the vendor's tool gives the card
+        (``nvidia-smi --query-gpu=name``), for a GPU whose model LXD does
+        not know (only its product id): a flavor named ``g1.20b2`` says
+        nothing to a user.
+    """
+    model = (gpu.model or probed_name or gpu.product or gpu.product_id or
+             'unknown')
     vendor = vendor_name(gpu)
     if model.upper().startswith(vendor.upper() + ' '):
         model = model[len(vendor) + 1:]
@@ -163,17 +170,20 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
 
 
 def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
-            count=1, prefix='g1'):
+            count=1, prefix='g1', names_by_pci=None):
     """Flavors for the GPUs of one host (one per GPU model or MIG profile).
 
     :param gpus: :class:`devices.Gpu` list, as the inventory reports them.
     :param memory_by_pci: PCI address -> memory MiB (from the probe).
+    :param names_by_pci: PCI address -> the card's name from the probe,
+        used where LXD does not know the model.
     :returns: list of :class:`Proposal`, sorted by name.
     """
     memory_by_pci = memory_by_pci or {}
+    names_by_pci = names_by_pci or {}
     out = {}
     for gpu in gpus:
-        model = model_name(gpu)
+        model = model_name(gpu, names_by_pci.get(gpu.pci_address))
         vendor = vendor_name(gpu)
         if gpu.shared_slots:
             _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus,

@@ -91,15 +91,17 @@ def discovered_gpus(resources, mig_text, conf):
     return inv.reported_gpus()
 
 
-def _memory(args, conf):
+def _probe(args, conf):
+    """(PCI address -> memory MiB, PCI address -> name) from the probe."""
     if args.query_gpu:
         with open(args.query_gpu, encoding='utf-8') as f:
             text = f.read()
         gpus = gpu_probe.parse_query_gpu(text) if text.strip() else {}
     else:
         gpus = gpu_probe.HostProbe.from_conf(conf).snapshot().gpus
-    return {pci: g.memory_total_mib for pci, g in gpus.items()
-            if g.memory_total_mib}
+    return ({pci: g.memory_total_mib for pci, g in gpus.items()
+             if g.memory_total_mib},
+            {pci: g.name for pci, g in gpus.items() if g.name})
 
 
 def format_table(proposals):
@@ -177,13 +179,13 @@ def _run(args):
             return EXIT_ERROR
     gpus = discovered_gpus(resources, mig_text, conf)
     try:
-        memory = _memory(args, conf)
+        memory, names = _probe(args, conf)
     except (OSError, ValueError) as exc:
         _error(exc)
         return EXIT_BAD_INPUT
     proposals = accel_flavors.propose(
         gpus, memory, vcpus=args.vcpus, ram=args.ram, disk=args.disk,
-        count=args.count, prefix=args.prefix)
+        count=args.count, prefix=args.prefix, names_by_pci=names)
     if args.format == 'json':
         print(json.dumps([as_dict(p) for p in proposals], indent=2,
                          sort_keys=True))

@@ -13,12 +13,14 @@
 """GPU flavor proposals from recorded hosts, and the Accelerator: keys."""
 
 import dataclasses
+import json
 
 from nova.api.validation.extra_specs import validators
 from nova import exception
 import testtools
 
 from nova_lxd_accel.accel import flavors
+from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.cmd import flavors as flavors_cmd
 from nova_lxd_accel.cmd import gpu as gpu_cmd
 from tests.unit.accel import utils
@@ -93,6 +95,38 @@ class TestPropose(testtools.TestCase):
         validators.load_validators()
         for key, value in p.extra_specs.items():
             validators.validate(key, value)
+
+    def test_model_lxd_does_not_know_comes_from_the_probe(self):
+        # the recorded sandbox host: LXD names the A100 at 85:00.0 only by
+        # its product id (20b2); nvidia-smi knows it
+        host = 'tools/sandbox/hardware/h100-mig-a100-ib/'
+        with open(host + 'resources.json') as f:
+            resources = json.load(f)
+        with open(host + 'nvidia-smi-L.txt') as f:
+            mig_text = f.read()
+        with open(host + 'query-gpu.csv') as f:
+            probed = gpu_probe.parse_query_gpu(f.read())
+
+        class Args(object):
+            config_file = ['/dev/null']
+            state_dir = None
+        gpus = flavors_cmd.discovered_gpus(
+            resources, mig_text, gpu_cmd.load_conf(Args()))
+        unknown = [g for g in gpus if not g.model]
+        self.assertEqual(['0000:85:00.0'],
+                         [g.pci_address for g in unknown])
+        names = {p.name for p in flavors.propose(unknown)}
+        self.assertEqual({'g1.20b2'}, names)
+        [p] = flavors.propose(unknown, names_by_pci={
+            pci: g.name for pci, g in probed.items()})
+        self.assertEqual('g1.a100-sxm4-80gb', p.name)
+        self.assertEqual('A100-SXM4-80GB',
+                         p.extra_specs['Accelerator:Model'])
+        self.assertIn('1 whole NVIDIA A100-SXM4-80GB GPU', p.description)
+        # the Placement request is what the inventory reports: no model
+        # trait LXD never published
+        self.assertFalse([k for k in p.extra_specs
+                          if k.startswith('trait:CUSTOM_GPU_MODEL')])
 
     def test_no_gpu(self):
         self.assertEqual([], flavors.propose([]))

@@ -14,8 +14,9 @@
 # cASO and cloud-info-provider), $TOX_PARALLEL at a time;
 # then the sandbox end to end, tempest's compute and image smoke tests
 # against it (tools/sandbox-tempest.sh --subset ci), and the sandbox on a
-# simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware). Stops the
-# daemons it started.
+# simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware), and
+# Horizon's browser test on it (sandbox.sh up --with-horizon;
+# sandbox.sh horizon-test). Stops the daemons it started.
 #
 #   tools/run-tests.sh                 # everything
 #   tools/run-tests.sh -e py3,pep8     # only these tox environments
@@ -176,6 +177,15 @@ if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     # The same cloud on a SIMULATED GPU and InfiniBand host (the recorded
     # host of tools/sandbox/hardware/h100-mig-a100-ib): MIG and VF boots.
     step "Sandbox on a simulated GPU host"
-    "$repo/tools/sandbox-e2e.sh" --hardware h100-mig-a100-ib
+    SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" --hardware \
+        h100-mig-a100-ib || { "$repo/tools/sandbox.sh" down; exit 1; }
+    # Horizon on the same cloud, and a user's launch of a MIG flavor in
+    # headless Chromium (screenshots under the sandbox's data/horizon/).
+    step "Horizon in a real browser against the sandbox"
+    horizon_rc=0
+    { "$repo/tools/sandbox.sh" up --with-horizon &&
+        "$repo/tools/sandbox.sh" horizon-test; } || horizon_rc=$?
+    "$repo/tools/sandbox.sh" down >/dev/null
+    [ "$horizon_rc" = 0 ] || { echo "Horizon test failed" >&2; exit 1; }
 fi
 step "All tests passed"

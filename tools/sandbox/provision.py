@@ -51,6 +51,12 @@ Phases:
     (so that Neutron can auto-allocate a network to any project: the CLI's
     ``networks=auto``), and ICMP and SSH allowed by the admin project's
     default security group.
+``demo``
+    the project ``demo`` and its user ``demo`` (role ``member``, password
+    ``$SANDBOX_DEMO_PASSWORD``), the way a cloud user meets the cloud (and
+    Horizon's test logs in), with a network of its own: Neutron's
+    auto-allocated topology (network, subnet from the default pool,
+    router to ``public``).
 ``wait-compute TIMEOUT PID SINCE [yes]``
     wait until nova-compute (process PID, started at SINCE, UTC ISO 8601)
     has reported in and has a resource provider in Placement; with
@@ -488,6 +494,33 @@ def phase_network(conn, public_cidr, outside_ip, private_cidr):
     return 0
 
 
+def phase_demo(conn):
+    identity = conn.identity
+    domain = identity.find_domain('default', ignore_missing=False)
+    project = _ensure(identity.find_project, identity.create_project, 'demo',
+                      domain_id=domain.id,
+                      description='A cloud user of the sandbox')
+    member = identity.find_role('member', ignore_missing=False)
+    password = os.environ['SANDBOX_DEMO_PASSWORD']
+    user = identity.find_user('demo', domain_id=domain.id,
+                              ignore_missing=True)
+    if user is None:
+        user = identity.create_user(name='demo', domain_id=domain.id,
+                                    password=password,
+                                    default_project_id=project.id)
+        print('created user demo')
+    else:
+        identity.update_user(user, password=password)
+    if not any(a.role['id'] == member.id for a in identity.role_assignments(
+            scope_project_id=project.id, user_id=user.id)):
+        identity.assign_project_role_to_user(project, user, member)
+        print('granted member on demo to demo')
+    topology = conn.network.get_auto_allocated_topology(project=project.id)
+    print('project demo: user demo (member), network %s (auto-allocated)'
+          % topology.id)
+    return 0
+
+
 def phase_metadefs(conn, *namespaces):
     """Fail unless Glance serves each metadata definition namespace."""
     served = {ns.namespace for ns in conn.image.metadef_namespaces()}
@@ -571,6 +604,8 @@ def main(argv):
         return phase_wait_agents(conn, *args)
     if phase == 'network':
         return phase_network(conn, *args)
+    if phase == 'demo':
+        return phase_demo(conn)
     if phase == 'wait-compute':
         return phase_wait_compute(conn, *args)
     print('unknown phase %r' % phase, file=sys.stderr)

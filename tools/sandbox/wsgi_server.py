@@ -33,6 +33,8 @@ Usage::
 import argparse
 import importlib
 import logging
+import mimetypes
+import os
 import signal
 import sys
 import time
@@ -138,6 +140,41 @@ class AccessLog(object):
         return _Response(result, _done)
 
 
+class StaticFiles(object):
+    """Serve the files under ``directory`` at ``prefix``, else ``app``.
+
+    For Horizon, whose static files (collected and compressed ahead, as
+    Horizon documents) are not served by Django when DEBUG is off: a
+    deployment hands them to Apache or nginx, the sandbox to this.
+    """
+
+    def __init__(self, app, prefix, directory):
+        self.app = app
+        self.prefix = '/' + prefix.strip('/') + '/'
+        self.directory = os.path.realpath(directory)
+
+    def __call__(self, environ, start_response):
+        path = environ.get('PATH_INFO', '')
+        if not path.startswith(self.prefix) or \
+                environ.get('REQUEST_METHOD') not in ('GET', 'HEAD'):
+            return self.app(environ, start_response)
+        wanted = os.path.realpath(os.path.join(
+            self.directory, path[len(self.prefix):]))
+        # no way out of the directory (.., symlinks)
+        if not wanted.startswith(self.directory + os.sep) or \
+                not os.path.isfile(wanted):
+            start_response('404 Not Found',
+                           [('Content-Type', 'text/plain')])
+            return [b'not found\n']
+        with open(wanted, 'rb') as handle:
+            body = handle.read()
+        ctype = mimetypes.guess_type(wanted)[0] or 'application/octet-stream'
+        start_response('200 OK', [('Content-Type', ctype),
+                                  ('Content-Length', str(len(body))),
+                                  ('Cache-Control', 'max-age=3600')])
+        return [b''] if environ['REQUEST_METHOD'] == 'HEAD' else [body]
+
+
 def load_app(spec):
     """Import ``module:attribute`` and return the WSGI callable.
 
@@ -169,6 +206,8 @@ def parse_args(argv):
     parser.add_argument('--port', type=int, required=True)
     parser.add_argument('--threads', type=int, default=16,
                         help='worker threads (default 16)')
+    parser.add_argument('--static', metavar='PREFIX=DIR', default=None,
+                        help='also serve the files of DIR at URL PREFIX')
     parser.add_argument('--configure-mappers', action='store_true',
                         help='call sqlalchemy.orm.configure_mappers() once '
                              'the application is loaded (neutron needs it)')
@@ -185,6 +224,9 @@ def main(argv=None):
     # only the program name.
     sys.argv = [args.name]
     app = load_app(args.app)
+    if args.static:
+        prefix, _, directory = args.static.partition('=')
+        app = StaticFiles(app, prefix, directory)
     if args.configure_mappers:
         from sqlalchemy import orm
         orm.configure_mappers()

@@ -232,3 +232,59 @@ class ChunkedUploadTest(testtools.TestCase):
         response = conn.getresponse()
         self.assertEqual(404, response.status)
         response.read()
+
+
+def _teapot_app(environ, start_response):
+    """The application behind the static files: a recognisable answer."""
+    start_response('418 Teapot', [('Content-Length', '0')])
+    return [b'']
+
+
+@testtools.skipUnless(importlib.util.find_spec('cheroot'),
+                      'cheroot (the sandbox WSGI server) is not installed: '
+                      'pip install -c constraints.txt cheroot')
+class StaticFilesTest(testtools.TestCase):
+    """``wsgi_server.py --static``: Horizon's collected static files."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.root = os.path.join(self.tmp.name, 'static')
+        os.makedirs(os.path.join(self.root, 'dashboard', 'css'))
+        with open(os.path.join(self.root, 'dashboard', 'css', 'a.css'),
+                  'w') as handle:
+            handle.write('body {}\n')
+        with open(os.path.join(self.tmp.name, 'secret'), 'w') as handle:
+            handle.write('local_settings\n')
+        self.app = _load_wsgi_server().StaticFiles(
+            _teapot_app, '/static/', self.root)
+
+    def get(self, path, method='GET'):
+        seen = {}
+
+        def start_response(status, headers):
+            seen['status'], seen['headers'] = status, dict(headers)
+
+        body = b''.join(self.app({'PATH_INFO': path,
+                                  'REQUEST_METHOD': method},
+                                 start_response))
+        return seen['status'], seen['headers'], body
+
+    def test_serves_a_file_with_its_type(self):
+        status, headers, body = self.get('/static/dashboard/css/a.css')
+        self.assertEqual('200 OK', status)
+        self.assertEqual('text/css', headers['Content-Type'])
+        self.assertEqual(b'body {}\n', body)
+
+    def test_never_leaves_its_directory(self):
+        for path in ('/static/../secret', '/static/dashboard/../../secret'):
+            status, _, body = self.get(path)
+            self.assertEqual('404 Not Found', status, path)
+            self.assertNotIn(b'local_settings', body)
+
+    def test_other_paths_go_to_the_application(self):
+        status, _, _ = self.get('/project/instances/')
+        self.assertEqual('418 Teapot', status)
+        status, _, _ = self.get('/static/dashboard/css/a.css', 'POST')
+        self.assertEqual('418 Teapot', status)

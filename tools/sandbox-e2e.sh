@@ -661,7 +661,7 @@ main() {
     local description
     description=$(openstack flavor show "$FLAVOR" -f value -c description)
     case "$description" in
-        "1 vCPU, 128 MB RAM, 1 GB disk: "*)
+        "1 vCPU, 128 MiB RAM, 1 GiB disk: "*)
             say "flavor $FLAVOR: $description" ;;
         *) fail "flavor $FLAVOR has no plain description: '$description'" ;;
     esac

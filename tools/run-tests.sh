@@ -12,7 +12,8 @@
 # functional-incus and integration-incus against Incus, genconfig, release
 # notes, docs, the DevStack plugin harness and the federation tools (real
 # cASO and cloud-info-provider), $TOX_PARALLEL at a time;
-# then the sandbox end to end, tempest's compute and image smoke tests
+# then the sandbox end to end (and SSH into its Debian cloud-init image),
+# tempest's compute and image smoke tests
 # against it (tools/sandbox-tempest.sh --subset ci), and the sandbox on a
 # simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware), and
 # Horizon's browser test on it (sandbox.sh up --with-horizon;
@@ -161,6 +162,11 @@ esac
 if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     step "Sandbox end to end"
     SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" ||
+        { "$repo/tools/sandbox.sh" down; exit 1; }
+    # A real distribution: Debian 12 with cloud-init, built from the
+    # Debian mirror (mmdebstrap, a few minutes), SSH in with a key pair.
+    step "Sandbox: Debian cloud-init image, SSH through a floating IP"
+    SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" --debian ||
         { "$repo/tools/sandbox.sh" down; exit 1; }
     # Tempest's compute and image smoke tests against the same cloud (the
     # full compute set is run by hand: tools/sandbox-tempest.sh --subset

@@ -24,6 +24,10 @@
 # and brings the sandbox down. Exits non-zero, naming the failed check, on
 # any failure.
 #
+# With --debian, it boots the Debian 12 cloud-init image (built from the
+# Debian mirror, cached) with a key pair and user data, and logs in over
+# SSH through a floating IP from the outside namespace.
+#
 # With --hardware NAME (a recorded host, see tools/sandbox/hardware), it
 # brings the sandbox up on that SIMULATED host instead and checks that a
 # MIG flavor and an InfiniBand VF flavor boot, that the server's
@@ -64,6 +68,8 @@ CONTAINER=
 MADE_SERVERS=()
 MADE_IMAGES=()
 MADE_FLAVORS=()
+MADE_FIPS=()
+MADE_KEYPAIRS=()
 WORK=$(mktemp -d)
 T0=$(date +%s%N)
 
@@ -107,6 +113,12 @@ cleanup() {
         done
         for item in "${MADE_FLAVORS[@]}"; do
             openstack flavor delete "$item" >/dev/null 2>&1 || true
+        done
+        for item in "${MADE_FIPS[@]}"; do
+            openstack floating ip delete "$item" >/dev/null 2>&1 || true
+        done
+        for item in "${MADE_KEYPAIRS[@]}"; do
+            openstack keypair delete "$item" >/dev/null 2>&1 || true
         done
     fi
     rm -rf "$WORK"
@@ -646,9 +658,92 @@ main_hardware() {
     fi
 }
 
+# --debian: a real distribution, the way a user gets in. Builds (or takes
+# from the cache) the Debian 12 cloud-init image (tools/sandbox.sh image
+# debian), then with the real CLI: a key pair, a server on "private" with
+# --key-name and --user-data (a shell script), a floating IP; SSH from the
+# outside namespace as "debian" with the key proves the key was injected,
+# the marker file proves the user data ran; delete leaves nothing.
+outside_ssh() {
+    local address=$1
+    shift
+    ip netns exec sandbox-outside ssh -i "$WORK/key" -o BatchMode=yes \
+        -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+        -o ConnectTimeout=5 -o LogLevel=ERROR "debian@$address" "$@"
+}
+
+main_debian() {
+    trap cleanup EXIT
+    say "sandbox up"
+    "$SANDBOX" up || fail "tools/sandbox.sh up failed (see above)"
+    # shellcheck disable=SC1091
+    . "$SANDBOX_DIR/openrc"
+    local start server fip marker keys i
+    start=$(date +%s%N)
+    "$SANDBOX" image debian || fail "tools/sandbox.sh image debian failed"
+    say "image debian-12 in Glance ($(since "$start")s)"
+    ssh-keygen -q -t ed25519 -N '' -C "e2e-$$" -f "$WORK/key"
+    openstack keypair create --public-key "$WORK/key.pub" "e2e-$$" \
+        >/dev/null || fail "keypair create failed"
+    MADE_KEYPAIRS+=("e2e-$$")
+    marker="user data ran for e2e-$$"
+    printf '#!/bin/sh\necho "%s" > /var/tmp/e2e-marker\n' "$marker" \
+        >"$WORK/user-data.sh"
+    start=$(date +%s%N)
+    openstack server create --flavor "$FLAVOR2" --image debian-12 \
+        --key-name "e2e-$$" --user-data "$WORK/user-data.sh" \
+        --network private --wait "$SERVER-debian" -f value -c id \
+        >/dev/null || fail "server create from debian-12 failed:" \
+            "$(server_field fault "$SERVER-debian" 2>/dev/null)"
+    MADE_SERVERS+=("$SERVER-debian")
+    server=$(openstack server show "$SERVER-debian" -f value -c id)
+    say "server $server from debian-12 ACTIVE after $(since "$start")s"
+    fip=$(openstack floating ip create public -f value \
+        -c floating_ip_address) || fail "floating ip create failed"
+    MADE_FIPS+=("$fip")
+    openstack server add floating ip "$server" "$fip" ||
+        fail "server add floating ip failed"
+    start=$(date +%s%N)
+    for ((i = 0; i < TIMEOUT / 5; i++)); do
+        if outside_ssh "$fip" true 2>/dev/null; then
+            break
+        fi
+        sleep 5
+    done
+    outside_ssh "$fip" true ||
+        fail "no SSH as debian@$fip with the key pair's key" \
+            "($(daemon_cli exec "nova-$server" -- cloud-init status 2>&1))"
+    say "ssh debian@$fip from namespace sandbox-outside with the key pair" \
+        "($(since "$start")s after ACTIVE)"
+    keys=$(outside_ssh "$fip" cat .ssh/authorized_keys)
+    grep -qF "$(cut -d' ' -f2 "$WORK/key.pub")" <<<"$keys" ||
+        fail "the key pair's key is not in debian's authorized_keys"
+    for ((i = 0; i < 30; i++)); do
+        outside_ssh "$fip" cloud-init status 2>/dev/null |
+            grep -q 'status: done' && break
+        sleep 2
+    done
+    [ "$(outside_ssh "$fip" cat /var/tmp/e2e-marker 2>&1)" = "$marker" ] ||
+        fail "the user data did not run: $(outside_ssh "$fip" \
+            cloud-init status --long 2>&1 | tail -n 5)"
+    say "cloud-init: key injected, user data ran (marker file)"
+    openstack floating ip delete "$fip"
+    openstack server delete --wait "$server" ||
+        fail "openstack server delete failed"
+    openstack keypair delete "e2e-$$"
+    [ -z "$(containers_of "$server")" ] ||
+        fail "container left: $(containers_of "$server")"
+    placement_idle
+    say "deleted: no container, no usage left"
+}
+
 main() {
     if [ "${1:-}" = --hardware ]; then
         main_hardware "${2:?usage: $0 [--hardware NAME]}"
+        return
+    fi
+    if [ "${1:-}" = --debian ]; then
+        main_debian
         return
     fi
     trap cleanup EXIT

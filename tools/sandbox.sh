@@ -1379,6 +1379,43 @@ if mig or proposals:
         --image "$IMAGE_NAME" --screenshots "$HORIZON_DATA/screenshots"
 }
 
+# --- image debian ---------------------------------------------------------------
+
+DEBIAN_IMAGE_NAME=debian-12
+
+# image debian: Debian 12 with cloud-init and openssh-server
+# (tools/build-debian-image.sh, from the Debian mirror with mmdebstrap),
+# built once per recipe and cached in data/images/, uploaded to Glance as
+# debian-12. Needs a running sandbox.
+cmd_image() {
+    local kind=${1:-}
+    [ "$kind" = debian ] || die "usage: $0 image debian"
+    if ! is_running glance || [ ! -f "$SANDBOX_DIR/openrc" ]; then
+        die "the sandbox does not run: tools/sandbox.sh up"
+    fi
+    if ! command -v mmdebstrap >/dev/null; then
+        [ "$SANDBOX_APT" = 1 ] || die "install Debian's mmdebstrap"
+        apt_get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt_get install -y -q \
+            --no-install-recommends mmdebstrap >/dev/null
+    fi
+    local tarball=$DATA/images/$DEBIAN_IMAGE_NAME.tar.gz
+    local recipe=$DATA/images/$DEBIAN_IMAGE_NAME.recipe want replace=
+    mkdir -p "$DATA/images"
+    want=$(sha256sum "$REPO_DIR/tools/build-debian-image.sh" | cut -d' ' -f1)
+    if [ ! -s "$tarball" ] || [ "$(cat "$recipe" 2>/dev/null)" != "$want" ]
+    then
+        say "building $DEBIAN_IMAGE_NAME (mmdebstrap; a few minutes)"
+        "$REPO_DIR/tools/build-debian-image.sh" "$tarball"
+        echo "$want" >"$recipe"
+        replace=replace
+    else
+        say "$DEBIAN_IMAGE_NAME: cached $tarball"
+    fi
+    provision image "$DEBIAN_IMAGE_NAME" "$tarball" $replace
+    say "image $DEBIAN_IMAGE_NAME in Glance: log in as 'debian' with your key pair"
+}
+
 # --- bench ----------------------------------------------------------------------
 
 FAKE_HOST=sandbox-fake-compute
@@ -1733,7 +1770,7 @@ cmd_clean() {
     say "removed sandbox state (kept $VENV)"
 }
 
-USAGE="usage: $0 up [--backend lxd|incus] [--hardware NAME|DIR|none] [--with-horizon|--without-horizon]|down|status|clean|bench [N]|horizon-test"
+USAGE="usage: $0 up [--backend lxd|incus] [--hardware NAME|DIR|none] [--with-horizon|--without-horizon]|down|status|clean|bench [N]|horizon-test|image debian"
 
 main() {
     local command=${1:-}
@@ -1776,6 +1813,7 @@ main() {
         clean) cmd_clean ;;
         bench) cmd_bench "$@" ;;
         horizon-test) cmd_horizon_test ;;
+        image) cmd_image "$@" ;;
         *)
             say "$USAGE"
             return 2

@@ -99,7 +99,7 @@ FEATURES=(
     compute-feature-enabled.change_password false       # needs a guest agent
     compute-feature-enabled.personality false           # deprecated file injection
     compute-feature-enabled.config_drive false          # user data goes through the LXD seed instead
-    compute-feature-enabled.interface_attach false      # the sandbox has no instance networking yet
+    compute-feature-enabled.interface_attach false      # not yet run since the sandbox has networking (next to enable)
     compute-feature-enabled.attach_encrypted_volume false  # no Cinder in the sandbox
     compute-feature-enabled.stable_rescue false         # rescue keeps the root disk of the image only
     # the sandbox's own limits

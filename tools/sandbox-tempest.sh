@@ -73,7 +73,12 @@ FLAVOR_ALT=$(id_of flavor sandbox.medium)
 
 if [ ! -f "$WORK/.stestr.conf" ]; then
     rm -rf "$WORK"
-    "$VENV/bin/tempest" init "$WORK" >"$SANDBOX_DIR/tempest-init.log" 2>&1 ||
+    # tempest registers workspaces by name in ~/.tempest/workspace.yaml; a
+    # registration left by a removed sandbox (clean) would refuse init
+    "$VENV/bin/tempest" workspace remove --name nova-lxd-accel-sandbox \
+        >/dev/null 2>&1 || true
+    "$VENV/bin/tempest" init --name nova-lxd-accel-sandbox "$WORK" \
+        >"$SANDBOX_DIR/tempest-init.log" 2>&1 ||
         fail "tempest init failed: see $SANDBOX_DIR/tempest-init.log"
 fi
 mkdir -p "$WORK/results"

@@ -1188,20 +1188,45 @@ incus_ready() {
         die "Incus is not ready: see the errors above and $INCUS_DIR/incus.log"
 }
 
-upload_image() {
-    local tarball=$DATA/images/$IMAGE_NAME.tar.gz replace=
-    local recipe=$DATA/images/$IMAGE_NAME.recipe want
+# cached_image NAME BUILD_SCRIPT: NAME in Glance, built by BUILD_SCRIPT
+# into data/images/NAME.tar.gz once per version of the script (its
+# recipe); a new recipe replaces the image in Glance, servers of the old
+# one keep running.
+cached_image() {
+    local name=$1 build=$2 replace=
+    local tarball=$DATA/images/$name.tar.gz recipe=$DATA/images/$name.recipe
+    local want
     mkdir -p "$DATA/images"
-    # A new version of the image's recipe (tools/build-tiny-image.sh)
-    # replaces the image in Glance; servers of the old one keep running.
-    want=$(sha256sum "$REPO_DIR/tools/build-tiny-image.sh" | cut -d' ' -f1)
+    want=$(sha256sum "$build" | cut -d' ' -f1)
     if [ ! -s "$tarball" ] || [ "$(cat "$recipe" 2>/dev/null)" != "$want" ]
     then
-        "$REPO_DIR/tools/build-tiny-image.sh" "$tarball"
-        replace=replace
+        echo "building $name ($(basename "$build"))"
+        "$build" "$tarball"
         echo "$want" >"$recipe"
+        replace=replace
+    else
+        echo "$name: cached $tarball"
     fi
-    provision image "$IMAGE_NAME" "$tarball" $replace
+    provision image "$name" "$tarball" $replace
+}
+
+upload_image() {
+    cached_image "$IMAGE_NAME" "$REPO_DIR/tools/build-tiny-image.sh"
+}
+
+# ensure_commands "COMMAND..." PACKAGE...: install the Debian PACKAGEs
+# unless every COMMAND is on PATH (refused with SANDBOX_APT=0).
+ensure_commands() {
+    local commands=$1 command
+    shift
+    for command in $commands; do
+        command -v "$command" >/dev/null && continue
+        [ "$SANDBOX_APT" = 1 ] || die "install Debian's $*"
+        apt_get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt_get install -y -q \
+            --no-install-recommends "$@" >/dev/null
+        return
+    done
 }
 
 check_metadefs() {
@@ -1348,14 +1373,7 @@ cmd_horizon_test() {
     if ! horizon_enabled || ! is_running horizon; then
         die "Horizon does not run here: tools/sandbox.sh up --with-horizon"
     fi
-    if ! command -v chromium >/dev/null || ! command -v chromedriver \
-        >/dev/null; then
-        [ "$SANDBOX_APT" = 1 ] ||
-            die "install Debian's chromium and chromium-driver"
-        apt_get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt_get install -y -q \
-            --no-install-recommends chromium chromium-driver >/dev/null
-    fi
+    ensure_commands "chromium chromedriver" chromium chromium-driver
     load_secrets
     # A GPU flavor when nova-compute sees a (simulated) GPU host: a MIG
     # slice if nova-lxd-accel flavors proposed one, else its first; the
@@ -1393,26 +1411,8 @@ cmd_image() {
     if ! is_running glance || [ ! -f "$SANDBOX_DIR/openrc" ]; then
         die "the sandbox does not run: tools/sandbox.sh up"
     fi
-    if ! command -v mmdebstrap >/dev/null; then
-        [ "$SANDBOX_APT" = 1 ] || die "install Debian's mmdebstrap"
-        apt_get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt_get install -y -q \
-            --no-install-recommends mmdebstrap >/dev/null
-    fi
-    local tarball=$DATA/images/$DEBIAN_IMAGE_NAME.tar.gz
-    local recipe=$DATA/images/$DEBIAN_IMAGE_NAME.recipe want replace=
-    mkdir -p "$DATA/images"
-    want=$(sha256sum "$REPO_DIR/tools/build-debian-image.sh" | cut -d' ' -f1)
-    if [ ! -s "$tarball" ] || [ "$(cat "$recipe" 2>/dev/null)" != "$want" ]
-    then
-        say "building $DEBIAN_IMAGE_NAME (mmdebstrap; a few minutes)"
-        "$REPO_DIR/tools/build-debian-image.sh" "$tarball"
-        echo "$want" >"$recipe"
-        replace=replace
-    else
-        say "$DEBIAN_IMAGE_NAME: cached $tarball"
-    fi
-    provision image "$DEBIAN_IMAGE_NAME" "$tarball" $replace
+    ensure_commands mmdebstrap mmdebstrap
+    cached_image "$DEBIAN_IMAGE_NAME" "$REPO_DIR/tools/build-debian-image.sh"
     say "image $DEBIAN_IMAGE_NAME in Glance: log in as 'debian' with your key pair"
 }
 

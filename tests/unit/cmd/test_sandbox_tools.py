@@ -180,9 +180,13 @@ def _refusing_app(environ, start_response):
     return [b'']
 
 
-@testtools.skipUnless(importlib.util.find_spec('cheroot'),
-                      'cheroot (the sandbox WSGI server) is not installed: '
-                      'pip install -c constraints.txt cheroot')
+needs_cheroot = testtools.skipUnless(
+    importlib.util.find_spec('cheroot'),
+    'cheroot (the sandbox WSGI server) is not installed: '
+    'pip install -c constraints.txt cheroot')
+
+
+@needs_cheroot
 class ChunkedUploadTest(testtools.TestCase):
 
     def _serve(self, app):
@@ -240,9 +244,7 @@ def _teapot_app(environ, start_response):
     return [b'']
 
 
-@testtools.skipUnless(importlib.util.find_spec('cheroot'),
-                      'cheroot (the sandbox WSGI server) is not installed: '
-                      'pip install -c constraints.txt cheroot')
+@needs_cheroot
 class StaticFilesTest(testtools.TestCase):
     """``wsgi_server.py --static``: Horizon's collected static files."""
 

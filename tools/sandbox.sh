@@ -18,7 +18,9 @@
 #   SANDBOX_DIR             state, logs, pids, venv
 #                           (default /var/tmp/nova-lxd-accel-sandbox)
 #   SANDBOX_COMPUTE_DRIVER  nova compute_driver (default lxd_accel.LXDDriver)
-#   SANDBOX_PORT_BASE       first of the ports used (default 36100)
+#   SANDBOX_PORT_BASE       first of the 100 ports used (default 26100;
+#                           below the kernel's ephemeral port range, where
+#                           any outgoing connection may take one)
 #   SANDBOX_PYTHON          interpreter for the venv (default python3)
 #   SANDBOX_CONSTRAINTS     pip constraints (default <repo>/constraints.txt)
 #   SANDBOX_APT=0           never run apt-get (fail if a package is missing)
@@ -35,7 +37,7 @@ HELPERS=$SCRIPT_DIR/sandbox
 
 SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/nova-lxd-accel-sandbox}
 SANDBOX_COMPUTE_DRIVER=${SANDBOX_COMPUTE_DRIVER:-lxd_accel.LXDDriver}
-SANDBOX_PORT_BASE=${SANDBOX_PORT_BASE:-36100}
+SANDBOX_PORT_BASE=${SANDBOX_PORT_BASE:-26100}
 SANDBOX_PYTHON=${SANDBOX_PYTHON:-python3}
 SANDBOX_CONSTRAINTS=${SANDBOX_CONSTRAINTS:-$REPO_DIR/constraints.txt}
 SANDBOX_APT=${SANDBOX_APT:-1}
@@ -262,11 +264,12 @@ start_daemon() {
         echo "$name already runs (pid $(pid_of "$name"))"
         return 0
     fi
-    local port
+    local port holder
     port=$(service_port "$name")
-    if [ "$port" != - ] && port_open "$port"; then
-        echo "cannot start $name: 127.0.0.1:$port is already in use by" \
-            "another process (set SANDBOX_PORT_BASE to move all ports)"
+    if [ "$port" != - ] && holder=$(port_holder "$port"); then
+        echo "cannot start $name: port $port is taken by another socket" \
+            "(set SANDBOX_PORT_BASE to move all ports):"
+        echo "$holder"
         STEP_HINT=
         return 1
     fi
@@ -365,6 +368,37 @@ stop_reconfigured() {
 
 port_open() {
     (exec 5<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# port_holder PORT: print the sockets (listening or connected, any
+# address) that hold local port PORT and succeed, or fail when it is free.
+# A connection's own end counts: a server cannot bind a port that an
+# outgoing connection took. TIME-WAIT does not: the servers reuse it.
+port_holder() {
+    local held
+    held=$(ss -Htanp state all "( sport = :$1 )" 2>/dev/null |
+        grep -v '^TIME-WAIT' || true)
+    if [ -z "$held" ] && port_open "$1"; then
+        held="something accepts connections on 127.0.0.1:$1"
+    fi
+    [ -n "$held" ] && printf '%s\n' "$held"
+}
+
+# check_port_range: the sandbox's ports (SANDBOX_PORT_BASE and the next
+# 99) must lie outside the kernel's ephemeral range: there any outgoing
+# connection of any process may hold one of them at the moment a service
+# starts, and that service then fails to bind ("Address already in use").
+check_port_range() {
+    local low high last=$((SANDBOX_PORT_BASE + 99))
+    read -r low high </proc/sys/net/ipv4/ip_local_port_range ||
+        return 0
+    if [ "$SANDBOX_PORT_BASE" -le "$high" ] && [ "$last" -ge "$low" ]; then
+        die "SANDBOX_PORT_BASE=$SANDBOX_PORT_BASE: ports" \
+            "$SANDBOX_PORT_BASE-$last overlap the kernel's ephemeral range" \
+            "$low-$high (net.ipv4.ip_local_port_range), where outgoing" \
+            "connections take ports; choose a base below $((low - 100)) or" \
+            "above $high"
+    fi
 }
 
 # wait_port NAME PORT [TIMEOUT]: until the port accepts connections; fail
@@ -813,21 +847,39 @@ glance_metadefs() {
     echo "$current" >"$marker"
 }
 
+# The cell mappings are templates that Nova fills from each service's own
+# [database]connection and transport_url (nova's CellMapping format_db_url,
+# format_mq_url), so they follow the configuration when the ports move.
+CELL0_DB_TEMPLATE='{scheme}://{username}:{password}@{hostname}:{port}/nova_cell0?{query}'
+CELL_DB_TEMPLATE='{scheme}://{username}:{password}@{hostname}:{port}/{path}?{query}'
+CELL_MQ_TEMPLATE='{scheme}://{username}:{password}@{hostname}:{port}/{path}'
+CELL0_UUID=00000000-0000-0000-0000-000000000000
+
 nova_cells() {
     local manage=("$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf")
-    local cells
-    "${manage[@]}" cell_v2 map_cell0 \
-        --database_connection "$(db_url nova_cell0)"
+    local cells cell1
+    "${manage[@]}" cell_v2 map_cell0 --database_connection "$CELL0_DB_TEMPLATE"
     cells=$("${manage[@]}" cell_v2 list_cells 2>/dev/null)
-    if ! grep -q ' cell1 ' <<<"$cells"; then
-        "${manage[@]}" cell_v2 create_cell --name cell1
+    cell1=$(awk -F'|' '$2 ~ /^ *cell1 *$/ {gsub(/ /, "", $3); print $3}' \
+        <<<"$cells")
+    if [ -z "$cell1" ]; then
+        "${manage[@]}" cell_v2 create_cell --name cell1 \
+            --database_connection "$CELL_DB_TEMPLATE" \
+            --transport-url "$CELL_MQ_TEMPLATE"
+        return 0
     fi
+    # A sandbox made before the templates: its mappings hold the old ports.
+    "${manage[@]}" cell_v2 update_cell --cell_uuid "$CELL0_UUID" \
+        --database_connection "$CELL0_DB_TEMPLATE"
+    "${manage[@]}" cell_v2 update_cell --cell_uuid "$cell1" \
+        --database_connection "$CELL_DB_TEMPLATE" \
+        --transport-url "$CELL_MQ_TEMPLATE"
 }
 
 nova_db() {
     local manage=("$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf")
     db_once nova_api "${manage[@]}" api_db sync
-    db_once nova_cells nova_cells
+    db_once nova_cell_templates nova_cells
     db_once nova "${manage[@]}" db sync
 }
 
@@ -1550,6 +1602,7 @@ check_secrets() {
 
 cmd_up() {
     [ "$(id -u)" = 0 ] || die "run as root (it starts daemons and LXD)"
+    check_port_range
     prepare_dirs
     : >"$UP_LOG"
     say "sandbox up: $SANDBOX_DIR (log $UP_LOG)"

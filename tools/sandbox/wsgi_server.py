@@ -26,7 +26,7 @@ held the chunk framing). cheroot decodes them and marks the input
 
 Usage::
 
-    python wsgi_server.py --name keystone --port 36150 \\
+    python wsgi_server.py --name keystone --port 26150 \\
         --app keystone.wsgi.api:application
 """
 

@@ -75,7 +75,7 @@ class StatusSecretsTest(testtools.TestCase):
 
     def _status(self):
         env = dict(os.environ, SANDBOX_DIR=self.state,
-                   SANDBOX_PORT_BASE='46100')
+                   SANDBOX_PORT_BASE='27100')
         result = subprocess.run(['bash', SANDBOX_SH, 'status'], env=env,
                                 capture_output=True, text=True, timeout=60)
         # Nothing runs: status says so with exit status 1.
@@ -119,7 +119,7 @@ class SimulatedHardwareTest(testtools.TestCase):
 
     def _sandbox(self, *args):
         env = dict(os.environ, SANDBOX_DIR=self.state,
-                   SANDBOX_PORT_BASE='46100')
+                   SANDBOX_PORT_BASE='27100')
         return subprocess.run(['bash', SANDBOX_SH] + list(args), env=env,
                               capture_output=True, text=True, timeout=60)
 
@@ -154,6 +154,38 @@ class SimulatedHardwareTest(testtools.TestCase):
                       'and VFs); no real device is attached', result.stdout)
         # the LXD proxy is one more service to run
         self.assertIn('0/18 running', result.stdout)
+
+
+class PortRangeTest(testtools.TestCase):
+    """``up`` refuses ports inside the kernel's ephemeral range.
+
+    There an outgoing connection of any process may hold a sandbox port
+    just when its service starts (MariaDB failed so in CI).
+    """
+
+    def test_base_inside_the_ephemeral_range_is_refused_first(self):
+        if os.geteuid() != 0:
+            self.skipTest('sandbox.sh up refuses to run as non-root before '
+                          'it looks at its ports')
+        with open('/proc/sys/net/ipv4/ip_local_port_range') as handle:
+            low, high = (int(word) for word in handle.read().split())
+        base = (low + high) // 2
+        with tempfile.TemporaryDirectory() as tmp:
+            state = os.path.join(tmp, 'sandbox')
+            # Were the check gone, up would go on; no apt and a python
+            # that fails make it stop soon after, with another message.
+            env = dict(os.environ, SANDBOX_DIR=state,
+                       SANDBOX_PORT_BASE=str(base), SANDBOX_APT='0',
+                       SANDBOX_PYTHON='false')
+            result = subprocess.run(['bash', SANDBOX_SH, 'up'], env=env,
+                                    capture_output=True, text=True,
+                                    timeout=120)
+            self.assertNotEqual(0, result.returncode)
+            self.assertIn(
+                'SANDBOX_PORT_BASE=%d: ports %d-%d overlap the kernel\'s '
+                'ephemeral range %d-%d' % (base, base, base + 99, low, high),
+                result.stdout + result.stderr)
+            self.assertFalse(os.path.exists(state))
 
 
 def _load_wsgi_server():

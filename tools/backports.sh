@@ -9,13 +9,10 @@ if grep -rqs 'bookworm-backports' /etc/apt/sources.list \
         /etc/apt/sources.list.d/; then
     exit 0
 fi
-# Either file may be missing (grep then exits 2): the default mirror.
-mirror=$({ grep -hos 'https\?://[^ ]*/debian/\?\( \|$\)' \
-    /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list || true; } |
-    head -n1 | tr -d ' ')
+mirror=$(bash "$(dirname "${BASH_SOURCE[0]}")/debian-mirror.sh")
 cat >"$list" <<SOURCES
 Types: deb
-URIs: ${mirror:-http://deb.debian.org/debian}
+URIs: $mirror
 Suites: bookworm-backports
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

@@ -15,13 +15,7 @@ set -euo pipefail
 
 out=${1:?usage: build-debian-image.sh OUTPUT.tar.gz}
 suite=bookworm
-mirror=${DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-    mirror=$({ grep -hos 'https\?://[^ ]*/debian/\?\( \|$\)' \
-        /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list ||
-        true; } | head -n1 | tr -d ' ')
-    mirror=${mirror:-http://deb.debian.org/debian}
-fi
+mirror=${DEBIAN_MIRROR:-$(bash "$(dirname "${BASH_SOURCE[0]}")/debian-mirror.sh")}
 if ! command -v mmdebstrap >/dev/null; then
     echo "build-debian-image: mmdebstrap not found; apt-get install" \
         "mmdebstrap" >&2

@@ -72,6 +72,19 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         for host in self.compute_hosts:
             self._start_compute(host)
 
+    #: polls (0.5 s apart) before a wait for a server's state gives up: 2
+    #: min. Nova's default, 10, suits its fake driver; here real daemons
+    #: build, resize and move containers while CI runs two suites side by
+    #: side on two cores, and a cold migration alone took over 5 s there.
+    WAIT_POLLS = 240
+
+    def _wait_for_server_parameter(self, server, expected_params,
+                                   max_retries=10, api=None,
+                                   wait_for_fault_key=True):
+        return super(LXDFunctionalTestCase, self)._wait_for_server_parameter(
+            server, expected_params, max(max_retries, self.WAIT_POLLS),
+            api=api, wait_for_fault_key=wait_for_fault_key)
+
     def _create_tiny_image(self, data=None, **meta):
         image = {'id': str(uuid.uuid4()), 'name': 'tiny-lxd',
                  'status': 'active', 'disk_format': 'raw',

@@ -106,8 +106,7 @@ class AccelTestBase(base.LXDFunctionalTestCase):
         server = self.api.post_server({'server': self._build_server(
             image_uuid=self.image_id, flavor_id=flavor_id,
             networks='none')})
-        return self._wait_for_state_change(server, expected,
-                                           max_retries=100)
+        return self._wait_for_state_change(server, expected)
 
     def rp(self, name):
         return self._get_provider_uuid_by_name(name)

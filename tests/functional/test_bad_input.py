@@ -40,8 +40,7 @@ class BadInputTest(base.LXDFunctionalTestCase):
                                   flavor_id=flavor_id, networks='none')
         body.update(server)
         server = self.api.post_server({'server': body})
-        return self._wait_for_state_change(server, expected,
-                                           max_retries=100)
+        return self._wait_for_state_change(server, expected)
 
     def _assert_refused(self, specs, *phrases):
         server = self.boot(self.flavor(**specs), expected='ERROR')

@@ -85,8 +85,7 @@ class BuildAbortTest(_FaultTestCase):
 
     def test_image_lxd_cannot_start(self):
         image_id = self._create_tiny_image(data=it_faults.image_without_init())
-        server = self._wait_for_state_change(self.boot(image_id), 'ERROR',
-                                             max_retries=60)
+        server = self._wait_for_state_change(self.boot(image_id), 'ERROR')
         fault = server['fault']['message']
         self.assertIn('aborted', fault)
         self.assertIn('refused to start', fault)
@@ -105,8 +104,7 @@ class BuildAbortTest(_FaultTestCase):
                                  'pci': '0000:ff:1f.7'}}})
         self.addCleanup(self.lxd.admin.api.profiles[profile].delete)
         self.flags(profiles=[profile], group='lxd')
-        server = self._wait_for_state_change(self.boot(), 'ERROR',
-                                             max_retries=60)
+        server = self._wait_for_state_change(self.boot(), 'ERROR')
         fault = server['fault']['message']
         self.assertIn('Invalid PCI address', fault)
         self.assertIn('0000:ff:1f.7', fault)
@@ -120,7 +118,7 @@ class BuildAbortTest(_FaultTestCase):
         # CLI's default 2.61 does: the compute host must refuse it.
         flavor_id = self.flavor(**{'lxd:privileged': 'true'})
         server = self._wait_for_state_change(
-            self.boot(flavor_id=flavor_id), 'ERROR', max_retries=60)
+            self.boot(flavor_id=flavor_id), 'ERROR')
         fault = server['fault']['message']
         self.assertIn('allow_privileged_containers', fault)
         self.assertNotIn('Exceeded maximum number of retries', fault)
@@ -232,7 +230,7 @@ class HostLocalFailureReschedulesTest(_FaultTestCase):
             az='nova:compute2')
         self.proxy._stop()
         server = self._wait_for_state_change(
-            self.boot(flavor_id=flavor_id), 'ACTIVE', max_retries=100)
+            self.boot(flavor_id=flavor_id), 'ACTIVE')
         self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
         self.assertEqual(['compute1', 'compute2'],
                          sorted(self.compute_attempts(server)))
@@ -341,8 +339,7 @@ class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
         server = self.api.post_server({'server': self._build_server(
             image_uuid=image_id, networks='none',
             flavor_id=self.flavor(**{'resources:PGPU': '1'}))})
-        server = self._wait_for_state_change(server, 'ERROR',
-                                             max_retries=100)
+        server = self._wait_for_state_change(server, 'ERROR')
         fault = server['fault']['message']
         self.assertIn('aborted', fault)
         self.assertIn('forkstart', fault)

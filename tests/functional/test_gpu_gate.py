@@ -137,8 +137,7 @@ class GpuHostTestCase(base.LXDFunctionalTestCase):
         server = self.api.post_server({'server': self._build_server(
             image_uuid=self.image_id, flavor_id=flavor_id,
             networks='none')})
-        return self._wait_for_state_change(server, expected,
-                                           max_retries=100)
+        return self._wait_for_state_change(server, expected)
 
 
 class TestGpuGate(GpuHostTestCase):

@@ -85,8 +85,7 @@ class ServerFailureTest(base.LXDFunctionalTestCase):
                                         ephemeral=0)
         server = self.api.post_server({'server': self._build_server(
             image_uuid=image_id, flavor_id=flavor_id, networks='none')})
-        server = self._wait_for_state_change(server, 'ERROR',
-                                             max_retries=60)
+        server = self._wait_for_state_change(server, 'ERROR')
         self.assertEqual([], self.container_names())
         self.assertEqual({}, self._get_allocations_by_server_uuid(
             server['id']))
@@ -137,8 +136,7 @@ class LXDDownTest(base.LXDFunctionalTestCase):
         self.flags(max_attempts=1, group='scheduler')
         server = self.api.post_server({'server': self._build_server(
             image_uuid=self.image_id, flavor_id=flavor_id, networks='none')})
-        server = self._wait_for_state_change(server, 'ERROR',
-                                             max_retries=60)
+        server = self._wait_for_state_change(server, 'ERROR')
         self.assertIn('Cannot reach the %s daemon at %s'
                       % (lxd_fixtures.daemon_name(), self.proxy.socket_path),
                       server['fault']['message'])

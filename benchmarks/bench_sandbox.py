@@ -100,12 +100,51 @@ def service_pids():
     return pids
 
 
+#: helper processes of the services that leave their tree: the privsep
+#: daemons (one per privsep context, each a full Python), dnsmasq, haproxy
+HELPER_MARKERS = ('privsep-helper', 'dnsmasq', 'haproxy', 'keepalived')
+
+
+def _cmdline(pid):
+    try:
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            return handle.read().replace(b'\0', b' ').decode(
+                'utf-8', 'replace')
+    except OSError:
+        return ''
+
+
+def helpers_rss_kib(roots, table):
+    """Resident KiB of the sandbox's helpers outside the ``roots`` trees."""
+    total = 0
+    for pid, (_ppid, rss, _comm) in table.items():
+        args = _cmdline(pid)
+        if SANDBOX_DIR not in args or not any(
+                marker in args for marker in HELPER_MARKERS):
+            continue
+        walker = pid
+        while walker > 1 and walker not in roots:
+            walker = table.get(walker, (0, 0, ''))[0]
+        if walker not in roots:
+            total += rss
+    return total
+
+
 def memory_report():
+    """Resident memory of the cloud's processes and of the LXD daemon.
+
+    :returns: ``(name, KiB)`` of each service's process tree and of the
+        helpers that left them, and the LXD daemon's KiB.
+    """
     table = _process_table()
     rows = []
+    roots = set()
     for name, pid in service_pids().items():
         if pid in table:
             rows.append((name, tree_rss_kib(pid, table)))
+            roots.add(pid)
+    rows.append(('helpers (privsep daemons, dnsmasq, haproxy)',
+                 helpers_rss_kib(roots, table)))
     lxd = sum(rss for _ppid, rss, comm in table.values() if comm == 'lxd')
     return rows, lxd
 
@@ -147,7 +186,7 @@ def orchestrate(args):
     for name, kib in rows:
         total += kib
         print('  %-50s %7.0f MiB' % (name, kib / 1024.0))
-    print('  %-50s %7.0f MiB' % ('whole cloud (services above)',
+    print('  %-50s %7.0f MiB' % ('whole cloud (all of the above)',
                                  total / 1024.0))
     print('  %-50s %7.0f MiB' % ('LXD daemon (not counted above)',
                                  lxd_kib / 1024.0))

@@ -212,8 +212,12 @@ def main(argv=None):
         n, (lxd_wall - fake_wall) / raw_wall))
     rows, lxd_kib = bench_sandbox.memory_report()
     total = sum(kib for _name, kib in rows)
-    print('\nresident memory: the cloud %d MiB (%d services), LXD %d MiB'
-          % (total // 1024, len(rows), lxd_kib // 1024))
+    print('\nresident memory: the cloud %d MiB (%d services and their '
+          'helpers: %s), LXD %d MiB'
+          % (total // 1024, len(rows) - 1, ', '.join(
+              '%s %d' % (name.split(' ')[0], kib // 1024)
+              for name, kib in sorted(rows, key=lambda row: -row[1])[:4]),
+             lxd_kib // 1024))
     return 0
 
 

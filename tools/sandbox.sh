@@ -1752,8 +1752,30 @@ service_port() {
     esac
 }
 
+# The resident memory, in KiB, of the sandbox's helper processes that no
+# service's process tree holds: the privsep daemons of Neutron's agents
+# and of nova-compute (they detach, one per privsep context, ~120 MiB
+# each), Neutron's dnsmasq and haproxy. Arguments: the services' pids.
+helpers_rss_kib() {
+    ps -e -o pid=,ppid=,rss=,args= | awk -v roots="$*" -v dir="$SANDBOX_DIR" '
+        BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) root[r[i]] = 1 }
+        {
+            parent[$1] = $2; rss[$1] = $3
+            if (index($0, dir) && $0 ~ /privsep-helper|dnsmasq|haproxy|keepalived/)
+                helper[$1] = 1
+        }
+        END {
+            for (p in helper) {
+                q = p; while (q != "" && !(q in root) && q > 1) q = parent[q]
+                if (!(q in root)) total += rss[p]
+            }
+            print total + 0
+        }'
+}
+
 cmd_status() {
     local name pid rss total=0 running=0 state expected=${#SERVICES[@]}
+    local pids=() helpers
     say "daemon: $SANDBOX_BACKEND at $DAEMON_DIR/unix.socket"
     if hardware_active; then
         say "hardware: SIMULATED, recorded host $(cat "$HARDWARE/name")" \
@@ -1776,6 +1798,7 @@ cmd_status() {
             running=$((running + 1))
             rss=$(tree_rss_kib "$pid")
             total=$((total + rss))
+            pids+=("$pid")
             rss=$((rss / 1024))
         else
             state=stopped pid=- rss=-
@@ -1783,8 +1806,13 @@ cmd_status() {
         say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' "$name" "$state" \
             "$pid" "$(service_port "$name")" "$rss" "$LOGS/$name.log")"
     done
+    helpers=$(helpers_rss_kib "${pids[@]}")
+    say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' helpers - - - \
+        "$((helpers / 1024))" "privsep daemons, dnsmasq, haproxy")"
+    total=$((total + helpers))
     say "$running/$expected running, $((total / 1024)) MiB resident" \
-        "(LXD and containers not counted); state in $SANDBOX_DIR"
+        "(services and their helpers; LXD and containers not counted);" \
+        "state in $SANDBOX_DIR"
     check_secrets || true
     [ "$running" = "$expected" ]
 }

@@ -94,12 +94,27 @@ class HorizonTest(object):
                          what, timeout)
 
     def click(self, xpath, what, timeout=60):
-        element = self.wait(ec.element_to_be_clickable((By.XPATH, xpath)),
-                            what, timeout)
-        self.browser.execute_script('arguments[0].scrollIntoView(true);',
-                                    element)
-        element.click()
-        return element
+        deadline = time.monotonic() + timeout
+        while True:
+            element = self.wait(
+                ec.element_to_be_clickable((By.XPATH, xpath)), what,
+                max(1, int(deadline - time.monotonic())))
+            self.browser.execute_script('arguments[0].scrollIntoView(true);',
+                                        element)
+            try:
+                element.click()
+                return element
+            except (exceptions.ElementClickInterceptedException,
+                    exceptions.StaleElementReferenceException) as error:
+                # "Clickable" means visible and enabled, not uncovered: a
+                # dialog still fading in (Bootstrap's modal) or Angular
+                # redrawing the tree takes the click. Try again.
+                if time.monotonic() > deadline:
+                    path = self.screenshot('failed')
+                    raise Step('%s: could not be clicked in %ss: %s '
+                               '(screenshot %s)' % (what, timeout,
+                                                    error.msg, path))
+                time.sleep(0.5)
 
     def open(self, path):
         self.browser.get(self.args.url.rstrip('/') + path)

@@ -77,16 +77,17 @@ def _process_table():
     return table
 
 
+def _under(pid, roots, table):
+    """Whether ``pid`` is one of ``roots`` or a descendant of one."""
+    while pid > 1 and pid not in roots:
+        pid = table.get(pid, (0, 0, ''))[0]
+    return pid in roots
+
+
 def tree_rss_kib(root, table):
     """Resident KiB of ``root`` and all its descendants."""
-    total = 0
-    for pid, (_ppid, rss, _comm) in table.items():
-        walker = pid
-        while walker > 1 and walker != root:
-            walker = table.get(walker, (0, 0, ''))[0]
-        if walker == root:
-            total += rss
-    return total
+    return sum(rss for pid, (_ppid, rss, _comm) in table.items()
+               if _under(pid, {root}, table))
 
 
 def service_pids():
@@ -119,13 +120,9 @@ def helpers_rss_kib(roots, table):
     total = 0
     for pid, (_ppid, rss, _comm) in table.items():
         args = _cmdline(pid)
-        if SANDBOX_DIR not in args or not any(
-                marker in args for marker in HELPER_MARKERS):
-            continue
-        walker = pid
-        while walker > 1 and walker not in roots:
-            walker = table.get(walker, (0, 0, ''))[0]
-        if walker not in roots:
+        if (SANDBOX_DIR in args and any(marker in args
+                                        for marker in HELPER_MARKERS)
+                and not _under(pid, roots, table)):
             total += rss
     return total
 

@@ -19,7 +19,7 @@ One run prints:
   with ``--from`` (``running``: re-run ``up`` on a sandbox that may already
   run; ``state``: no state, venv kept; ``nothing``: no state and no venv,
   packages from pip's cache or PyPI);
-* the resident memory of every sandbox service and of the LXD daemon;
+* the memory (PSS and RSS) of every sandbox service and of the LXD daemon;
 * server ACTIVE and delete latency through the Compute API (polled every
   50 ms with openstacksdk, no CLI sleeps), next to the raw LXD create+start
   and stop+delete of the same image through pylxd;
@@ -43,107 +43,36 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'tools', 'sandbox'))
+import memory  # noqa: E402  (tools/sandbox/memory.py, stdlib only)
 SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
 SANDBOX_DIR = os.environ.get('SANDBOX_DIR', '/var/tmp/nova-lxd-accel-sandbox')
 SERVICES = ('epmd', 'rabbitmq', 'mariadb', 'keystone', 'placement', 'glance',
             'neutron', 'neutron-rpc', 'neutron-ovs-agent',
             'neutron-dhcp-agent', 'neutron-l3-agent', 'neutron-metadata-agent',
-            'nova-api', 'nova-metadata', 'nova-conductor', 'nova-scheduler',
+            'nova-api', 'nova-conductor',
             'hwproxy', 'nova-compute', 'nova-compute-fake')
+HELPERS_ROW = 'helpers (privsep daemons, dnsmasq, haproxy)'
 IMAGE = 'lxd-tiny'
 FLAVOR = 'sandbox.small'
 
 
 # --- orchestration (any Python 3, stdlib only) ------------------------------
 
-def _process_table():
-    table = {}
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open('/proc/%s/stat' % entry) as handle:
-                fields = handle.read().rsplit(')', 1)[1].split()
-            with open('/proc/%s/status' % entry) as handle:
-                rss = 0
-                for line in handle:
-                    if line.startswith('VmRSS:'):
-                        rss = int(line.split()[1])
-            with open('/proc/%s/comm' % entry) as handle:
-                comm = handle.read().strip()
-        except (OSError, IndexError, ValueError):
-            continue
-        table[int(entry)] = (int(fields[1]), rss, comm)
-    return table
-
-
-def _under(pid, roots, table):
-    """Whether ``pid`` is one of ``roots`` or a descendant of one."""
-    while pid > 1 and pid not in roots:
-        pid = table.get(pid, (0, 0, ''))[0]
-    return pid in roots
-
-
-def tree_rss_kib(root, table):
-    """Resident KiB of ``root`` and all its descendants."""
-    return sum(rss for pid, (_ppid, rss, _comm) in table.items()
-               if _under(pid, {root}, table))
-
-
-def service_pids():
-    pids = {}
-    for name in SERVICES:
-        try:
-            with open(os.path.join(SANDBOX_DIR, 'run', name + '.pid')) as f:
-                pids[name] = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return pids
-
-
-#: helper processes of the services that leave their tree: the privsep
-#: daemons (one per privsep context, each a full Python), dnsmasq, haproxy
-HELPER_MARKERS = ('privsep-helper', 'dnsmasq', 'haproxy', 'keepalived')
-
-
-def _cmdline(pid):
-    try:
-        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
-            return handle.read().replace(b'\0', b' ').decode(
-                'utf-8', 'replace')
-    except OSError:
-        return ''
-
-
-def helpers_rss_kib(roots, table):
-    """Resident KiB of the sandbox's helpers outside the ``roots`` trees."""
-    total = 0
-    for pid, (_ppid, rss, _comm) in table.items():
-        args = _cmdline(pid)
-        if (SANDBOX_DIR in args and any(marker in args
-                                        for marker in HELPER_MARKERS)
-                and not _under(pid, roots, table)):
-            total += rss
-    return total
-
-
 def memory_report():
-    """Resident memory of the cloud's processes and of the LXD daemon.
+    """The memory of the cloud's processes and of the LXD daemon.
 
-    :returns: ``(name, KiB)`` of each service's process tree and of the
-        helpers that left them, and the LXD daemon's KiB.
+    :returns: ``(rows, lxd)``: ``(name, Usage)`` of each service's process
+        tree and of the helpers that left them; the LXD daemon's Usage
+        (``pss_kib``, ``rss_kib``; see tools/sandbox/memory.py).
     """
-    table = _process_table()
-    rows = []
-    roots = set()
-    for name, pid in service_pids().items():
-        if pid in table:
-            rows.append((name, tree_rss_kib(pid, table)))
-            roots.add(pid)
-    rows.append(('helpers (privsep daemons, dnsmasq, haproxy)',
-                 helpers_rss_kib(roots, table)))
-    lxd = sum(rss for _ppid, rss, comm in table.values() if comm == 'lxd')
-    return rows, lxd
+    rows, helpers, lxd = memory.report(SANDBOX_DIR, SERVICES)
+    return rows + [(HELPERS_ROW, helpers)], lxd
+
+
+def sum_usage(rows):
+    return memory.Usage(sum(usage.pss_kib for _name, usage in rows),
+                        sum(usage.rss_kib for _name, usage in rows))
 
 
 def time_up(start_from):
@@ -164,7 +93,7 @@ def orchestrate(args):
         'nothing': 'up from nothing (no state, no venv; pip cache as is)',
     }[args.start_from]
     up_s = time_up(args.start_from)
-    rows, lxd_kib = memory_report()
+    rows, lxd = memory_report()
     venv_python = os.path.join(SANDBOX_DIR, 'venv', 'bin', 'python')
     measured = subprocess.run(
         [venv_python, os.path.abspath(__file__), '--measure',
@@ -178,15 +107,14 @@ def orchestrate(args):
     print('=' * 64)
     print('%-52s %9.1f s' % (label, up_s))
     print()
-    print('memory (RSS, process trees)')
-    total = 0
-    for name, kib in rows:
-        total += kib
-        print('  %-50s %7.0f MiB' % (name, kib / 1024.0))
-    print('  %-50s %7.0f MiB' % ('whole cloud (all of the above)',
-                                 total / 1024.0))
-    print('  %-50s %7.0f MiB' % ('LXD daemon (not counted above)',
-                                 lxd_kib / 1024.0))
+    print('memory, MiB (process trees; PSS adds up, RSS counts shared pages '
+          'in each process)')
+    print('  %-50s %7s %7s' % ('', 'PSS', 'RSS'))
+    for name, usage in rows + [
+            ('whole cloud (all of the above)', sum_usage(rows)),
+            ('LXD daemon (not counted above)', lxd)]:
+        print('  %-50s %7.0f %7.0f' % (name, usage.pss_kib / 1024.0,
+                                       usage.rss_kib / 1024.0))
     print()
     print('latency over %d runs (median / min / max, seconds)' %
           args.iterations)

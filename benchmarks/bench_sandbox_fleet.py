@@ -210,14 +210,16 @@ def main(argv=None):
         (med(lxd_seq) - med(fake_seq)) / med(raw_seq)))
     print('  %d at once (wall times):  %.2f' % (
         n, (lxd_wall - fake_wall) / raw_wall))
-    rows, lxd_kib = bench_sandbox.memory_report()
-    total = sum(kib for _name, kib in rows)
-    print('\nresident memory: the cloud %d MiB (%d services and their '
-          'helpers: %s), LXD %d MiB'
-          % (total // 1024, len(rows) - 1, ', '.join(
-              '%s %d' % (name.split(' ')[0], kib // 1024)
-              for name, kib in sorted(rows, key=lambda row: -row[1])[:4]),
-             lxd_kib // 1024))
+    rows, lxd = bench_sandbox.memory_report()
+    total = bench_sandbox.sum_usage(rows)
+    services = [row for row in rows if row[0] != bench_sandbox.HELPERS_ROW]
+    print('\nmemory: the cloud %d MiB PSS (%d MiB RSS summed; %d services '
+          'and their helpers; largest PSS: %s), LXD %d MiB PSS'
+          % (total.pss_kib // 1024, total.rss_kib // 1024, len(services),
+             ', '.join('%s %d' % (name.split(' ')[0], usage.pss_kib // 1024)
+                       for name, usage in sorted(
+                           rows, key=lambda row: -row[1].pss_kib)[:4]),
+             lxd.pss_kib // 1024))
     return 0
 
 

@@ -86,7 +86,7 @@ say() {
 fail() {
     printf '\ne2e: FAILED: %s\n' "$*" >&2
     local log
-    for log in nova-compute nova-conductor nova-scheduler nova-api; do
+    for log in nova-compute nova-conductor nova-api; do
         log=$SANDBOX_DIR/log/$log.log
         grep -qs ' ERROR ' "$log" || continue
         printf 'e2e: last errors in %s:\n' "$log" >&2

@@ -52,6 +52,10 @@ ETC=$SANDBOX_DIR/etc
 DATA=$SANDBOX_DIR/data
 LOGS=$SANDBOX_DIR/log
 RUN=$SANDBOX_DIR/run
+# Commands whose oslo.service launcher would fork a worker even for
+# workers=1 run through this, with their services in one process (see
+# in_process.py: one Python process each instead of two).
+IN_PROCESS=("$VENV/bin/python" "$HELPERS/in_process.py")
 
 PORT_MYSQL=$((SANDBOX_PORT_BASE + 6))
 PORT_DIST=$((SANDBOX_PORT_BASE + 25))
@@ -91,8 +95,12 @@ SECOND_FLAVOR=sandbox.medium
 # hwproxy runs only with simulated hardware (up --hardware).
 SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
     neutron-rpc neutron-ovs-agent neutron-dhcp-agent neutron-l3-agent
-    neutron-metadata-agent nova-api nova-metadata nova-conductor
-    nova-scheduler hwproxy nova-compute horizon)
+    neutron-metadata-agent nova-api nova-conductor hwproxy nova-compute
+    horizon)
+# Services that ran as processes of their own before: nova-api's process
+# now serves the metadata API too, and nova-conductor's runs the scheduler.
+# 'up' stops a sandbox's old processes of these.
+RETIRED_SERVICES=(nova-metadata nova-scheduler)
 
 # Horizon (up --with-horizon): its own venv, kept beside the cloud's.
 HORIZON_VERSION=27.0.0
@@ -265,14 +273,15 @@ start_daemon() {
         return 0
     fi
     local port holder
-    port=$(service_port "$name")
-    if [ "$port" != - ] && holder=$(port_holder "$port"); then
-        echo "cannot start $name: port $port is taken by another socket" \
-            "(set SANDBOX_PORT_BASE to move all ports):"
-        echo "$holder"
-        STEP_HINT=
-        return 1
-    fi
+    for port in $(service_port "$name"); do
+        if [ "$port" != - ] && holder=$(port_holder "$port"); then
+            echo "cannot start $name: port $port is taken by another" \
+                "socket (set SANDBOX_PORT_BASE to move all ports):"
+            echo "$holder"
+            STEP_HINT=
+            return 1
+        fi
+    done
     printf '\n=== %s: starting %s\n' "$(date -u +%FT%TZ)" "$name" \
         >>"$LOGS/$name.log"
     # From /: a daemon keeps its working directory, and a deleted one
@@ -306,11 +315,11 @@ service_files() {
             echo "$ETC/neutron/l3_agent.ini" ;;
         neutron-metadata-agent) echo "$ETC/neutron/neutron.conf"
             echo "$ETC/neutron/metadata_agent.ini" ;;
-        nova-api | nova-metadata)
+        nova-api)
             echo "$ETC/nova/nova.conf"
             echo "$ETC/nova/api-paste.ini"
             ;;
-        nova-conductor | nova-scheduler) echo "$ETC/nova/nova.conf" ;;
+        nova-conductor) echo "$ETC/nova/nova.conf" ;;
         horizon)
             echo "$ETC/horizon/local_settings.py"
             echo "$HORIZON_DATA/static.stamp"
@@ -326,9 +335,11 @@ service_files() {
             ;;
     esac
     case $1 in
-        keystone | placement | glance | neutron | nova-api | nova-metadata | \
-            horizon)
+        keystone | placement | glance | neutron | nova-api | horizon)
             echo "$HELPERS/wsgi_server.py"
+            ;;
+        nova-conductor | neutron-rpc | neutron-dhcp-agent | neutron-l3-agent)
+            echo "$HELPERS/in_process.py"
             ;;
     esac
 }
@@ -353,6 +364,15 @@ conf_sum() {
 # steps after this one start them again.
 stop_reconfigured() {
     local name pid pids=() want
+    for name in "${RETIRED_SERVICES[@]}"; do
+        if pid=$(pid_of "$name"); then
+            echo "stopping $name (pid $pid): another service's process" \
+                "runs it now"
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
+        rm -f "$RUN/$name.pid" "$RUN/$name.conf-sum"
+    done
     for name in "${SERVICES[@]}"; do
         pid=$(pid_of "$name") || continue
         want=$(conf_sum "$name")
@@ -376,8 +396,12 @@ port_open() {
 # outgoing connection took. TIME-WAIT does not: the servers reuse it.
 port_holder() {
     local held
+    # A stopped server's closing connections (TIME-WAIT, FIN-WAIT-*,
+    # LAST-ACK, CLOSING; no process owns them) do not keep the next one
+    # from binding: it sets SO_REUSEADDR.
     held=$(ss -Htanp state all "( sport = :$1 )" 2>/dev/null |
-        grep -v '^TIME-WAIT' || true)
+        grep -Ev '^(TIME-WAIT|FIN-WAIT-1|FIN-WAIT-2|LAST-ACK|CLOSING) ' ||
+        true)
     if [ -z "$held" ] && port_open "$1"; then
         held="something accepts connections on 127.0.0.1:$1"
     fi
@@ -692,7 +716,7 @@ start_mariadb() {
         --datadir="$DATA/mysql" --socket="$RUN/mysqld.sock" \
         --pid-file="$RUN/mysqld-own.pid" --bind-address=127.0.0.1 \
         --port="$PORT_MYSQL" --skip-name-resolve --skip-log-bin \
-        --max-connections=1000 --innodb-buffer-pool-size=128M \
+        --max-connections=1000 --innodb-buffer-pool-size=32M \
         --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
         --sync-binlog=0 --character-set-server=utf8mb4 \
         --collation-server=utf8mb4_general_ci
@@ -908,19 +932,18 @@ start_apis() {
     start_daemon neutron env OS_NEUTRON_CONFIG_DIR="$ETC/neutron" \
         "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name neutron \
         --port "$PORT_NEUTRON" --app neutron.wsgi.api --configure-mappers
+    # nova-api's process serves the metadata API too (reached from servers
+    # through Neutron's metadata agent, shared secret, on 169.254.169.254).
     start_daemon nova-api env OS_NOVA_CONFIG_DIR="$ETC/nova" \
         "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name nova-api \
-        --port "$PORT_NOVA" --app nova.wsgi.osapi_compute
-    # The metadata API, reached from servers through Neutron's metadata
-    # agent (shared secret) on 169.254.169.254.
-    start_daemon nova-metadata env OS_NOVA_CONFIG_DIR="$ETC/nova" \
-        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name nova-metadata \
-        --port "$PORT_METADATA" --app nova.wsgi.metadata --threads 4
+        --port "$PORT_NOVA" --app nova.wsgi.osapi_compute \
+        --also "$PORT_METADATA=nova.wsgi.metadata"
     local name port
-    for name in placement glance neutron nova-api nova-metadata; do
-        port=$(service_port "$name")
+    for name in placement glance neutron nova-api; do
         STEP_HINT=$LOGS/$name.log
-        wait_port "$name" "$port" 180
+        for port in $(service_port "$name"); do
+            wait_port "$name" "$port" 180
+        done
     done
 }
 
@@ -957,8 +980,9 @@ restart_changed() {
 start_nova_services() {
     local conf=(--config-file "$ETC/nova/nova.conf")
     COMPUTE_SINCE=$(date -u +%FT%T)
-    start_daemon nova-conductor "$VENV/bin/nova-conductor" "${conf[@]}"
-    start_daemon nova-scheduler "$VENV/bin/nova-scheduler" "${conf[@]}"
+    # One process runs both (see in_process.py).
+    start_daemon nova-conductor "${IN_PROCESS[@]}" nova-conductor+scheduler \
+        "${conf[@]}"
     if hardware_active; then
         start_hwproxy
     fi
@@ -1001,15 +1025,16 @@ ovs_ready() {
 start_network_agents() {
     local neutron=(--config-file "$ETC/neutron/neutron.conf") since
     since=$(date -u '+%F %T')
-    start_daemon neutron-rpc "$VENV/bin/neutron-rpc-server" "${neutron[@]}" \
+    start_daemon neutron-rpc "${IN_PROCESS[@]}" neutron-rpc-server \
+        "${neutron[@]}" \
         --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini"
     STEP_HINT=$LOGS/neutron-rpc.log
     SANDBOX_TRANSPORT_URL=$(rabbit_url) provision wait-rpc 120
     start_daemon neutron-ovs-agent "$VENV/bin/neutron-openvswitch-agent" \
         "${neutron[@]}" --config-file "$ETC/neutron/openvswitch_agent.ini"
-    start_daemon neutron-dhcp-agent "$VENV/bin/neutron-dhcp-agent" \
+    start_daemon neutron-dhcp-agent "${IN_PROCESS[@]}" neutron-dhcp-agent \
         "${neutron[@]}" --config-file "$ETC/neutron/dhcp_agent.ini"
-    start_daemon neutron-l3-agent "$VENV/bin/neutron-l3-agent" \
+    start_daemon neutron-l3-agent "${IN_PROCESS[@]}" neutron-l3-agent \
         "${neutron[@]}" --config-file "$ETC/neutron/l3_agent.ini"
     start_daemon neutron-metadata-agent "$VENV/bin/neutron-metadata-agent" \
         "${neutron[@]}" --config-file "$ETC/neutron/metadata_agent.ini"
@@ -1679,6 +1704,10 @@ cmd_down() {
         pid=$(stop_service "$name") && [ -n "$pid" ] && pids+=("$pid") &&
             say "stopping $name (pid $pid)"
     done
+    for name in "${RETIRED_SERVICES[@]}"; do
+        pid=$(stop_service "$name") && [ -n "$pid" ] && pids+=("$pid") &&
+            say "stopping $name (pid $pid)"
+    done
     wait_pids 30 "${pids[@]}"
     stop_network_helpers
     for name in rabbitmq mariadb epmd; do
@@ -1723,19 +1752,6 @@ wait_pids() {
     done
 }
 
-# The resident memory of a process and all its descendants, in KiB.
-tree_rss_kib() {
-    ps -e -o pid=,ppid=,rss= | awk -v root="$1" '
-        { parent[$1] = $2; rss[$1] = $3 }
-        END {
-            for (p in parent) {
-                q = p; while (q != "" && q != root && q > 1) q = parent[q]
-                if (q == root) total += rss[p]
-            }
-            print total + 0
-        }'
-}
-
 service_port() {
     case $1 in
         epmd) echo "$PORT_EPMD" ;;
@@ -1745,37 +1761,16 @@ service_port() {
         placement) echo "$PORT_PLACEMENT" ;;
         glance) echo "$PORT_GLANCE" ;;
         neutron) echo "$PORT_NEUTRON" ;;
-        nova-api) echo "$PORT_NOVA" ;;
-        nova-metadata) echo "$PORT_METADATA" ;;
+        nova-api) echo "$PORT_NOVA $PORT_METADATA" ;;
         horizon) echo "$PORT_HORIZON" ;;
         *) echo "-" ;;
     esac
 }
 
-# The resident memory, in KiB, of the sandbox's helper processes that no
-# service's process tree holds: the privsep daemons of Neutron's agents
-# and of nova-compute (they detach, one per privsep context, ~120 MiB
-# each), Neutron's dnsmasq and haproxy. Arguments: the services' pids.
-helpers_rss_kib() {
-    ps -e -o pid=,ppid=,rss=,args= | awk -v roots="$*" -v dir="$SANDBOX_DIR" '
-        BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) root[r[i]] = 1 }
-        {
-            parent[$1] = $2; rss[$1] = $3
-            if (index($0, dir) && $0 ~ /privsep-helper|dnsmasq|haproxy|keepalived/)
-                helper[$1] = 1
-        }
-        END {
-            for (p in helper) {
-                q = p; while (q != "" && !(q in root) && q > 1) q = parent[q]
-                if (!(q in root)) total += rss[p]
-            }
-            print total + 0
-        }'
-}
-
 cmd_status() {
-    local name pid rss total=0 running=0 state expected=${#SERVICES[@]}
-    local pids=() helpers
+    local name pid state running=0 expected=${#SERVICES[@]} mem
+    local -A pss=() rss=()
+    local kib_pss kib_rss
     say "daemon: $SANDBOX_BACKEND at $DAEMON_DIR/unix.socket"
     if hardware_active; then
         say "hardware: SIMULATED, recorded host $(cat "$HARDWARE/name")" \
@@ -1783,8 +1778,14 @@ cmd_status() {
     else
         say "hardware: the host's own"
     fi
-    say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' SERVICE STATE PID PORT \
-        RSS_MiB LOG)"
+    # PSS: pages that processes share count once in all (see memory.py)
+    mem=$(python3 "$HELPERS/memory.py" "$SANDBOX_DIR" "${SERVICES[@]}")
+    while read -r name kib_pss kib_rss; do
+        pss[$name]=$kib_pss
+        rss[$name]=$kib_rss
+    done <<<"$mem"
+    say "$(printf '%-22s %-8s %-8s %-11s %8s %8s  %s' SERVICE STATE PID PORT \
+        PSS_MiB RSS_MiB LOG)"
     for name in "${SERVICES[@]}"; do
         if { [ "$name" = hwproxy ] && ! hardware_active; } ||
             { [ "$name" = horizon ] && ! horizon_enabled; }; then
@@ -1796,25 +1797,36 @@ cmd_status() {
         if pid=$(pid_of "$name"); then
             state=running
             running=$((running + 1))
-            rss=$(tree_rss_kib "$pid")
-            total=$((total + rss))
-            pids+=("$pid")
-            rss=$((rss / 1024))
         else
-            state=stopped pid=- rss=-
+            state=stopped pid=-
         fi
-        say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' "$name" "$state" \
-            "$pid" "$(service_port "$name")" "$rss" "$LOGS/$name.log")"
+        say "$(printf '%-22s %-8s %-8s %-11s %8s %8s  %s' "$name" "$state" \
+            "$pid" "$(service_port "$name" | tr ' ' ,)" "$(mib "${pss[$name]:-}")" \
+            "$(mib "${rss[$name]:-}")" "$LOGS/$name.log")"
     done
-    helpers=$(helpers_rss_kib "${pids[@]}")
-    say "$(printf '%-15s %-8s %-8s %-6s %8s  %s' helpers - - - \
-        "$((helpers / 1024))" "privsep daemons, dnsmasq, haproxy")"
-    total=$((total + helpers))
-    say "$running/$expected running, $((total / 1024)) MiB resident" \
-        "(services and their helpers; LXD and containers not counted);" \
-        "state in $SANDBOX_DIR"
+    say "$(printf '%-22s %-8s %-8s %-11s %8s %8s  %s' helpers - - - \
+        "$(mib "${pss[helpers]}")" "$(mib "${rss[helpers]}")" \
+        "privsep daemons, dnsmasq, haproxy")"
+    local total_pss=${pss[helpers]} total_rss=${rss[helpers]}
+    for name in "${SERVICES[@]}"; do
+        total_pss=$((total_pss + ${pss[$name]:-0}))
+        total_rss=$((total_rss + ${rss[$name]:-0}))
+    done
+    say "$running/$expected running; the cloud holds $(mib "$total_pss") MiB" \
+        "(PSS of the services and their helpers; RSS summed:" \
+        "$(mib "$total_rss") MiB; $SANDBOX_BACKEND and the containers not" \
+        "counted); state in $SANDBOX_DIR"
     check_secrets || true
     [ "$running" = "$expected" ]
+}
+
+# mib KIB: KiB as whole MiB, "-" for none.
+mib() {
+    if [ -n "${1:-}" ]; then
+        echo $(($1 / 1024))
+    else
+        echo -
+    fi
 }
 
 # The ids of every image this sandbox's Glance ever had (deleted ones

@@ -24,6 +24,10 @@ and backup uploads to Glance are chunked (they hung, and the stored image
 held the chunk framing). cheroot decodes them and marks the input
 ``wsgi.input_terminated``, as uWSGI and mod_wsgi do.
 
+``--also PORT=APP`` serves a second application of the same service from
+the same process (nova-api's process serves Nova's metadata API too: the
+same configuration, the same imports, one Python process less).
+
 Usage::
 
     python wsgi_server.py --name keystone --port 26150 \\
@@ -37,6 +41,7 @@ import mimetypes
 import os
 import signal
 import sys
+import threading
 import time
 
 from cheroot import wsgi
@@ -208,6 +213,10 @@ def parse_args(argv):
                         help='worker threads (default 16)')
     parser.add_argument('--static', metavar='PREFIX=DIR', default=None,
                         help='also serve the files of DIR at URL PREFIX')
+    parser.add_argument('--also', metavar='PORT=APP', action='append',
+                        default=[],
+                        help='also serve APP (module:attribute) on PORT, '
+                             'with 4 threads, from this process')
     parser.add_argument('--configure-mappers', action='store_true',
                         help='call sqlalchemy.orm.configure_mappers() once '
                              'the application is loaded (neutron needs it)')
@@ -231,6 +240,16 @@ def main(argv=None):
         from sqlalchemy import orm
         orm.configure_mappers()
     server = make_server(args.host, args.port, app, args.name, args.threads)
+    extra_servers = []
+    for extra in args.also:
+        port, _, spec = extra.partition('=')
+        extra_servers.append(make_server(
+            args.host, int(port), load_app(spec), args.name, 4))
+        LOG.info('%s: serving %s on http://%s:%s too', args.name, spec,
+                 args.host, port)
+    for extra_server in extra_servers:
+        extra_server.prepare()  # binds now: a taken port fails the start
+        threading.Thread(target=extra_server.serve, daemon=True).start()
 
     def _stop(signum, frame):
         LOG.info('%s: signal %d, stopping', args.name, signum)
@@ -247,6 +266,9 @@ def main(argv=None):
         server.safe_start()
     except SystemExit:
         pass
+    finally:
+        for extra_server in extra_servers:
+            extra_server.stop()
     return 0
 
 

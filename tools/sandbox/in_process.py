@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Run an OpenStack command with its services in this one process.
+
+Usage: in_process.py CONSOLE_SCRIPT [ARGS...]
+       in_process.py nova-conductor+scheduler [ARGS...]
+
+oslo.service's threading backend (the default of Nova 34 and Neutron 29)
+starts even a single worker in a forked child: ``nova-conductor``,
+``nova-scheduler``, ``neutron-rpc-server`` and Neutron's DHCP and L3 agents
+each cost a master process plus one worker, ~70-115 MiB of proportional
+memory (PSS) for each master. The sandbox runs one worker of each, so it
+runs the command's own ``main()`` unchanged and only replaces oslo.service's
+launchers with one that starts the services in this process, as
+``nova-compute`` runs (oslo.service's ``no_fork``). The RPC servers,
+periodic tasks and database code are the real ones; only the fork is gone.
+
+``nova-conductor+scheduler`` runs both Nova services from one process (as
+Nova's own functional tests do): the steps of their ``main()``, with the
+two services created side by side; one Python with Nova's imports less.
+
+SIGTERM and SIGINT stop the services and end the process, as oslo.service's
+``no_fork`` launcher does: the process exits once the services' stop()
+returned (at most STOP_TIMEOUT seconds), without waiting for threads that
+an agent leaves behind.
+"""
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import signal
+import sys
+import threading
+
+LOG = logging.getLogger('in_process')
+STOP_TIMEOUT = 20
+
+
+class InProcessLauncher:
+    """oslo.service's launcher interface, without forking."""
+
+    def __init__(self, conf=None, *args, **kwargs):
+        self.conf = conf
+        self.services = []
+        self._stop_requested = threading.Event()
+
+    def launch_service(self, service, workers=1):
+        if workers not in (None, 1):
+            LOG.warning('%s asked for %s workers; the sandbox runs one, '
+                        'in this process', type(service).__name__, workers)
+        service.start()
+        self.services.append(service)
+
+    def _request_stop(self, signum, frame):
+        self._stop_requested.set()
+
+    def wait(self):
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        # A timed wait, so that the main thread runs the signal handler.
+        while not self._stop_requested.wait(1):
+            pass
+        watchdog = threading.Timer(STOP_TIMEOUT, os._exit, args=(1,))
+        watchdog.daemon = True
+        watchdog.start()
+        self.stop()
+        logging.shutdown()
+        os._exit(0)
+
+    def stop(self):
+        for service in reversed(self.services):
+            try:
+                service.stop()
+            except Exception:  # one failed stop must not keep the others
+                LOG.exception('stopping %s failed', service)
+        self.services = []
+
+    def restart(self):
+        for service in self.services:
+            service.reset()
+
+
+def launch(conf, service, workers=1, restart_method='reload', no_fork=False,
+           start_method=None):
+    launcher = InProcessLauncher(conf)
+    launcher.launch_service(service, workers)
+    return launcher
+
+
+def patch_oslo_service():
+    from oslo_service import service as oslo_service
+
+    oslo_service.launch = launch
+    oslo_service.ServiceLauncher = InProcessLauncher
+    oslo_service.ProcessLauncher = InProcessLauncher
+
+
+def console_script(name):
+    found = importlib.metadata.entry_points(group='console_scripts',
+                                            name=name)
+    for entry_point in found:
+        return entry_point.load()
+    sys.exit('in_process.py: no console script named %r in %s'
+             % (name, sys.prefix))
+
+
+def nova_conductor_and_scheduler():
+    """nova-conductor's and nova-scheduler's main(), as one."""
+    from nova.conductor import rpcapi as conductor_rpcapi
+    import nova.conf
+    from nova import config
+    from nova import objects
+    from nova.scheduler import rpcapi as scheduler_rpcapi
+    from nova import service
+    from nova import version
+    from oslo_log import log as oslo_logging
+    from oslo_reports import guru_meditation_report as gmr
+    from oslo_reports import opts as gmr_opts
+
+    conf = nova.conf.CONF
+    config.parse_args(sys.argv)
+    oslo_logging.setup(conf, 'nova')
+    objects.register_all()
+    gmr_opts.set_defaults(conf)
+    objects.Service.enable_min_version_cache()
+    gmr.TextGuruMeditation.setup_autorun(version, conf=conf)
+    launcher = InProcessLauncher(conf)
+    launcher.launch_service(service.Service.create(
+        binary='nova-conductor', topic=conductor_rpcapi.RPC_TOPIC))
+    launcher.launch_service(service.Service.create(
+        binary='nova-scheduler', topic=scheduler_rpcapi.RPC_TOPIC))
+    return launcher.wait()
+
+
+#: name: (the module a console script would import first, main).
+#: nova.cmd.conductor picks Nova's concurrency backend on import, which
+#: must come before anything imports oslo.service (and eventlet with it).
+COMBINED = {'nova-conductor+scheduler': ('nova.cmd.conductor',
+                                         nova_conductor_and_scheduler)}
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__.splitlines()[2])
+    name = sys.argv[1]
+    if name in COMBINED:
+        first_module, command_main = COMBINED[name]
+        importlib.import_module(first_module)
+    else:
+        command_main = console_script(name)
+    patch_oslo_service()
+    # The command parses sys.argv itself and names itself after argv[0].
+    sys.argv = [name] + sys.argv[2:]
+    return command_main()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -49,7 +49,7 @@ SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
 SANDBOX_DIR = os.environ.get('SANDBOX_DIR', '/var/tmp/nova-lxd-accel-sandbox')
 SERVICES = ('epmd', 'rabbitmq', 'mariadb', 'keystone', 'placement', 'glance',
             'neutron', 'neutron-rpc', 'neutron-ovs-agent',
-            'neutron-dhcp-agent', 'neutron-l3-agent', 'neutron-metadata-agent',
+            'neutron-dhcp-agent', 'neutron-metadata-agent',
             'nova-api', 'nova-conductor',
             'hwproxy', 'nova-compute', 'nova-compute-fake')
 HELPERS_ROW = 'helpers (privsep daemons, dnsmasq, haproxy)'

@@ -94,13 +94,14 @@ SECOND_FLAVOR=sandbox.medium
 # Start order; "down" goes in reverse.
 # hwproxy runs only with simulated hardware (up --hardware).
 SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
-    neutron-rpc neutron-ovs-agent neutron-dhcp-agent neutron-l3-agent
+    neutron-rpc neutron-ovs-agent neutron-dhcp-agent
     neutron-metadata-agent nova-api nova-conductor hwproxy nova-compute
     horizon)
 # Services that ran as processes of their own before: nova-api's process
-# now serves the metadata API too, and nova-conductor's runs the scheduler.
-# 'up' stops a sandbox's old processes of these.
-RETIRED_SERVICES=(nova-metadata nova-scheduler)
+# now serves the metadata API too, nova-conductor's runs the scheduler and
+# neutron-dhcp-agent's the L3 agent. 'up' stops a sandbox's old processes
+# of these.
+RETIRED_SERVICES=(nova-metadata nova-scheduler neutron-l3-agent)
 
 # Horizon (up --with-horizon): its own venv, kept beside the cloud's.
 HORIZON_VERSION=27.0.0
@@ -286,7 +287,10 @@ start_daemon() {
         >>"$LOGS/$name.log"
     # From /: a daemon keeps its working directory, and a deleted one
     # breaks its children (rsync: "getcwd(): No such file or directory").
-    (cd / && exec setsid "$@") </dev/null >>"$LOGS/$name.log" 2>&1 \
+    # Two malloc arenas, not 8 per core: the services' thread pools
+    # otherwise each grow heaps of their own.
+    (cd / && MALLOC_ARENA_MAX=2 exec setsid "$@") </dev/null \
+        >>"$LOGS/$name.log" 2>&1 \
         3>&- 4>&- &
     echo "$! $(proc_start "$!")" >"$RUN/$name.pid"
     conf_sum "$name" >"$RUN/$name.conf-sum"
@@ -310,8 +314,7 @@ service_files() {
             echo "$ETC/neutron/openvswitch_agent.ini"
             ;;
         neutron-dhcp-agent) echo "$ETC/neutron/neutron.conf"
-            echo "$ETC/neutron/dhcp_agent.ini" ;;
-        neutron-l3-agent) echo "$ETC/neutron/neutron.conf"
+            echo "$ETC/neutron/dhcp_agent.ini"
             echo "$ETC/neutron/l3_agent.ini" ;;
         neutron-metadata-agent) echo "$ETC/neutron/neutron.conf"
             echo "$ETC/neutron/metadata_agent.ini" ;;
@@ -338,7 +341,7 @@ service_files() {
         keystone | placement | glance | neutron | nova-api | horizon)
             echo "$HELPERS/wsgi_server.py"
             ;;
-        nova-conductor | neutron-rpc | neutron-dhcp-agent | neutron-l3-agent)
+        nova-conductor | neutron-rpc | neutron-dhcp-agent)
             echo "$HELPERS/in_process.py"
             ;;
     esac
@@ -1032,10 +1035,10 @@ start_network_agents() {
     SANDBOX_TRANSPORT_URL=$(rabbit_url) provision wait-rpc 120
     start_daemon neutron-ovs-agent "$VENV/bin/neutron-openvswitch-agent" \
         "${neutron[@]}" --config-file "$ETC/neutron/openvswitch_agent.ini"
-    start_daemon neutron-dhcp-agent "${IN_PROCESS[@]}" neutron-dhcp-agent \
-        "${neutron[@]}" --config-file "$ETC/neutron/dhcp_agent.ini"
-    start_daemon neutron-l3-agent "${IN_PROCESS[@]}" neutron-l3-agent \
-        "${neutron[@]}" --config-file "$ETC/neutron/l3_agent.ini"
+    # The DHCP and the L3 agent, in one process (see in_process.py).
+    start_daemon neutron-dhcp-agent "${IN_PROCESS[@]}" neutron-dhcp+l3-agent \
+        "${neutron[@]}" --config-file "$ETC/neutron/dhcp_agent.ini" \
+        --config-file "$ETC/neutron/l3_agent.ini"
     start_daemon neutron-metadata-agent "$VENV/bin/neutron-metadata-agent" \
         "${neutron[@]}" --config-file "$ETC/neutron/metadata_agent.ini"
     STEP_HINT=$LOGS/neutron-ovs-agent.log

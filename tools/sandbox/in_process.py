@@ -3,6 +3,7 @@
 
 Usage: in_process.py CONSOLE_SCRIPT [ARGS...]
        in_process.py nova-conductor+scheduler [ARGS...]
+       in_process.py neutron-dhcp+l3-agent [ARGS...]
 
 oslo.service's threading backend (the default of Nova 34 and Neutron 29)
 starts even a single worker in a forked child: ``nova-conductor``,
@@ -17,6 +18,9 @@ periodic tasks and database code are the real ones; only the fork is gone.
 ``nova-conductor+scheduler`` runs both Nova services from one process (as
 Nova's own functional tests do): the steps of their ``main()``, with the
 two services created side by side; one Python with Nova's imports less.
+``neutron-dhcp+l3-agent`` does the same for Neutron's DHCP and L3 agents
+(each still reports as its own agent), and with them their privsep
+daemons, one per privsep context instead of one per context and agent.
 
 SIGTERM and SIGINT stop the services and end the process, as oslo.service's
 ``no_fork`` launcher does: the process exits once the services' stop()
@@ -132,11 +136,45 @@ def nova_conductor_and_scheduler():
     return launcher.wait()
 
 
+def neutron_dhcp_and_l3_agents():
+    """neutron-dhcp-agent's and neutron-l3-agent's main(), as one."""
+    from neutron.agent import dhcp_agent
+    from neutron.agent import l3_agent
+    from neutron.common import config as common_config
+    from neutron.conf.agent import common as agent_config
+    from neutron import service as neutron_service
+    from neutron_lib.agent import topics
+    from neutron_lib import constants
+    from oslo_config import cfg
+
+    conf = cfg.CONF
+    dhcp_agent.register_options(conf)
+    l3_agent.register_opts(conf)
+    common_config.init(sys.argv[1:])
+    agent_config.setup_logging()
+    common_config.setup_gmr()
+    agent_config.setup_privsep()
+    launcher = InProcessLauncher(conf)
+    launcher.launch_service(neutron_service.Service.create(
+        binary=constants.AGENT_PROCESS_DHCP, topic=topics.DHCP_AGENT,
+        report_interval=conf.AGENT.report_interval,
+        manager='neutron.agent.dhcp.agent.DhcpAgentWithStateReport'))
+    launcher.launch_service(neutron_service.Service.create(
+        binary=constants.AGENT_PROCESS_L3, topic=topics.L3_AGENT,
+        report_interval=conf.AGENT.report_interval,
+        manager='neutron.agent.l3.agent.L3NATAgentWithStateReport'))
+    return launcher.wait()
+
+
 #: name: (the module a console script would import first, main).
 #: nova.cmd.conductor picks Nova's concurrency backend on import, which
 #: must come before anything imports oslo.service (and eventlet with it).
-COMBINED = {'nova-conductor+scheduler': ('nova.cmd.conductor',
-                                         nova_conductor_and_scheduler)}
+COMBINED = {
+    'nova-conductor+scheduler': ('nova.cmd.conductor',
+                                 nova_conductor_and_scheduler),
+    'neutron-dhcp+l3-agent': ('neutron.cmd.agents.dhcp',
+                              neutron_dhcp_and_l3_agents),
+}
 
 
 def main():

@@ -144,11 +144,11 @@ def report(sandbox_dir, services, proc='/proc'):
     return rows, _sum(helpers, table), _sum(lxd, table)
 
 
-def main(argv=None):
+def main(argv=None, proc='/proc'):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 1:
         sys.exit(__doc__.splitlines()[2])
-    rows, helpers, lxd = report(argv[0], argv[1:])
+    rows, helpers, lxd = report(argv[0], argv[1:], proc)
     for name, usage in rows + [('helpers', helpers), ('lxd', lxd)]:
         print(name, usage.pss_kib, usage.rss_kib)
     return 0

@@ -80,7 +80,7 @@ class StatusSecretsTest(testtools.TestCase):
                                 capture_output=True, text=True, timeout=60)
         # Nothing runs: status says so with exit status 1.
         self.assertEqual(1, result.returncode, result.stderr)
-        self.assertIn('0/17 running', result.stdout)
+        self.assertIn('0/14 running', result.stdout)
         return result.stderr
 
     def test_no_warning_when_locked_down(self):
@@ -135,7 +135,7 @@ class SimulatedHardwareTest(testtools.TestCase):
     def test_status_of_the_host_s_own_hardware(self):
         result = self._sandbox('status')
         self.assertIn("hardware: the host's own", result.stdout)
-        self.assertIn('0/17 running', result.stdout)
+        self.assertIn('0/14 running', result.stdout)
 
     def test_status_says_simulated(self):
         hardware = os.path.join(self.state, 'data', 'hardware')
@@ -153,7 +153,7 @@ class SimulatedHardwareTest(testtools.TestCase):
                       '(3 NVIDIA GPUs, 4 MIG devices, 8 InfiniBand ports '
                       'and VFs); no real device is attached', result.stdout)
         # the LXD proxy is one more service to run
-        self.assertIn('0/18 running', result.stdout)
+        self.assertIn('0/15 running', result.stdout)
 
 
 class PortRangeTest(testtools.TestCase):

@@ -104,12 +104,12 @@ FEATURES=(
     compute-feature-enabled.change_password false       # needs a guest agent
     compute-feature-enabled.personality false           # deprecated file injection
     compute-feature-enabled.config_drive false          # user data goes through the LXD seed instead
-    compute-feature-enabled.interface_attach false      # not yet run since the sandbox has networking (next to enable)
+    compute-feature-enabled.interface_attach false      # tempest's interface tests need validation (SSH into the guest)
     compute-feature-enabled.attach_encrypted_volume false  # no Cinder in the sandbox
     compute-feature-enabled.stable_rescue false         # rescue keeps the root disk of the image only
     # the sandbox's own limits
     auth.create_isolated_networks true                  # each test project gets its network, subnet and router (ML2/OVS)
-    validation.run_validation false                     # no floating IPs, no SSH into the tiny image
+    validation.run_validation false                     # the tiny image runs no SSH server (the Debian image would; CI does not build it)
     service_available.cinder false                      # no Cinder in the sandbox
     service_available.swift false                       # no Swift in the sandbox
 )

@@ -52,9 +52,9 @@ ETC=$SANDBOX_DIR/etc
 DATA=$SANDBOX_DIR/data
 LOGS=$SANDBOX_DIR/log
 RUN=$SANDBOX_DIR/run
-# Commands whose oslo.service launcher would fork a worker even for
-# workers=1 run through this, with their services in one process (see
-# in_process.py: one Python process each instead of two).
+# The commands whose oslo.service launcher would fork a worker even for
+# workers=1 (and those that share a process) run through this: their
+# services start in the process itself (see in_process.py).
 IN_PROCESS=("$VENV/bin/python" "$HELPERS/in_process.py")
 
 PORT_MYSQL=$((SANDBOX_PORT_BASE + 6))

@@ -341,7 +341,7 @@ service_files() {
         keystone | placement | glance | neutron | nova-api | horizon)
             echo "$HELPERS/wsgi_server.py"
             ;;
-        nova-conductor | neutron-rpc | neutron-ovs-agent | neutron-dhcp-agent)
+        nova-conductor | neutron-rpc | neutron-dhcp-agent)
             echo "$HELPERS/in_process.py"
             ;;
     esac
@@ -1033,9 +1033,8 @@ start_network_agents() {
         --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini"
     STEP_HINT=$LOGS/neutron-rpc.log
     SANDBOX_TRANSPORT_URL=$(rabbit_url) provision wait-rpc 120
-    start_daemon neutron-ovs-agent "${IN_PROCESS[@]}" \
-        neutron-openvswitch-agent "${neutron[@]}" \
-        --config-file "$ETC/neutron/openvswitch_agent.ini"
+    start_daemon neutron-ovs-agent "$VENV/bin/neutron-openvswitch-agent" \
+        "${neutron[@]}" --config-file "$ETC/neutron/openvswitch_agent.ini"
     # The DHCP and the L3 agent, in one process (see in_process.py).
     start_daemon neutron-dhcp-agent "${IN_PROCESS[@]}" neutron-dhcp+l3-agent \
         "${neutron[@]}" --config-file "$ETC/neutron/dhcp_agent.ini" \

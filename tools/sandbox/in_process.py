@@ -25,10 +25,7 @@ daemons, one per privsep context instead of one per context and agent.
 SIGTERM and SIGINT stop the services and end the process, as oslo.service's
 ``no_fork`` launcher does: the process exits once the services' stop()
 returned (at most STOP_TIMEOUT seconds), without waiting for threads that
-an agent leaves behind. A command that handles SIGTERM itself (the Open
-vSwitch agent leaves its loop) likewise ends when its ``main()`` returns:
-it no longer waits for the OVSDB and RPC threads it left running, which
-kept it alive until ``down`` killed it 30 s later.
+an agent leaves behind.
 """
 
 import importlib
@@ -192,17 +189,7 @@ def main():
     patch_oslo_service()
     # The command parses sys.argv itself and names itself after argv[0].
     sys.argv = [name] + sys.argv[2:]
-    try:
-        code = command_main()
-    except SystemExit as exit_:
-        code = exit_.code
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)
+    return command_main()
 
 
 if __name__ == '__main__':

@@ -205,33 +205,3 @@ class InProcessLauncherTest(testtools.TestCase):
         # worker: another pid
         self.assertEqual(['start %d' % process.pid, 'stop %d' % process.pid,
                           ''], lines)
-
-
-_LEFTOVER_THREAD_SCRIPT = textwrap.dedent('''
-    import sys, threading, time
-    sys.path.insert(0, sys.argv[1])
-    import in_process
-
-    def agent_main():
-        # what the Open vSwitch agent leaves when its loop ends
-        threading.Thread(target=time.sleep, args=(3600,)).start()
-        return 3
-
-    in_process.COMBINED['agent'] = ('os', agent_main)
-    sys.argv = ['in_process.py', 'agent']
-    in_process.main()
-''')
-
-
-class CommandEndTest(testtools.TestCase):
-
-    def test_process_ends_with_main_despite_leftover_threads(self):
-        process = subprocess.Popen(
-            [sys.executable, '-c', _LEFTOVER_THREAD_SCRIPT, HELPERS],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.addCleanup(process.kill)
-        try:
-            output = process.communicate(timeout=60)[0]
-        except subprocess.TimeoutExpired:
-            self.fail('the process waited for the thread main() left')
-        self.assertEqual(3, process.returncode, output)

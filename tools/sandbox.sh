@@ -1773,7 +1773,8 @@ service_port() {
 cmd_status() {
     local name pid state running=0 expected=${#SERVICES[@]} mem
     local -A pss=() rss=()
-    local kib_pss kib_rss
+    local kib_pss kib_rss total_pss=0 total_rss=0
+    local row='%-22s %-8s %-8s %-11s %8s %8s  %s'
     say "daemon: $SANDBOX_BACKEND at $DAEMON_DIR/unix.socket"
     if hardware_active; then
         say "hardware: SIMULATED, recorded host $(cat "$HARDWARE/name")" \
@@ -1787,8 +1788,8 @@ cmd_status() {
         pss[$name]=$kib_pss
         rss[$name]=$kib_rss
     done <<<"$mem"
-    say "$(printf '%-22s %-8s %-8s %-11s %8s %8s  %s' SERVICE STATE PID PORT \
-        PSS_MiB RSS_MiB LOG)"
+    # shellcheck disable=SC2059  # the row format, one for every line
+    say "$(printf "$row" SERVICE STATE PID PORT PSS_MiB RSS_MiB LOG)"
     for name in "${SERVICES[@]}"; do
         if { [ "$name" = hwproxy ] && ! hardware_active; } ||
             { [ "$name" = horizon ] && ! horizon_enabled; }; then
@@ -1803,18 +1804,18 @@ cmd_status() {
         else
             state=stopped pid=-
         fi
-        say "$(printf '%-22s %-8s %-8s %-11s %8s %8s  %s' "$name" "$state" \
-            "$pid" "$(service_port "$name" | tr ' ' ,)" "$(mib "${pss[$name]:-}")" \
-            "$(mib "${rss[$name]:-}")" "$LOGS/$name.log")"
-    done
-    say "$(printf '%-22s %-8s %-8s %-11s %8s %8s  %s' helpers - - - \
-        "$(mib "${pss[helpers]}")" "$(mib "${rss[helpers]}")" \
-        "privsep daemons, dnsmasq, haproxy")"
-    local total_pss=${pss[helpers]} total_rss=${rss[helpers]}
-    for name in "${SERVICES[@]}"; do
         total_pss=$((total_pss + ${pss[$name]:-0}))
         total_rss=$((total_rss + ${rss[$name]:-0}))
+        # shellcheck disable=SC2059
+        say "$(printf "$row" "$name" "$state" "$pid" \
+            "$(service_port "$name" | tr ' ' ,)" "$(mib "${pss[$name]:-}")" \
+            "$(mib "${rss[$name]:-}")" "$LOGS/$name.log")"
     done
+    total_pss=$((total_pss + pss[helpers]))
+    total_rss=$((total_rss + rss[helpers]))
+    # shellcheck disable=SC2059
+    say "$(printf "$row" helpers - - - "$(mib "${pss[helpers]}")" \
+        "$(mib "${rss[helpers]}")" "privsep daemons, dnsmasq, haproxy")"
     say "$running/$expected running; the cloud holds $(mib "$total_pss") MiB" \
         "(PSS of the services and their helpers; RSS summed:" \
         "$(mib "$total_rss") MiB; $SANDBOX_BACKEND and the containers not" \

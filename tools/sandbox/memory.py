@@ -82,14 +82,14 @@ def process_table(proc='/proc'):
     return table
 
 
-def under(pid, roots, table):
-    """Whether ``pid`` is one of ``roots`` or a descendant of one."""
+def owner(pid, roots, table):
+    """The pid in ``roots`` that ``pid`` is or descends from, or None."""
     while pid > 1 and pid not in roots:
         process = table.get(pid)
         if process is None:
-            return False
+            return None
         pid = process.ppid
-    return pid in roots
+    return pid if pid in roots else None
 
 
 def _sum(pids, table):
@@ -124,21 +124,23 @@ def report(sandbox_dir, services, proc='/proc'):
         in the order of ``services``; ``helpers`` and ``lxd`` a Usage each.
     """
     table = process_table(proc)
-    roots = {}
-    for name, pid in service_pids(sandbox_dir, services).items():
-        if pid in table:
-            roots[pid] = name
-    rows = []
-    for name in services:
-        for pid, owner in roots.items():
-            if owner == name:
-                tree = [p for p in table if under(p, {pid}, table)]
-                rows.append((name, _sum(tree, table)))
-    helpers = [pid for pid in table
-               if sandbox_dir in cmdline(pid, proc)
-               and any(marker in cmdline(pid, proc)
-                       for marker in HELPER_MARKERS)
-               and not under(pid, set(roots), table)]
+    pids = {name: pid for name, pid in service_pids(sandbox_dir,
+                                                    services).items()
+            if pid in table}
+    # One walk up from each process: to the service whose tree holds it,
+    # or, for a helper that left its service, to none.
+    trees = {pid: [] for pid in pids.values()}
+    helpers = []
+    for pid in table:
+        root = owner(pid, trees, table)
+        if root is not None:
+            trees[root].append(pid)
+            continue
+        args = cmdline(pid, proc)
+        if sandbox_dir in args and any(marker in args
+                                       for marker in HELPER_MARKERS):
+            helpers.append(pid)
+    rows = [(name, _sum(trees[pid], table)) for name, pid in pids.items()]
     lxd = [pid for pid, process in table.items()
            if process.comm in ('lxd', 'incusd')]
     return rows, _sum(helpers, table), _sum(lxd, table)

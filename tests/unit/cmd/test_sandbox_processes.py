@@ -77,17 +77,14 @@ class MemoryReportTest(testtools.TestCase):
     def setUp(self):
         super(MemoryReportTest, self).setUp()
         self.memory = _load('memory')
-        tmp = self.useFixture_tmp()
+        tmp_dir = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp_dir.cleanup)
+        tmp = tmp_dir.name
         self.sandbox = os.path.join(tmp, 'sandbox')
         os.makedirs(os.path.join(self.sandbox, 'run'))
         self.proc = FakeProc(os.path.join(tmp, 'proc'))
         os.makedirs(self.proc.root)
         os.makedirs(os.path.join(self.proc.root, 'self'))  # not a pid
-
-    def useFixture_tmp(self):
-        tmp = tempfile.mkdtemp()
-        self.addCleanup(subprocess.run, ['rm', '-rf', tmp])
-        return tmp
 
     def pid_file(self, name, pid):
         with open(os.path.join(self.sandbox, 'run', name + '.pid'),

@@ -44,17 +44,17 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'tools', 'sandbox'))
+import layout  # noqa: E402  (tools/sandbox/layout.py, stdlib only)
 import memory  # noqa: E402  (tools/sandbox/memory.py, stdlib only)
 SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
-SANDBOX_DIR = os.environ.get('SANDBOX_DIR', '/var/tmp/nova-lxd-accel-sandbox')
-SERVICES = ('epmd', 'rabbitmq', 'mariadb', 'keystone', 'placement', 'glance',
-            'neutron', 'neutron-rpc', 'neutron-ovs-agent',
-            'neutron-dhcp-agent', 'neutron-metadata-agent',
-            'nova-api', 'nova-conductor',
-            'hwproxy', 'nova-compute', 'nova-compute-fake')
+LAYOUT = layout.Layout.from_environ()
+SANDBOX_DIR = LAYOUT.dir
+# the cloud's services, and the fake nova-compute that "bench" adds
+SERVICES = tuple(service.name for service in layout.SERVICES) + (
+    'nova-compute-fake',)
 HELPERS_ROW = 'helpers (privsep daemons, dnsmasq, haproxy)'
-IMAGE = 'lxd-tiny'
-FLAVOR = 'sandbox.small'
+IMAGE = layout.IMAGE_NAME
+FLAVOR = layout.PLAIN_FLAVOR
 
 
 # --- orchestration (any Python 3, stdlib only) ------------------------------

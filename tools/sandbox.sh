@@ -35,9 +35,7 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
 HELPERS=$SCRIPT_DIR/sandbox
 
-SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/nova-lxd-accel-sandbox}
 SANDBOX_COMPUTE_DRIVER=${SANDBOX_COMPUTE_DRIVER:-lxd_accel.LXDDriver}
-SANDBOX_PORT_BASE=${SANDBOX_PORT_BASE:-26100}
 SANDBOX_PYTHON=${SANDBOX_PYTHON:-python3}
 SANDBOX_CONSTRAINTS=${SANDBOX_CONSTRAINTS:-$REPO_DIR/constraints.txt}
 SANDBOX_APT=${SANDBOX_APT:-1}
@@ -47,74 +45,31 @@ export LXD_DIR INCUS_DIR
 SANDBOX_BACKEND=${SANDBOX_BACKEND:-}
 DAEMON_DIR=$LXD_DIR
 
-VENV=$SANDBOX_DIR/venv
-ETC=$SANDBOX_DIR/etc
-DATA=$SANDBOX_DIR/data
-LOGS=$SANDBOX_DIR/log
-RUN=$SANDBOX_DIR/run
+# The state directory and its parts, the ports, the services (start order;
+# "down" goes in reverse) with their ports and files, the networks' and
+# flavors' names: all defined once, in layout.py (any Python 3).
+LAYOUT=$(python3 "$HELPERS/layout.py" shell) || {
+    echo "sandbox: cannot read the sandbox layout (python3" \
+        "$HELPERS/layout.py shell failed; is python3 installed?)" >&2
+    exit 1
+}
+eval "$LAYOUT"
+export SANDBOX_DIR SANDBOX_PORT_BASE
+export PORT_PLACEMENT PORT_GLANCE PORT_NEUTRON PORT_NOVA REGION GLANCE_URL
+
 # The commands whose oslo.service launcher would fork a worker even for
 # workers=1 (and those that share a process) run through this: their
 # services start in the process itself (see in_process.py).
 IN_PROCESS=("$VENV/bin/python" "$HELPERS/in_process.py")
 
-PORT_MYSQL=$((SANDBOX_PORT_BASE + 6))
-PORT_DIST=$((SANDBOX_PORT_BASE + 25))
-PORT_EPMD=$((SANDBOX_PORT_BASE + 43))
-PORT_KEYSTONE=$((SANDBOX_PORT_BASE + 50))
-PORT_AMQP=$((SANDBOX_PORT_BASE + 72))
-PORT_NOVA=$((SANDBOX_PORT_BASE + 74))
-PORT_PLACEMENT=$((SANDBOX_PORT_BASE + 78))
-PORT_GLANCE=$((SANDBOX_PORT_BASE + 92))
-PORT_NEUTRON=$((SANDBOX_PORT_BASE + 96))
-PORT_METADATA=$((SANDBOX_PORT_BASE + 75))
-PORT_HORIZON=$((SANDBOX_PORT_BASE + 80))
-export PORT_PLACEMENT PORT_GLANCE PORT_NEUTRON PORT_NOVA
-
-# Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
-# the network namespace that plays "the outside" of the external network.
-# Addresses are from the documentation ranges, used inside this machine
-# only: nothing is routed off it.
-BR_EX=br-ex
-OUTSIDE_NS=sandbox-outside
-OUTSIDE_VETH=sbx-outside
-PUBLIC_CIDR=203.0.113.0/24
-OUTSIDE_IP=203.0.113.1
-PRIVATE_CIDR=192.0.2.0/24
-
-REGION=RegionOne
-KEYSTONE_URL=http://127.0.0.1:$PORT_KEYSTONE
-GLANCE_URL=http://127.0.0.1:$PORT_GLANCE
-export REGION GLANCE_URL
-
-IMAGE_NAME=lxd-tiny
-PLAIN_FLAVOR=sandbox.small
-# A second CPU flavor, so that resize can be tried.
-SECOND_FLAVOR=sandbox.medium
-
-# Start order; "down" goes in reverse.
-# hwproxy runs only with simulated hardware (up --hardware).
-SERVICES=(epmd rabbitmq mariadb keystone placement glance neutron
-    neutron-rpc neutron-ovs-agent neutron-dhcp-agent
-    neutron-metadata-agent nova-api nova-conductor hwproxy nova-compute
-    horizon)
-# Services that ran as processes of their own before: nova-api's process
-# now serves the metadata API too, nova-conductor's runs the scheduler and
-# neutron-dhcp-agent's the L3 agent. 'up' stops a sandbox's old processes
-# of these.
-RETIRED_SERVICES=(nova-metadata nova-scheduler neutron-l3-agent)
-
 # Horizon (up --with-horizon): its own venv, kept beside the cloud's.
 HORIZON_VERSION=27.0.0
-HORIZON_VENV=$SANDBOX_DIR/horizon-venv
-HORIZON_DATA=$DATA/horizon
 SANDBOX_HORIZON=
 
-# Simulated hardware (up --hardware NAME): the recorded host's files, and
-# the LXD proxy that serves them in front of the real daemon.
+# Simulated hardware (up --hardware NAME): the recorded host's files
+# ($HARDWARE), and the LXD proxy that serves them in front of the real
+# daemon.
 SANDBOX_HARDWARE=
-HARDWARE=$DATA/hardware
-HW_SOCKET=$RUN/hwproxy.sock
-HW_DEVICES=$DATA/hwproxy-devices.json
 
 # Set by pip_install when it installed a new build of this project.
 PROJECT_CHANGED=0
@@ -297,54 +252,9 @@ start_daemon() {
     echo "started $name (pid $!): $*"
 }
 
-# The files a service reads at start: its configuration (and, for the
-# APIs, the WSGI server script).
+# The files a service reads at start, one a line (layout.py).
 service_files() {
-    case $1 in
-        rabbitmq) echo "$ETC/rabbitmq/rabbitmq.conf" ;;
-        keystone) echo "$ETC/keystone/keystone.conf" ;;
-        placement) echo "$ETC/placement/placement.conf" ;;
-        glance) echo "$ETC/glance/glance-api.conf" ;;
-        neutron | neutron-rpc)
-            echo "$ETC/neutron/neutron.conf"
-            echo "$ETC/neutron/plugins/ml2/ml2_conf.ini"
-            ;;
-        neutron-ovs-agent)
-            echo "$ETC/neutron/neutron.conf"
-            echo "$ETC/neutron/openvswitch_agent.ini"
-            ;;
-        neutron-dhcp-agent) echo "$ETC/neutron/neutron.conf"
-            echo "$ETC/neutron/dhcp_agent.ini"
-            echo "$ETC/neutron/l3_agent.ini" ;;
-        neutron-metadata-agent) echo "$ETC/neutron/neutron.conf"
-            echo "$ETC/neutron/metadata_agent.ini" ;;
-        nova-api)
-            echo "$ETC/nova/nova.conf"
-            echo "$ETC/nova/api-paste.ini"
-            ;;
-        nova-conductor) echo "$ETC/nova/nova.conf" ;;
-        horizon)
-            echo "$ETC/horizon/local_settings.py"
-            echo "$HORIZON_DATA/static.stamp"
-            ;;
-        nova-compute)
-            echo "$ETC/nova/nova-compute.conf"
-            # another recorded host behind the same paths
-            echo "$HARDWARE/name"
-            ;;
-        hwproxy)
-            echo "$HARDWARE/resources.json"
-            echo "$REPO_DIR/tests/lxd_proxy.py"
-            ;;
-    esac
-    case $1 in
-        keystone | placement | glance | neutron | nova-api | horizon)
-            echo "$HELPERS/wsgi_server.py"
-            ;;
-        nova-conductor | neutron-rpc | neutron-dhcp-agent)
-            echo "$HELPERS/in_process.py"
-            ;;
-    esac
+    [ -z "${SERVICE_FILES[$1]:-}" ] || printf '%s\n' "${SERVICE_FILES[$1]}"
 }
 
 # conf_sum NAME: a digest of what NAME read when it started ("-" when it
@@ -416,16 +326,7 @@ port_holder() {
 # connection of any process may hold one of them at the moment a service
 # starts, and that service then fails to bind ("Address already in use").
 check_port_range() {
-    local low high last=$((SANDBOX_PORT_BASE + 99))
-    read -r low high </proc/sys/net/ipv4/ip_local_port_range ||
-        return 0
-    if [ "$SANDBOX_PORT_BASE" -le "$high" ] && [ "$last" -ge "$low" ]; then
-        die "SANDBOX_PORT_BASE=$SANDBOX_PORT_BASE: ports" \
-            "$SANDBOX_PORT_BASE-$last overlap the kernel's ephemeral range" \
-            "$low-$high (net.ipv4.ip_local_port_range), where outgoing" \
-            "connections take ports; choose a base below $((low - 100)) or" \
-            "above $high"
-    fi
+    python3 "$HELPERS/layout.py" check-ports >&4 || exit 1
 }
 
 # wait_port NAME PORT [TIMEOUT]: until the port accepts connections; fail
@@ -584,19 +485,9 @@ pip_install() {
     fi
 }
 
+# secrets.env (0600): a random password for each name it lacks.
 make_secrets() {
-    local file=$SANDBOX_DIR/secrets.env name
-    if [ ! -f "$file" ]; then
-        (umask 077 && : >"$file")
-        echo "wrote $file"
-    fi
-    # Names added by later versions are appended to an existing file.
-    for name in ADMIN_PASSWORD SERVICE_PASSWORD DB_PASSWORD \
-        RABBIT_PASSWORD METADATA_SECRET DEMO_PASSWORD HORIZON_SECRET_KEY; do
-        grep -q "^$name=" "$file" && continue
-        printf '%s=%s\n' "$name" \
-            "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')" >>"$file"
-    done
+    python3 "$HELPERS/credentials.py" ensure
 }
 
 load_secrets() {
@@ -605,73 +496,13 @@ load_secrets() {
     export SERVICE_PASSWORD
 }
 
+# Every configuration file and openrc, clouds.yaml (configs.py): 0600
+# in 0700 directories.
 write_configs() {
-    # shellcheck source=tools/sandbox/config.sh disable=SC1091
-    . "$HELPERS/config.sh"
-    write_rabbitmq_conf
-    write_keystone_conf
-    write_placement_conf
-    write_glance_conf
-    write_neutron_conf
-    write_nova_conf
-    write_client_config
-    lock_down
+    local socket=$DAEMON_DIR/unix.socket
+    "$VENV/bin/python" "$HELPERS/configs.py" write \
+        --daemon-socket "$socket" --compute-driver "$SANDBOX_COMPUTE_DRIVER"
     echo "configuration in $ETC (files 0600, directories 0700)"
-}
-
-# The newest compute API microversion of the installed Nova: the CLI's
-# default (2.1 or the client's own) skips what came later, such as the
-# validation of flavor extra specs (2.86).
-compute_api_version() {
-    local file version
-    file=$("$VENV/bin/python" -c 'import importlib.util, os
-nova = os.path.dirname(importlib.util.find_spec("nova").origin)
-print(os.path.join(nova, "api", "openstack", "api_version_request.py"))')
-    version=$(sed -n "s/^_MAX_API_VERSION = ['\"]\(2\.[0-9]*\)['\"].*/\1/p" \
-        "$file")
-    if [ -z "$version" ]; then
-        echo "cannot read _MAX_API_VERSION in $file" >&2
-        return 1
-    fi
-    printf '%s\n' "$version"
-}
-
-write_client_config() {
-    local microversion
-    microversion=$(compute_api_version)
-    (
-        umask 077
-        cat >"$SANDBOX_DIR/openrc" <<RC
-# Source me: admin credentials of the nova-lxd-accel sandbox.
-export OS_AUTH_URL=$KEYSTONE_URL/v3
-export OS_IDENTITY_API_VERSION=3
-export OS_USERNAME=admin
-export OS_PASSWORD=$ADMIN_PASSWORD
-export OS_PROJECT_NAME=admin
-export OS_USER_DOMAIN_NAME=Default
-export OS_PROJECT_DOMAIN_NAME=Default
-export OS_REGION_NAME=$REGION
-export OS_INTERFACE=public
-# The newest compute microversion: flavor extra specs are validated (2.86+).
-export OS_COMPUTE_API_VERSION=$microversion
-export PATH=$VENV/bin:\$PATH
-RC
-        cat >"$SANDBOX_DIR/clouds.yaml" <<YAML
-clouds:
-  sandbox:
-    auth:
-      auth_url: $KEYSTONE_URL/v3
-      username: admin
-      password: $ADMIN_PASSWORD
-      project_name: admin
-      user_domain_name: Default
-      project_domain_name: Default
-    region_name: $REGION
-    interface: public
-    identity_api_version: 3
-    compute_api_version: '$microversion'
-YAML
-    )
 }
 
 # --- services -----------------------------------------------------------------
@@ -1032,7 +863,7 @@ start_network_agents() {
         "${neutron[@]}" \
         --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini"
     STEP_HINT=$LOGS/neutron-rpc.log
-    SANDBOX_TRANSPORT_URL=$(rabbit_url) provision wait-rpc 120
+    provision wait-rpc 120
     start_daemon neutron-ovs-agent "$VENV/bin/neutron-openvswitch-agent" \
         "${neutron[@]}" --config-file "$ETC/neutron/openvswitch_agent.ini"
     # The DHCP and the L3 agent, in one process (see in_process.py).
@@ -1574,58 +1405,18 @@ prepare_dirs() {
     echo "$SANDBOX_BACKEND" >"$SANDBOX_DIR/backend"
 }
 
-# The files that hold secrets: configuration (database, RabbitMQ and
-# service passwords), Keystone's keys, the credentials of openrc and
-# clouds.yaml, secrets.env. Printed one a line.
-secret_files() {
-    local item
-    for item in "$ETC" "$SANDBOX_DIR/secrets.env" "$SANDBOX_DIR/openrc" \
-        "$SANDBOX_DIR/clouds.yaml"; do
-        [ -e "$item" ] && find "$item" -type f
-    done
-    return 0
-}
-
 # lock_down: every secret file 0600 and every configuration directory
-# 0700, whatever mode an earlier version or an editor left them with. All
-# services run as root: none needs group access.
+# 0700, whatever mode an earlier version or an editor left them with
+# (credentials.py).
 lock_down() {
-    chmod 700 "$SANDBOX_DIR"
-    [ -d "$ETC" ] && find "$ETC" -type d -exec chmod 700 {} +
-    secret_files | while read -r file; do
-        chmod 600 "$file"
-    done
+    python3 "$HELPERS/credentials.py" lock-down
 }
 
 # check_secrets: a warning on stderr for the state directory or each
 # configuration or credential file that another user could read or write,
 # or that the state directory's owner does not own; status 1 if any.
 check_secrets() {
-    local bad=0 line owner
-    [ -d "$SANDBOX_DIR" ] || return 0
-    owner=$(stat -c %u "$SANDBOX_DIR")
-    if [ ! -r "$SANDBOX_DIR" ] || [ ! -x "$SANDBOX_DIR" ]; then
-        return 0 # not ours to read: nothing to say about its files
-    fi
-    while read -r line; do
-        printf 'sandbox: WARNING: %s\n' "$line" >&4
-        bad=1
-    done < <(
-        find "$SANDBOX_DIR" -maxdepth 0 -perm /077 -printf \
-            '%p is mode %m: other users can reach the passwords, keys and databases in it; run: chmod 700 %p\n'
-        [ -d "$ETC" ] && find "$ETC" -type d \
-            \( -perm /077 -o ! -uid "$owner" \) -printf \
-            '%p is mode %m (owner %u), expected 700; run: chmod 700 %p\n'
-        secret_files | while read -r file; do
-            find "$file" \( -perm /077 -o ! -uid "$owner" \) -printf \
-                '%p (configuration or credentials) is mode %m (owner %u), expected 600; run: chmod 600 %p\n'
-        done
-    )
-    if [ "$bad" = 1 ]; then
-        printf 'sandbox: WARNING: "%s up" resets these modes\n' "$0" >&4
-        return 1
-    fi
-    return 0
+    python3 "$HELPERS/credentials.py" check "$0" >&4
 }
 
 cmd_up() {
@@ -1641,8 +1432,6 @@ cmd_up() {
     step "hardware nova-compute sees" prepare_hardware
     step "configuration files" write_configs
     step "stop of services whose configuration changed" stop_reconfigured
-    # shellcheck source=tools/sandbox/config.sh disable=SC1091
-    . "$HELPERS/config.sh"
     step "daemon: $SANDBOX_BACKEND" lxd_ready
     step "epmd (127.0.0.1:$PORT_EPMD)" start_epmd
     step "RabbitMQ (127.0.0.1:$PORT_AMQP)" start_rabbitmq
@@ -1755,19 +1544,9 @@ wait_pids() {
     done
 }
 
+# The ports a service listens on, space-separated; "-" for none.
 service_port() {
-    case $1 in
-        epmd) echo "$PORT_EPMD" ;;
-        rabbitmq) echo "$PORT_AMQP" ;;
-        mariadb) echo "$PORT_MYSQL" ;;
-        keystone) echo "$PORT_KEYSTONE" ;;
-        placement) echo "$PORT_PLACEMENT" ;;
-        glance) echo "$PORT_GLANCE" ;;
-        neutron) echo "$PORT_NEUTRON" ;;
-        nova-api) echo "$PORT_NOVA $PORT_METADATA" ;;
-        horizon) echo "$PORT_HORIZON" ;;
-        *) echo "-" ;;
-    esac
+    printf '%s\n' "${SERVICE_PORTS[$1]:--}"
 }
 
 cmd_status() {

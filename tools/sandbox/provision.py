@@ -39,7 +39,7 @@ Phases:
     wait until Neutron's RPC server consumes its agents' topics (the
     message bus drops what is sent to a topic nobody consumes yet: an
     agent started earlier waits a minute for its first answer). The bus
-    is ``$SANDBOX_TRANSPORT_URL`` (not in argv: it holds a password).
+    is Neutron's own ``transport_url``, read from its neutron.conf.
 ``wait-agents TIMEOUT SINCE``
     wait until Neutron's Open vSwitch, DHCP, L3 and metadata agents have
     reported alive since SINCE (UTC ISO 8601).
@@ -63,6 +63,7 @@ Phases:
     ``yes``, until its node is also mapped to a cell.
 """
 
+import configparser
 import json
 import os
 import re
@@ -70,6 +71,8 @@ import sys
 import time
 
 import openstack
+
+import layout  # tools/sandbox/layout.py
 
 SERVICE_USERS = ('nova', 'placement', 'glance', 'neutron')
 
@@ -364,8 +367,11 @@ RPC_TOPICS = ('q-plugin', 'q-reports-plugin', 'q-l3-plugin',
 def phase_wait_rpc(timeout):
     import kombu  # oslo.messaging's AMQP library, in the sandbox venv
 
-    url = os.environ['SANDBOX_TRANSPORT_URL'].replace('rabbit://',
-                                                      'amqp://', 1)
+    neutron_conf = configparser.ConfigParser(interpolation=None)
+    neutron_conf.read(layout.Layout.from_environ().path(
+        'etc', 'neutron', 'neutron.conf'))
+    url = neutron_conf['DEFAULT']['transport_url'].replace('rabbit://',
+                                                           'amqp://', 1)
     started = time.monotonic()
     deadline = started + float(timeout)
     waiting = RPC_TOPICS

@@ -1,0 +1,406 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The sandbox's layout, secrets and configuration files, no cloud.
+
+``tools/sandbox/layout.py`` (state directory, ports, services),
+``credentials.py`` (secrets.env and file modes) and ``configs.py`` (every
+service's configuration) are pure or write only under a temporary state
+directory here: the steps of ``up`` that can be checked without starting
+a service.
+"""
+
+import configparser
+import importlib
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+
+import testtools
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+HELPERS = os.path.join(REPO, 'tools', 'sandbox')
+
+
+def _load(name):
+    """A module of tools/sandbox (they import each other by plain name)."""
+    sys.path.insert(0, HELPERS)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(HELPERS)
+
+
+layout = _load('layout')
+credentials = _load('credentials')
+configs = _load('configs')
+
+
+class LayoutTest(testtools.TestCase):
+
+    def test_ports_are_distinct_and_inside_the_sandbox_s_range(self):
+        lay = layout.Layout('/srv/sandbox', 27100)
+        ports = list(lay.ports.values())
+        self.assertEqual(len(ports), len(set(ports)))
+        for port in ports:
+            self.assertTrue(27100 <= port < 27100 + layout.PORT_SPAN, port)
+
+    def test_nova_api_serves_the_compute_and_metadata_ports(self):
+        lay = layout.Layout('/srv/sandbox', 27100)
+        self.assertEqual([27174, 27175], lay.service_ports('nova-api'))
+        self.assertEqual([], lay.service_ports('neutron-ovs-agent'))
+        self.assertEqual([], lay.service_ports('no-such-service'))
+
+    def test_a_base_inside_the_ephemeral_range_is_refused(self):
+        problem = layout.Layout('/s', 40000).port_range_problem(
+            (32768, 60999))
+        self.assertIn('ports 40000-40099 overlap the kernel\'s ephemeral '
+                      'range 32768-60999', problem)
+        # the last port only
+        self.assertIsNotNone(layout.Layout('/s', 32669).port_range_problem(
+            (32768, 60999)))
+        self.assertIsNone(layout.Layout('/s', 32668).port_range_problem(
+            (32768, 60999)))
+        self.assertIsNone(layout.Layout('/s', 26100).port_range_problem(
+            None))
+        self.assertIn('needs ports', layout.Layout('/s', 65500)
+                      .port_range_problem(None))
+
+    def test_environment_picks_directory_and_base(self):
+        lay = layout.Layout.from_environ({'SANDBOX_DIR': '/x/y',
+                                          'SANDBOX_PORT_BASE': '27000'})
+        self.assertEqual('/x/y/etc', lay.etc)
+        self.assertEqual(27006, lay.ports['MYSQL'])
+        lay = layout.Layout.from_environ({})
+        self.assertEqual(layout.DEFAULT_DIR, lay.dir)
+        self.assertRaises(ValueError, layout.Layout.from_environ,
+                          {'SANDBOX_PORT_BASE': 'high'})
+
+    def test_shell_assignments_survive_odd_paths(self):
+        # bash reads back exactly what layout.py holds, whatever the path
+        odd = "/tmp/a dir/it's $HOME"
+        env = dict(os.environ, SANDBOX_DIR=odd, SANDBOX_PORT_BASE='27100')
+        script = ('eval "$(python3 %s shell)"; printf "%%s\\n" "$ETC" '
+                  '"${SERVICE_PORTS[nova-api]}" "${#SERVICES[@]}" '
+                  '"${SERVICES[-1]}" "${RETIRED_SERVICES[0]}"; '
+                  'printf "%%s\\n" "${SERVICE_FILES[nova-compute]}"'
+                  % os.path.join(HELPERS, 'layout.py'))
+        result = subprocess.run(['bash', '-c', script], env=env,
+                                capture_output=True, text=True, timeout=60,
+                                check=True)
+        lines = result.stdout.splitlines()
+        self.assertEqual([odd + '/etc', '27174 27175',
+                          str(len(layout.SERVICES)),
+                          layout.SERVICES[-1].name,
+                          layout.RETIRED_SERVICES[0],
+                          odd + '/etc/nova/nova-compute.conf',
+                          odd + '/data/hardware/name'], lines)
+
+
+def _settings(lay, hardware=None, microversion='2.100'):
+    secrets = {name: name.lower() + '-value' for name in credentials.NAMES}
+    return configs.Settings(lay, secrets, 'lxd_accel.LXDDriver',
+                            '/var/lib/lxd/unix.socket', hardware,
+                            microversion)
+
+
+def _parse(text):
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    return parser
+
+
+class ConfigsTest(testtools.TestCase):
+    """Every file ``up`` writes, built from one layout and one secrets."""
+
+    def setUp(self):
+        super().setUp()
+        self.layout = layout.Layout('/srv/sandbox', 27100)
+        self.files = configs.build(_settings(self.layout))
+
+    def test_every_ini_file_parses(self):
+        for path, text in self.files.items():
+            if path.endswith(('.conf', '.ini')) and 'rabbitmq' not in path \
+                    and not path.endswith('dnsmasq.conf'):
+                _parse(text)
+
+    def test_every_file_a_service_reads_is_written(self):
+        # the layout's list (what restarts a service when it changes) and
+        # the writers agree; Horizon's settings, nova's paste file and the
+        # recorded hardware come from elsewhere.
+        elsewhere = ('etc/horizon/local_settings.py', 'etc/nova/api-paste.ini')
+        for service in layout.SERVICES:
+            for path in service.files:
+                if path.startswith('etc/') and path not in elsewhere:
+                    self.assertIn(path, self.files, service.name)
+
+    def test_services_meet_at_the_layout_s_ports(self):
+        nova = _parse(self.files['etc/nova/nova.conf'])
+        neutron = _parse(self.files['etc/neutron/neutron.conf'])
+        metadata = _parse(self.files['etc/neutron/metadata_agent.ini'])
+        glance = _parse(self.files['etc/glance/glance-api.conf'])
+        ports = self.layout.ports
+        keystone = 'http://127.0.0.1:%d/v3' % ports['KEYSTONE']
+        for section in ('keystone_authtoken', 'placement', 'neutron',
+                        'service_user'):
+            self.assertEqual(keystone, nova[section]['auth_url'], section)
+        self.assertEqual(keystone, neutron['nova']['auth_url'])
+        self.assertEqual(
+            'rabbit://openstack:rabbit_password-value@127.0.0.1:%d/'
+            % ports['AMQP'], nova['DEFAULT']['transport_url'])
+        self.assertEqual(nova['DEFAULT']['transport_url'],
+                         neutron['DEFAULT']['transport_url'])
+        self.assertIn('@127.0.0.1:%d/nova?' % ports['MYSQL'],
+                      nova['database']['connection'])
+        # the metadata agent reaches nova-api's second port, with the
+        # secret nova checks
+        self.assertEqual(str(ports['METADATA']),
+                         metadata['DEFAULT']['nova_metadata_port'])
+        self.assertEqual(self.layout.service_ports('nova-api')[1],
+                         ports['METADATA'])
+        self.assertEqual(nova['neutron']['metadata_proxy_shared_secret'],
+                         metadata['DEFAULT']['metadata_proxy_shared_secret'])
+        self.assertEqual(str(ports['GLANCE']), glance['DEFAULT']['bind_port'])
+        self.assertEqual(str(ports['NEUTRON']),
+                         neutron['DEFAULT']['bind_port'])
+        self.assertIn('export OS_AUTH_URL=%s\n' % keystone,
+                      self.files['openrc'])
+        self.assertIn("compute_api_version: '2.100'",
+                      self.files['clouds.yaml'])
+
+    def test_nova_compute_sees_no_database(self):
+        nova = _parse(self.files['etc/nova/nova.conf'])
+        compute = _parse(self.files['etc/nova/nova-compute.conf'])
+        self.assertTrue(nova.has_section('database'))
+        self.assertTrue(nova.has_section('api_database'))
+        self.assertFalse(compute.has_section('database'))
+        self.assertFalse(compute.has_section('api_database'))
+        self.assertNotIn('db_password-value',
+                         self.files['etc/nova/nova-compute.conf'])
+        self.assertEqual('/var/lib/lxd/unix.socket',
+                         compute['lxd']['endpoint'])
+        self.assertFalse(compute.has_section('lxd_accelerators'))
+
+    def test_simulated_hardware_goes_to_nova_compute_only(self):
+        files = configs.build(_settings(self.layout, hardware='h100-mig'))
+        nova = _parse(files['etc/nova/nova.conf'])
+        compute = _parse(files['etc/nova/nova-compute.conf'])
+        self.assertEqual('/var/lib/lxd/unix.socket', nova['lxd']['endpoint'])
+        self.assertEqual(self.layout.hw_socket, compute['lxd']['endpoint'])
+        self.assertEqual('/srv/sandbox/data/hardware/nvidia-smi',
+                         compute['lxd_accelerators']['nvidia_smi_path'])
+        self.assertIn('# SIMULATED hardware: recorded host h100-mig',
+                      files['etc/nova/nova-compute.conf'])
+
+    def test_newest_microversion_of_the_installed_nova(self):
+        version = configs.newest_microversion()
+        self.assertRegex(version, r'^2\.\d+$')
+        # flavor extra spec validation (2.86) must be on
+        self.assertGreaterEqual(int(version.split('.')[1]), 86)
+
+
+class WriteTest(testtools.TestCase):
+    """Writing the files and the secrets under a temporary state dir."""
+
+    def setUp(self):
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.layout = layout.Layout(os.path.join(tmp.name, 'sandbox'), 27100)
+        os.mkdir(self.layout.dir, 0o700)
+        # modes must not depend on the caller's umask
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+
+    def _mode(self, path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    def test_secrets_are_made_once_and_kept(self):
+        self.assertEqual(list(credentials.NAMES),
+                         credentials.ensure(self.layout))
+        path = credentials.secrets_path(self.layout)
+        self.assertEqual(0o600, self._mode(path))
+        first = credentials.load(self.layout)
+        self.assertEqual(set(credentials.NAMES), set(first))
+        for value in first.values():
+            self.assertRegex(value, r'^[0-9a-f]{24}$')
+        self.assertEqual(len(first), len(set(first.values())))
+        self.assertEqual([], credentials.ensure(self.layout))
+        self.assertEqual(first, credentials.load(self.layout))
+
+    def test_an_older_secrets_file_gains_the_new_names_only(self):
+        path = credentials.secrets_path(self.layout)
+        with open(path, 'w') as handle:
+            handle.write('ADMIN_PASSWORD=kept\n')
+        os.chmod(path, 0o600)
+        added = credentials.ensure(self.layout)
+        self.assertNotIn('ADMIN_PASSWORD', added)
+        self.assertEqual('kept',
+                         credentials.load(self.layout)['ADMIN_PASSWORD'])
+        self.assertEqual(set(credentials.NAMES),
+                         set(credentials.load(self.layout)))
+
+    def test_files_are_0600_in_0700_directories(self):
+        credentials.ensure(self.layout)
+        settings = _settings(self.layout)
+        written = configs.write(settings)
+        self.assertIn(self.layout.path('etc', 'nova', 'nova.conf'), written)
+        self.assertIn(self.layout.path('openrc'), written)
+        for path in written:
+            self.assertEqual(0o600, self._mode(path), path)
+        for root, dirs, _files in os.walk(self.layout.etc):
+            self.assertEqual(0o700, self._mode(root), root)
+        for relative in configs.DATA_DIRS:
+            self.assertTrue(os.path.isdir(self.layout.path(relative)))
+        self.assertEqual([], credentials.problems(self.layout))
+        # written again: same files, no temporary file left
+        configs.write(settings)
+        leftovers = [name for _root, _dirs, files in os.walk(self.layout.dir)
+                     for name in files if name.endswith('.new')]
+        self.assertEqual([], leftovers)
+
+    def test_problems_name_each_file_and_lock_down_mends_them(self):
+        credentials.ensure(self.layout)
+        configs.write(_settings(self.layout))
+        conf = self.layout.path('etc', 'nova', 'nova.conf')
+        nova_dir = os.path.dirname(conf)
+        os.chmod(conf, 0o644)
+        os.chmod(nova_dir, 0o755)
+        os.chmod(self.layout.dir, 0o711)
+        found = credentials.problems(self.layout)
+        self.assertEqual(3, len(found), found)
+        text = '\n'.join(found)
+        self.assertIn('%s (configuration or credentials) is mode 644' % conf,
+                      text)
+        self.assertIn('run: chmod 600 %s' % conf, text)
+        self.assertIn('%s is mode 755' % nova_dir, text)
+        self.assertIn('%s is mode 711: other users can reach'
+                      % self.layout.dir, text)
+        credentials.lock_down(self.layout)
+        self.assertEqual([], credentials.problems(self.layout))
+
+    def test_simulated_host_is_read_from_the_hardware_directory(self):
+        self.assertIsNone(configs.simulated_host(self.layout))
+        os.makedirs(self.layout.hardware)
+        with open(os.path.join(self.layout.hardware, 'resources.json'),
+                  'w') as handle:
+            handle.write('{}')
+        with open(os.path.join(self.layout.hardware, 'name'), 'w') as handle:
+            handle.write('h100-mig-a100-ib\n')
+        self.assertEqual('h100-mig-a100-ib',
+                         configs.simulated_host(self.layout))
+
+
+class NoStrayPortsTest(testtools.TestCase):
+    """No script or benchmark computes a sandbox port on its own."""
+
+    def test_port_offsets_appear_only_in_layout_py(self):
+        pattern = re.compile(r'(SANDBOX_PORT_BASE|port_base)\s*\+\s*\d')
+        offenders = []
+        for folder in ('tools', 'benchmarks', '.ci'):
+            for root, dirs, files in os.walk(os.path.join(REPO, folder)):
+                # .ci/state: images and caches of earlier runs
+                dirs[:] = [name for name in dirs
+                           if name not in ('state', '__pycache__')]
+                for name in files:
+                    if not name.endswith(('.sh', '.py', 'run')):
+                        continue
+                    path = os.path.join(root, name)
+                    if path == os.path.join(HELPERS, 'layout.py'):
+                        continue
+                    with open(path, errors='replace') as handle:
+                        if pattern.search(handle.read()):
+                            offenders.append(path)
+        self.assertEqual([], offenders)
+
+
+services = _load('services')
+
+
+class ServicesTest(testtools.TestCase):
+    """Each service's command agrees with the layout and the files."""
+
+    def setUp(self):
+        super().setUp()
+        self.layout = layout.Layout('/srv/sandbox', 27100)
+        self.context = services.Context('/var/lib/lxd/unix.socket')
+
+    def _command(self, name):
+        return services.command(self.layout, name, self.context)
+
+    def test_every_service_has_a_command(self):
+        self.assertEqual([service.name for service in layout.SERVICES],
+                         list(services.COMMANDS))
+        self.assertRaises(ValueError, self._command, 'nova-metadata')
+
+    def test_every_config_file_a_command_reads_restarts_it(self):
+        # sandbox.sh restarts a service when a file of its layout entry
+        # changes: each --config-file of its command must be one of them.
+        for service in layout.SERVICES:
+            argv = self._command(service.name).argv
+            watched = self.layout.service_files(service.name)
+            for index, word in enumerate(argv):
+                if word == '--config-file':
+                    self.assertIn(argv[index + 1], watched, service.name)
+                if word.endswith(('wsgi_server.py', 'in_process.py')):
+                    self.assertIn(word, watched, service.name)
+
+    def test_servers_listen_on_the_layout_s_ports(self):
+        for service in layout.SERVICES:
+            command = self._command(service.name)
+            text = ' '.join(command.argv + ['%s=%s' % item for item in
+                                            command.env.items()])
+            for port in self.layout.service_ports(service.name):
+                self.assertIn(str(port), text, service.name)
+            if service.ports:
+                self.assertGreater(command.ready_s, 0, service.name)
+        argv = self._command('nova-api').argv
+        self.assertEqual('27174', argv[argv.index('--port') + 1])
+        self.assertEqual('27175=nova.wsgi.metadata',
+                         argv[argv.index('--also') + 1])
+
+    def test_hardware_proxy_fronts_the_named_daemon(self):
+        argv = self._command('hwproxy').argv
+        self.assertEqual('/var/lib/lxd/unix.socket',
+                         argv[argv.index('--upstream') + 1])
+        self.assertEqual(self.layout.hw_socket,
+                         argv[argv.index('--socket') + 1])
+        self.assertIn('SIMULATED hardware', argv[argv.index('--banner') + 1])
+
+    def test_summary_of_a_recorded_host(self):
+        self.assertEqual(
+            '3 NVIDIA GPUs, 4 MIG devices, 8 InfiniBand ports and VFs',
+            services.hardware_summary(os.path.join(
+                HELPERS, 'hardware', 'h100-mig-a100-ib')))
+        self.assertEqual('no recorded resources',
+                         services.hardware_summary('/nonexistent'))
+
+    def test_command_line_output_for_the_shell(self):
+        env = dict(os.environ, SANDBOX_DIR='/srv/sandbox',
+                   SANDBOX_PORT_BASE='27100')
+        result = subprocess.run(
+            [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
+             'epmd', '--daemon-socket', '/x.sock'], env=env,
+            capture_output=True, timeout=60, check=True)
+        self.assertEqual([b'20', b'env', b'epmd', b'-address', b'127.0.0.1',
+                          b'-port', b'27143', b''],
+                         result.stdout.split(b'\0'))
+        result = subprocess.run(
+            [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
+             'nova-scheduler', '--daemon-socket', '/x.sock'], env=env,
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(2, result.returncode)
+        self.assertIn("no service 'nova-scheduler'", result.stderr)

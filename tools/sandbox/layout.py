@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Where the sandbox keeps everything, in one place.
+
+The state directory and its parts, the ports, the services (in start
+order, with their ports and the files each reads at start) and the fixed
+names (region, networks, image, flavors). ``tools/sandbox.sh``, the
+configuration writer (``configs.py``), the credentials (``credentials.py``)
+and the benchmarks all read them from here; any Python 3, standard library
+only (it runs before the sandbox's venv exists).
+
+Usage: layout.py shell       bash assignments for tools/sandbox.sh
+       layout.py check-ports exit 2 with the reason when the ports overlap
+                             the kernel's ephemeral range
+
+Environment: SANDBOX_DIR, SANDBOX_PORT_BASE (see tools/sandbox.sh).
+"""
+
+import collections
+import os
+import shlex
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.dirname(HERE))
+
+DEFAULT_DIR = '/var/tmp/nova-lxd-accel-sandbox'
+# Below the kernel's ephemeral port range (32768-60999 by default), where
+# any outgoing connection may take a port at the moment a service binds it.
+DEFAULT_PORT_BASE = 26100
+PORT_SPAN = 100
+
+#: port name -> offset from SANDBOX_PORT_BASE
+PORT_OFFSETS = collections.OrderedDict([
+    ('MYSQL', 6),
+    ('DIST', 25),        # RabbitMQ's Erlang distribution
+    ('EPMD', 43),
+    ('KEYSTONE', 50),
+    ('AMQP', 72),
+    ('NOVA', 74),
+    ('METADATA', 75),    # served by nova-api's process
+    ('PLACEMENT', 78),
+    ('HORIZON', 80),
+    ('GLANCE', 92),
+    ('NEUTRON', 96),
+])
+
+REGION = 'RegionOne'
+IMAGE_NAME = 'lxd-tiny'
+PLAIN_FLAVOR = 'sandbox.small'
+# A second CPU flavor, so that resize can be tried.
+SECOND_FLAVOR = 'sandbox.medium'
+
+# Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
+# the network namespace that plays "the outside" of the external network.
+# Addresses from the documentation ranges, used inside this machine only.
+NETWORK = collections.OrderedDict([
+    ('BR_EX', 'br-ex'),
+    ('OUTSIDE_NS', 'sandbox-outside'),
+    ('OUTSIDE_VETH', 'sbx-outside'),
+    ('PUBLIC_CIDR', '203.0.113.0/24'),
+    ('OUTSIDE_IP', '203.0.113.1'),
+    ('PRIVATE_CIDR', '192.0.2.0/24'),
+])
+
+#: a service: its ports (names of PORT_OFFSETS), the files it reads at start
+#: (relative to the state directory, or absolute), whether ``up`` may leave
+#: it out (hwproxy without simulated hardware, horizon when off)
+Service = collections.namedtuple('Service', 'name ports files optional')
+
+_WSGI = os.path.join(HERE, 'wsgi_server.py')
+_IN_PROCESS = os.path.join(HERE, 'in_process.py')
+_NEUTRON = 'etc/neutron/neutron.conf'
+
+#: start order; "down" goes in reverse
+SERVICES = (
+    Service('epmd', ('EPMD',), (), False),
+    Service('rabbitmq', ('AMQP',), ('etc/rabbitmq/rabbitmq.conf',), False),
+    Service('mariadb', ('MYSQL',), (), False),
+    Service('keystone', ('KEYSTONE',),
+            ('etc/keystone/keystone.conf', _WSGI), False),
+    Service('placement', ('PLACEMENT',),
+            ('etc/placement/placement.conf', _WSGI), False),
+    Service('glance', ('GLANCE',), ('etc/glance/glance-api.conf', _WSGI),
+            False),
+    Service('neutron', ('NEUTRON',),
+            (_NEUTRON, 'etc/neutron/plugins/ml2/ml2_conf.ini', _WSGI), False),
+    Service('neutron-rpc', (),
+            (_NEUTRON, 'etc/neutron/plugins/ml2/ml2_conf.ini', _IN_PROCESS),
+            False),
+    Service('neutron-ovs-agent', (),
+            (_NEUTRON, 'etc/neutron/openvswitch_agent.ini'), False),
+    # runs the L3 agent too (in_process.py)
+    Service('neutron-dhcp-agent', (),
+            (_NEUTRON, 'etc/neutron/dhcp_agent.ini',
+             'etc/neutron/l3_agent.ini', _IN_PROCESS), False),
+    Service('neutron-metadata-agent', (),
+            (_NEUTRON, 'etc/neutron/metadata_agent.ini'), False),
+    # serves the metadata API too
+    Service('nova-api', ('NOVA', 'METADATA'),
+            ('etc/nova/nova.conf', 'etc/nova/api-paste.ini', _WSGI), False),
+    # runs the scheduler too (in_process.py)
+    Service('nova-conductor', (), ('etc/nova/nova.conf', _IN_PROCESS), False),
+    Service('hwproxy', (),
+            ('data/hardware/resources.json',
+             os.path.join(REPO_DIR, 'tests', 'lxd_proxy.py')), True),
+    # data/hardware/name: another recorded host behind the same paths
+    Service('nova-compute', (),
+            ('etc/nova/nova-compute.conf', 'data/hardware/name'), False),
+    Service('horizon', ('HORIZON',),
+            ('etc/horizon/local_settings.py', 'data/horizon/static.stamp',
+             _WSGI), True),
+)
+
+# Services that ran as processes of their own before: nova-api's process
+# now serves the metadata API, nova-conductor's runs the scheduler and
+# neutron-dhcp-agent's the L3 agent. 'up' and 'down' stop a sandbox's old
+# processes of these.
+RETIRED_SERVICES = ('nova-metadata', 'nova-scheduler', 'neutron-l3-agent')
+
+#: the files under the state directory that hold secrets (besides etc/)
+CREDENTIAL_FILES = ('secrets.env', 'openrc', 'clouds.yaml')
+
+
+class Layout(object):
+    """The paths and ports of one sandbox."""
+
+    def __init__(self, sandbox_dir=DEFAULT_DIR, port_base=DEFAULT_PORT_BASE):
+        self.dir = sandbox_dir
+        self.port_base = int(port_base)
+        self.venv = self.path('venv')
+        self.etc = self.path('etc')
+        self.data = self.path('data')
+        self.logs = self.path('log')
+        self.run = self.path('run')
+        self.hardware = self.path('data', 'hardware')
+        self.hw_socket = self.path('run', 'hwproxy.sock')
+        self.hw_devices = self.path('data', 'hwproxy-devices.json')
+        self.horizon_venv = self.path('horizon-venv')
+        self.horizon_data = self.path('data', 'horizon')
+        self.ports = collections.OrderedDict(
+            (name, self.port_base + offset)
+            for name, offset in PORT_OFFSETS.items())
+
+    @classmethod
+    def from_environ(cls, environ=None):
+        environ = os.environ if environ is None else environ
+        base = environ.get('SANDBOX_PORT_BASE') or DEFAULT_PORT_BASE
+        try:
+            base = int(base)
+        except ValueError:
+            raise ValueError('SANDBOX_PORT_BASE is a port number, not %r'
+                             % base)
+        return cls(environ.get('SANDBOX_DIR') or DEFAULT_DIR, base)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def url(self, port_name, suffix=''):
+        return 'http://127.0.0.1:%d%s' % (self.ports[port_name], suffix)
+
+    def service_ports(self, name):
+        """The ports a service listens on (none for agents, unknowns)."""
+        for service in SERVICES:
+            if service.name == name:
+                return [self.ports[port] for port in service.ports]
+        return []
+
+    def service_files(self, name):
+        """The absolute paths of the files a service reads at start."""
+        for service in SERVICES:
+            if service.name == name:
+                return [path if os.path.isabs(path) else self.path(path)
+                        for path in service.files]
+        return []
+
+    def credential_files(self):
+        return [self.path(name) for name in CREDENTIAL_FILES]
+
+    def port_range_problem(self, ephemeral):
+        """Why the sandbox's ports cannot be used, or None.
+
+        :param ephemeral: ``(low, high)`` of the kernel's
+            net.ipv4.ip_local_port_range, or None when unknown.
+        """
+        last = self.port_base + PORT_SPAN - 1
+        if not 0 < self.port_base <= 65535 - PORT_SPAN + 1:
+            return ('SANDBOX_PORT_BASE=%d: the sandbox needs ports %d-%d'
+                    % (self.port_base, self.port_base, last))
+        if ephemeral is None:
+            return None
+        low, high = ephemeral
+        if self.port_base <= high and last >= low:
+            return ('SANDBOX_PORT_BASE=%d: ports %d-%d overlap the kernel\'s '
+                    'ephemeral range %d-%d (net.ipv4.ip_local_port_range), '
+                    'where outgoing connections take ports; choose a base '
+                    'below %d or above %d'
+                    % (self.port_base, self.port_base, last, low, high,
+                       low - PORT_SPAN, high))
+        return None
+
+    def shell(self):
+        """Bash assignments of all that tools/sandbox.sh reads from here."""
+        q = shlex.quote
+        lines = ['SANDBOX_DIR=%s' % q(self.dir),
+                 'SANDBOX_PORT_BASE=%d' % self.port_base,
+                 'VENV=%s' % q(self.venv), 'ETC=%s' % q(self.etc),
+                 'DATA=%s' % q(self.data), 'LOGS=%s' % q(self.logs),
+                 'RUN=%s' % q(self.run), 'HARDWARE=%s' % q(self.hardware),
+                 'HW_SOCKET=%s' % q(self.hw_socket),
+                 'HW_DEVICES=%s' % q(self.hw_devices),
+                 'HORIZON_VENV=%s' % q(self.horizon_venv),
+                 'HORIZON_DATA=%s' % q(self.horizon_data)]
+        lines += ['PORT_%s=%d' % item for item in self.ports.items()]
+        lines += ['%s=%s' % (name, q(value))
+                  for name, value in NETWORK.items()]
+        lines += ['REGION=%s' % q(REGION), 'IMAGE_NAME=%s' % q(IMAGE_NAME),
+                  'PLAIN_FLAVOR=%s' % q(PLAIN_FLAVOR),
+                  'SECOND_FLAVOR=%s' % q(SECOND_FLAVOR),
+                  'KEYSTONE_URL=%s' % q(self.url('KEYSTONE')),
+                  'GLANCE_URL=%s' % q(self.url('GLANCE'))]
+        lines.append('SERVICES=(%s)' % ' '.join(
+            q(service.name) for service in SERVICES))
+        lines.append('RETIRED_SERVICES=(%s)' % ' '.join(
+            q(name) for name in RETIRED_SERVICES))
+        lines.append('declare -gA SERVICE_PORTS=(%s)' % ' '.join(
+            '[%s]=%s' % (q(service.name), q(' '.join(
+                str(port) for port in self.service_ports(service.name))))
+            for service in SERVICES if service.ports))
+        lines.append('declare -gA SERVICE_FILES=(%s)' % ' '.join(
+            '[%s]=%s' % (q(service.name), q('\n'.join(
+                self.service_files(service.name))))
+            for service in SERVICES if service.files))
+        return '\n'.join(lines) + '\n'
+
+
+def ephemeral_port_range(path='/proc/sys/net/ipv4/ip_local_port_range'):
+    try:
+        with open(path) as handle:
+            low, high = handle.read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] not in ('shell', 'check-ports'):
+        sys.stderr.write(__doc__.split('\n\n')[2] + '\n')
+        return 2
+    try:
+        layout = Layout.from_environ()
+    except ValueError as error:
+        sys.stderr.write('sandbox: %s\n' % error)
+        return 2
+    if argv[1] == 'shell':
+        sys.stdout.write(layout.shell())
+        return 0
+    problem = layout.port_range_problem(ephemeral_port_range())
+    if problem:
+        sys.stderr.write('sandbox: %s\n' % problem)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))

@@ -54,13 +54,8 @@ LAYOUT=$(python3 "$HELPERS/layout.py" shell) || {
     exit 1
 }
 eval "$LAYOUT"
+# The helpers (provision.py, the benchmarks) find the same layout.
 export SANDBOX_DIR SANDBOX_PORT_BASE
-export PORT_PLACEMENT PORT_GLANCE PORT_NEUTRON PORT_NOVA REGION GLANCE_URL
-
-# The commands whose oslo.service launcher would fork a worker even for
-# workers=1 (and those that share a process) run through this: their
-# services start in the process itself (see in_process.py).
-IN_PROCESS=("$VENV/bin/python" "$HELPERS/in_process.py")
 
 # Horizon (up --with-horizon): its own venv, kept beside the cloud's.
 HORIZON_VERSION=27.0.0
@@ -250,6 +245,30 @@ start_daemon() {
     echo "$! $(proc_start "$!")" >"$RUN/$name.pid"
     conf_sum "$name" >"$RUN/$name.conf-sum"
     echo "started $name (pid $!): $*"
+}
+
+# start_service NAME: start_daemon with the service's command
+# (services.py); READY_S[NAME]: how long its ports may take to open.
+declare -A READY_S=()
+start_service() {
+    local name=$1 words=()
+    mapfile -d '' words < <(python3 "$HELPERS/services.py" command \
+        "$name" --daemon-socket "$DAEMON_DIR/unix.socket")
+    if [ "${#words[@]}" -lt 3 ]; then
+        echo "no command for $name (python3 $HELPERS/services.py failed)"
+        return 1
+    fi
+    READY_S[$name]=${words[0]}
+    start_daemon "$name" "${words[@]:1}"
+}
+
+# wait_service NAME: until each of its ports accepts connections.
+wait_service() {
+    local name=$1 port
+    STEP_HINT=$LOGS/$name.log
+    for port in ${SERVICE_PORTS[$name]:-}; do
+        wait_port "$name" "$port" "${READY_S[$name]:-120}"
+    done
 }
 
 # The files a service reads at start, one a line (layout.py).
@@ -493,7 +512,6 @@ make_secrets() {
 load_secrets() {
     # shellcheck disable=SC1091
     . "$SANDBOX_DIR/secrets.env"
-    export SERVICE_PASSWORD
 }
 
 # Every configuration file and openrc, clouds.yaml (configs.py): 0600
@@ -508,31 +526,14 @@ write_configs() {
 # --- services -----------------------------------------------------------------
 
 start_epmd() {
-    start_daemon epmd epmd -address 127.0.0.1 -port "$PORT_EPMD"
-    wait_port epmd "$PORT_EPMD" 20
+    start_service epmd
+    wait_service epmd
 }
 
 start_rabbitmq() {
-    local erl_args='-kernel inet_dist_use_interface {127,0,0,1}'
     mkdir -p "$DATA/rabbitmq"
-    start_daemon rabbitmq env \
-        HOME="$DATA/rabbitmq" \
-        RABBITMQ_NODENAME=rabbit@localhost \
-        RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-        RABBITMQ_NODE_PORT="$PORT_AMQP" \
-        RABBITMQ_DIST_PORT="$PORT_DIST" \
-        ERL_EPMD_ADDRESS=127.0.0.1 \
-        ERL_EPMD_PORT="$PORT_EPMD" \
-        RABBITMQ_CONFIG_FILE="$ETC/rabbitmq/rabbitmq.conf" \
-        RABBITMQ_ENABLED_PLUGINS_FILE="$ETC/rabbitmq/enabled_plugins" \
-        RABBITMQ_MNESIA_BASE="$DATA/rabbitmq/mnesia" \
-        RABBITMQ_LOG_BASE="$LOGS" \
-        RABBITMQ_LOGS=- \
-        RABBITMQ_PID_FILE="$RUN/rabbitmq-beam.pid" \
-        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$erl_args" \
-        RABBITMQ_CTL_ERL_ARGS="$erl_args" \
-        /usr/lib/rabbitmq/bin/rabbitmq-server
-    wait_port rabbitmq "$PORT_AMQP" 90
+    start_service rabbitmq
+    wait_service rabbitmq
 }
 
 mysql_root() {
@@ -545,16 +546,8 @@ start_mariadb() {
         mariadb-install-db --no-defaults --datadir="$DATA/mysql" \
             --user=root --skip-test-db --auth-root-authentication-method=socket
     fi
-    # Durability traded for speed: this is a throw-away sandbox.
-    start_daemon mariadb mariadbd --no-defaults --user=root \
-        --datadir="$DATA/mysql" --socket="$RUN/mysqld.sock" \
-        --pid-file="$RUN/mysqld-own.pid" --bind-address=127.0.0.1 \
-        --port="$PORT_MYSQL" --skip-name-resolve --skip-log-bin \
-        --max-connections=1000 --innodb-buffer-pool-size=32M \
-        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
-        --sync-binlog=0 --character-set-server=utf8mb4 \
-        --collation-server=utf8mb4_general_ci
-    wait_port mariadb "$PORT_MYSQL" 60
+    start_service mariadb
+    wait_service mariadb
     local db sql
     local user="'openstack'@'127.0.0.1'"
     sql="CREATE USER IF NOT EXISTS $user IDENTIFIED BY '$DB_PASSWORD';"
@@ -741,43 +734,19 @@ nova_db() {
     db_once nova "${manage[@]}" db sync
 }
 
-start_wsgi() {
-    local name=$1 port=$2 app=$3 envvar=$4 confdir=$5
-    shift 5
-    start_daemon "$name" env "$envvar=$confdir" \
-        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name "$name" \
-        --port "$port" --app "$app" "$@"
-    wait_port "$name" "$port" 120
-}
-
 start_keystone() {
-    start_wsgi keystone "$PORT_KEYSTONE" keystone.wsgi.api \
-        OS_KEYSTONE_CONFIG_DIR "$ETC/keystone"
+    start_service keystone
+    wait_service keystone
 }
 
 start_apis() {
+    local name
     # Start all four, then wait: their imports overlap on two cores.
-    start_daemon placement env OS_PLACEMENT_CONFIG_DIR="$ETC/placement" \
-        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name placement \
-        --port "$PORT_PLACEMENT" --app placement.wsgi.api
-    start_daemon glance env OS_GLANCE_CONFIG_DIR="$ETC/glance" \
-        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name glance \
-        --port "$PORT_GLANCE" --app glance.wsgi.api
-    start_daemon neutron env OS_NEUTRON_CONFIG_DIR="$ETC/neutron" \
-        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name neutron \
-        --port "$PORT_NEUTRON" --app neutron.wsgi.api --configure-mappers
-    # nova-api's process serves the metadata API too (reached from servers
-    # through Neutron's metadata agent, shared secret, on 169.254.169.254).
-    start_daemon nova-api env OS_NOVA_CONFIG_DIR="$ETC/nova" \
-        "$VENV/bin/python" "$HELPERS/wsgi_server.py" --name nova-api \
-        --port "$PORT_NOVA" --app nova.wsgi.osapi_compute \
-        --also "$PORT_METADATA=nova.wsgi.metadata"
-    local name port
     for name in placement glance neutron nova-api; do
-        STEP_HINT=$LOGS/$name.log
-        for port in $(service_port "$name"); do
-            wait_port "$name" "$port" 180
-        done
+        start_service "$name"
+    done
+    for name in placement glance neutron nova-api; do
+        wait_service "$name"
     done
 }
 
@@ -812,11 +781,9 @@ restart_changed() {
 }
 
 start_nova_services() {
-    local conf=(--config-file "$ETC/nova/nova.conf")
     COMPUTE_SINCE=$(date -u +%FT%T)
     # One process runs both (see in_process.py).
-    start_daemon nova-conductor "${IN_PROCESS[@]}" nova-conductor+scheduler \
-        "${conf[@]}"
+    start_service nova-conductor
     if hardware_active; then
         start_hwproxy
     fi
@@ -828,8 +795,7 @@ start_nova_services() {
     STEP_HINT=$LOGS/nova-conductor.log
     wait_log nova-conductor 'Starting conductor node' 120
     sleep 1
-    start_daemon nova-compute "$VENV/bin/nova-compute" \
-        --config-file "$ETC/nova/nova-compute.conf"
+    start_service nova-compute
 }
 
 # --- networking (Neutron ML2/OVS agents) -------------------------------------------
@@ -857,21 +823,15 @@ ovs_ready() {
 }
 
 start_network_agents() {
-    local neutron=(--config-file "$ETC/neutron/neutron.conf") since
+    local since
     since=$(date -u '+%F %T')
-    start_daemon neutron-rpc "${IN_PROCESS[@]}" neutron-rpc-server \
-        "${neutron[@]}" \
-        --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini"
+    start_service neutron-rpc
     STEP_HINT=$LOGS/neutron-rpc.log
     provision wait-rpc 120
-    start_daemon neutron-ovs-agent "$VENV/bin/neutron-openvswitch-agent" \
-        "${neutron[@]}" --config-file "$ETC/neutron/openvswitch_agent.ini"
+    start_service neutron-ovs-agent
     # The DHCP and the L3 agent, in one process (see in_process.py).
-    start_daemon neutron-dhcp-agent "${IN_PROCESS[@]}" neutron-dhcp+l3-agent \
-        "${neutron[@]}" --config-file "$ETC/neutron/dhcp_agent.ini" \
-        --config-file "$ETC/neutron/l3_agent.ini"
-    start_daemon neutron-metadata-agent "$VENV/bin/neutron-metadata-agent" \
-        "${neutron[@]}" --config-file "$ETC/neutron/metadata_agent.ini"
+    start_service neutron-dhcp-agent
+    start_service neutron-metadata-agent
     STEP_HINT=$LOGS/neutron-ovs-agent.log
     provision wait-agents 180 "$since"
 }
@@ -938,23 +898,7 @@ hardware_source() {
 }
 
 hardware_summary() {
-    python3 - "$HARDWARE/resources.json" "$HARDWARE/nvidia-smi-L.txt" <<'PY'
-import json, re, sys
-res = json.load(open(sys.argv[1]))
-gpus = [c for c in res.get('gpu', {}).get('cards') or []
-        if c.get('pci_address') and (c.get('vendor_id') or '') == '10de']
-try:
-    mig = len(re.findall(r'^\s+MIG ', open(sys.argv[2]).read(), re.M))
-except OSError:
-    mig = 0
-ib = sum(1 for c in res.get('network', {}).get('cards') or []
-         for p in (c.get('ports') or []) + [
-             q for vf in ((c.get('sriov') or {}).get('vfs') or [])
-             for q in vf.get('ports') or []]
-         if p.get('protocol') == 'infiniband')
-print('%d NVIDIA GPUs, %d MIG devices, %d InfiniBand ports and VFs'
-      % (len(gpus), mig, ib))
-PY
+    python3 "$HELPERS/services.py" hardware-summary "$HARDWARE"
 }
 
 # The recorded host's answers, copied under $DATA, and an nvidia-smi that
@@ -1012,21 +956,11 @@ SMI
 }
 
 start_hwproxy() {
-    local name i
-    name=$(cat "$HARDWARE/name")
+    local i
     if ! is_running hwproxy; then
         rm -f "$HW_SOCKET"
     fi
-    # The project's LXD proxy (tests/lxd_proxy.py): /1.0/resources answers
-    # with the recorded host; gpu and infiniband devices are kept out of
-    # the real daemon (it has no such hardware) and shown back to Nova.
-    start_daemon hwproxy env PYTHONPATH="$REPO_DIR" "$VENV/bin/python" \
-        -m tests.lxd_proxy --socket "$HW_SOCKET" \
-        --upstream "$DAEMON_DIR/unix.socket" \
-        --resources "$HARDWARE/resources.json" --state "$HW_DEVICES" \
-        --all-projects --banner "SIMULATED hardware '$name' \
-($(hardware_summary)) served at $HW_SOCKET in front of $DAEMON_DIR/unix.socket; \
-containers run without these devices"
+    start_service hwproxy
     for ((i = 0; i < 80; i++)); do
         [ -S "$HW_SOCKET" ] && return 0
         is_running hwproxy || break
@@ -1269,13 +1203,8 @@ horizon_off() {
 }
 
 start_horizon() {
-    start_daemon horizon env \
-        DJANGO_SETTINGS_MODULE=openstack_dashboard.settings \
-        "$HORIZON_VENV/bin/python" "$HELPERS/wsgi_server.py" \
-        --name horizon --port "$PORT_HORIZON" \
-        --app openstack_dashboard.wsgi:application \
-        --static "/static/=$HORIZON_DATA/static" --threads 8
-    wait_port horizon "$PORT_HORIZON" 120
+    start_service horizon
+    wait_service horizon
 }
 
 # horizon-test: the browser test (tools/sandbox-horizon-test.py) in
@@ -1451,10 +1380,7 @@ cmd_up() {
     step "flavors" make_flavors
     step "networks public and private, router, security group" \
         provision network "$PUBLIC_CIDR" "$OUTSIDE_IP" "$PRIVATE_CIDR"
-    step "project and user demo, with a network" \
-        env SANDBOX_DEMO_PASSWORD="$DEMO_PASSWORD" \
-        OS_CLIENT_CONFIG_FILE="$SANDBOX_DIR/clouds.yaml" OS_CLOUD=sandbox \
-        "$VENV/bin/python" "$HELPERS/provision.py" demo
+    step "project and user demo, with a network" provision demo
     if [ "$SANDBOX_HORIZON" = 0 ]; then
         step "Horizon off (--without-horizon)" horizon_off
     fi

@@ -228,8 +228,7 @@ class Layout(object):
         lines += ['REGION=%s' % q(REGION), 'IMAGE_NAME=%s' % q(IMAGE_NAME),
                   'PLAIN_FLAVOR=%s' % q(PLAIN_FLAVOR),
                   'SECOND_FLAVOR=%s' % q(SECOND_FLAVOR),
-                  'KEYSTONE_URL=%s' % q(self.url('KEYSTONE')),
-                  'GLANCE_URL=%s' % q(self.url('GLANCE'))]
+                  'KEYSTONE_URL=%s' % q(self.url('KEYSTONE'))]
         lines.append('SERVICES=(%s)' % ' '.join(
             q(service.name) for service in SERVICES))
         lines.append('RETIRED_SERVICES=(%s)' % ' '.join(

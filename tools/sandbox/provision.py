@@ -53,8 +53,8 @@ Phases:
     default security group.
 ``demo``
     the project ``demo`` and its user ``demo`` (role ``member``, password
-    ``$SANDBOX_DEMO_PASSWORD``), the way a cloud user meets the cloud (and
-    Horizon's test logs in), with a network of its own: Neutron's
+    ``DEMO_PASSWORD`` of secrets.env), the way a cloud user meets the
+    cloud (and Horizon's test logs in), with a network of its own: Neutron's
     auto-allocated topology (network, subnet from the default pool,
     router to ``public``).
 ``wait-compute TIMEOUT PID SINCE [yes]``
@@ -72,16 +72,17 @@ import time
 
 import openstack
 
+import credentials  # tools/sandbox/credentials.py
 import layout  # tools/sandbox/layout.py
 
 SERVICE_USERS = ('nova', 'placement', 'glance', 'neutron')
 
 # (service name, type, description, port variable, path)
 CATALOG = (
-    ('placement', 'placement', 'Placement API', 'PORT_PLACEMENT', ''),
-    ('glance', 'image', 'Image service', 'PORT_GLANCE', ''),
-    ('neutron', 'network', 'Networking', 'PORT_NEUTRON', ''),
-    ('nova', 'compute', 'Compute', 'PORT_NOVA', '/v2.1'),
+    ('placement', 'placement', 'Placement API', 'PLACEMENT', ''),
+    ('glance', 'image', 'Image service', 'GLANCE', ''),
+    ('neutron', 'network', 'Networking', 'NEUTRON', ''),
+    ('nova', 'compute', 'Compute', 'NOVA', '/v2.1'),
 )
 
 ACCEL_RC = re.compile(r'^(CUSTOM_[A-Z0-9_]+|PGPU|VGPU|FPGA|PCI_DEVICE)$')
@@ -102,8 +103,9 @@ def _ensure(finder, creator, name, **attrs):
 def phase_keystone(conn):
     """Service project, users, roles and catalog, in a few list calls."""
     identity = conn.identity
-    password = os.environ['SERVICE_PASSWORD']
-    region = os.environ.get('REGION', 'RegionOne')
+    sandbox = layout.Layout.from_environ()
+    password = credentials.load(sandbox)['SERVICE_PASSWORD']
+    region = layout.REGION
     domain = identity.find_domain('default')
     project = _ensure(identity.find_project, identity.create_project,
                       'service', domain_id=domain.id,
@@ -132,13 +134,13 @@ def phase_keystone(conn):
     endpoints = {}
     for endpoint in identity.endpoints():
         endpoints[(endpoint.service_id, endpoint.interface)] = endpoint
-    for name, stype, description, port_var, path in CATALOG:
+    for name, stype, description, port_name, path in CATALOG:
         service = services.get(name)
         if service is None:
             service = identity.create_service(
                 name=name, type=stype, description=description)
             print('created service %s' % name)
-        url = 'http://127.0.0.1:%s%s' % (os.environ[port_var], path)
+        url = sandbox.url(port_name, path)
         for interface in ('public', 'internal', 'admin'):
             endpoint = endpoints.get((service.id, interface))
             if endpoint is None:
@@ -507,7 +509,7 @@ def phase_demo(conn):
                       domain_id=domain.id,
                       description='A cloud user of the sandbox')
     member = identity.find_role('member', ignore_missing=False)
-    password = os.environ['SANDBOX_DEMO_PASSWORD']
+    password = credentials.load(layout.Layout.from_environ())['DEMO_PASSWORD']
     user = identity.find_user('demo', domain_id=domain.id,
                               ignore_missing=True)
     if user is None:

@@ -61,6 +61,8 @@ IMAGE_NAME = 'lxd-tiny'
 PLAIN_FLAVOR = 'sandbox.small'
 # A second CPU flavor, so that resize can be tried.
 SECOND_FLAVOR = 'sandbox.medium'
+# "sandbox.sh bench": the host of its nova-compute on Nova's fake driver
+FAKE_HOST = 'sandbox-fake-compute'
 
 # Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
 # the network namespace that plays "the outside" of the external network.
@@ -228,6 +230,7 @@ class Layout(object):
         lines += ['REGION=%s' % q(REGION), 'IMAGE_NAME=%s' % q(IMAGE_NAME),
                   'PLAIN_FLAVOR=%s' % q(PLAIN_FLAVOR),
                   'SECOND_FLAVOR=%s' % q(SECOND_FLAVOR),
+                  'FAKE_HOST=%s' % q(FAKE_HOST),
                   'KEYSTONE_URL=%s' % q(self.url('KEYSTONE'))]
         lines.append('SERVICES=(%s)' % ' '.join(
             q(service.name) for service in SERVICES))

@@ -19,7 +19,6 @@ the command in its own session, with its pid file and log, and waits for
 the service's ports (layout.py) for at most ``Command.ready_s`` seconds.
 
 Usage: services.py command NAME --daemon-socket PATH
-       services.py hardware-summary DIR
 
 ``command`` prints the seconds the service's ports may take to open, then
 ``env NAME=VALUE... ARGV...``, NUL-separated (tools/sandbox.sh reads them
@@ -28,11 +27,10 @@ with mapfile -d ''). Any Python 3, standard library only.
 
 import argparse
 import collections
-import json
 import os
-import re
 import sys
 
+import hardware
 import layout as layout_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -181,10 +179,10 @@ def hwproxy(layout, context):
     # The project's LXD proxy (tests/lxd_proxy.py): /1.0/resources answers
     # with the recorded host; gpu and infiniband devices are kept out of
     # the real daemon (it has no such hardware) and shown back to Nova.
-    name = _read(os.path.join(layout.hardware, 'name')) or 'unnamed'
     banner = ("SIMULATED hardware '%s' (%s) served at %s in front of %s; "
               "containers run without these devices"
-              % (name, hardware_summary(layout.hardware), layout.hw_socket,
+              % (hardware.host_name(layout),
+                 hardware.summary(layout.hardware), layout.hw_socket,
                  context.daemon_socket))
     return Command({'PYTHONPATH': layout_module.REPO_DIR}, [
         _venv(layout, 'bin', 'python'), '-m', 'tests.lxd_proxy',
@@ -225,50 +223,13 @@ def command(layout, name, context):
     return function(layout, context)
 
 
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ''
-
-
-def hardware_summary(hardware_dir):
-    """What a recorded host has, in words ("3 NVIDIA GPUs, ...")."""
-    try:
-        with open(os.path.join(hardware_dir, 'resources.json')) as handle:
-            resources = json.load(handle)
-    except (OSError, ValueError):
-        return 'no recorded resources'
-    gpus = [card for card in resources.get('gpu', {}).get('cards') or []
-            if card.get('pci_address') and
-            (card.get('vendor_id') or '') == '10de']
-    mig = len(re.findall(r'^\s+MIG ', _read(os.path.join(
-        hardware_dir, 'nvidia-smi-L.txt')), re.M))
-    infiniband = 0
-    for card in resources.get('network', {}).get('cards') or []:
-        ports = list(card.get('ports') or [])
-        for vf in (card.get('sriov') or {}).get('vfs') or []:
-            ports += vf.get('ports') or []
-        infiniband += sum(1 for port in ports
-                          if port.get('protocol') == 'infiniband')
-    return ('%d NVIDIA GPUs, %d MIG devices, %d InfiniBand ports and VFs'
-            % (len(gpus), mig, infiniband))
-
-
 def main(argv):
     parser = argparse.ArgumentParser(prog='services.py')
     sub = parser.add_subparsers(dest='action', required=True)
     cmd = sub.add_parser('command', help='the argv that starts a service')
     cmd.add_argument('name')
     cmd.add_argument('--daemon-socket', required=True)
-    summary = sub.add_parser('hardware-summary',
-                             help='what the simulated host has, in words')
-    summary.add_argument('directory')
     args = parser.parse_args(argv[1:])
-    if args.action == 'hardware-summary':
-        print(hardware_summary(args.directory))
-        return 0
     layout = layout_module.Layout.from_environ()
     try:
         result = command(layout, args.name, Context(args.daemon_socket))

@@ -139,9 +139,9 @@ class ConfigsTest(testtools.TestCase):
 
     def test_every_file_a_service_reads_is_written(self):
         # the layout's list (what restarts a service when it changes) and
-        # the writers agree; Horizon's settings, nova's paste file and the
-        # recorded hardware come from elsewhere.
-        elsewhere = ('etc/horizon/local_settings.py', 'etc/nova/api-paste.ini')
+        # the writers agree; nova's paste file (copied from the venv) and
+        # the recorded hardware come from elsewhere.
+        elsewhere = ('etc/nova/api-paste.ini',)
         for service in layout.SERVICES:
             for path in service.files:
                 if path.startswith('etc/') and path not in elsewhere:
@@ -193,6 +193,24 @@ class ConfigsTest(testtools.TestCase):
         self.assertEqual('/var/lib/lxd/unix.socket',
                          compute['lxd']['endpoint'])
         self.assertFalse(compute.has_section('lxd_accelerators'))
+
+    def test_the_bench_s_fake_compute_is_another_host(self):
+        fake = _parse(self.files['etc/nova/nova-compute-fake.conf'])
+        self.assertEqual('fake.FakeDriver', fake['DEFAULT']['compute_driver'])
+        self.assertEqual(layout.FAKE_HOST, fake['DEFAULT']['host'])
+        self.assertFalse(fake.has_section('database'))
+        compute = _parse(self.files['etc/nova/nova-compute.conf'])
+        self.assertEqual('lxd_accel.LXDDriver',
+                         compute['DEFAULT']['compute_driver'])
+        self.assertFalse(compute.has_option('DEFAULT', 'host'))
+
+    def test_horizon_settings_are_python_with_the_secret_key(self):
+        namespace = {}
+        exec(self.files['etc/horizon/local_settings.py'], namespace)
+        self.assertEqual('horizon_secret_key-value', namespace['SECRET_KEY'])
+        self.assertEqual('http://127.0.0.1:27150/v3',
+                         namespace['OPENSTACK_KEYSTONE_URL'])
+        self.assertFalse(namespace['DEBUG'])
 
     def test_simulated_hardware_goes_to_nova_compute_only(self):
         files = configs.build(_settings(self.layout, hardware='h100-mig'))
@@ -380,14 +398,6 @@ class ServicesTest(testtools.TestCase):
                          argv[argv.index('--socket') + 1])
         self.assertIn('SIMULATED hardware', argv[argv.index('--banner') + 1])
 
-    def test_summary_of_a_recorded_host(self):
-        self.assertEqual(
-            '3 NVIDIA GPUs, 4 MIG devices, 8 InfiniBand ports and VFs',
-            services.hardware_summary(os.path.join(
-                HELPERS, 'hardware', 'h100-mig-a100-ib')))
-        self.assertEqual('no recorded resources',
-                         services.hardware_summary('/nonexistent'))
-
     def test_command_line_output_for_the_shell(self):
         env = dict(os.environ, SANDBOX_DIR='/srv/sandbox',
                    SANDBOX_PORT_BASE='27100')
@@ -404,3 +414,66 @@ class ServicesTest(testtools.TestCase):
             capture_output=True, text=True, timeout=60)
         self.assertEqual(2, result.returncode)
         self.assertIn("no service 'nova-scheduler'", result.stderr)
+
+
+hardware = _load('hardware')
+
+
+class HardwareTest(testtools.TestCase):
+    """``up --hardware``: a recorded host copied under the state dir."""
+
+    def setUp(self):
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.layout = layout.Layout(os.path.join(tmp.name, 'sandbox'), 27100)
+        os.makedirs(self.layout.data)
+
+    def test_names_are_the_shipped_and_the_doctor_s_hosts(self):
+        names = hardware.names()
+        self.assertIn('h100-mig-a100-ib', names)
+        self.assertIn('h100-mig-cdi', names)
+        self.assertIsNone(hardware.source('no-such-host'))
+        self.assertEqual(os.path.join(HELPERS, 'hardware', 'h100-mig-a100-ib'),
+                         hardware.source('h100-mig-a100-ib'))
+
+    def test_summary_of_a_recorded_host(self):
+        self.assertEqual(
+            '3 NVIDIA GPUs, 4 MIG devices, 8 InfiniBand ports and VFs',
+            hardware.summary(hardware.source('h100-mig-a100-ib')))
+        self.assertEqual('no recorded resources',
+                         hardware.summary('/nonexistent'))
+
+    def test_prepare_keep_and_remove(self):
+        self.assertIn("the host's own", hardware.prepare(self.layout, '')[0])
+        lines = hardware.prepare(self.layout, 'h100-mig-a100-ib')
+        self.assertIn('SIMULATED hardware: h100-mig-a100-ib', lines[0])
+        self.assertTrue(hardware.active(self.layout))
+        self.assertEqual('h100-mig-a100-ib', hardware.host_name(self.layout))
+        self.assertFalse(os.path.exists(self.layout.hardware + '.new'))
+        # the simulated nvidia-smi prints the recorded answers
+        smi = os.path.join(self.layout.hardware, 'nvidia-smi')
+        listed = subprocess.run([smi, '-L'], capture_output=True, text=True,
+                                timeout=30, check=True).stdout
+        with open(os.path.join(hardware.source('h100-mig-a100-ib'),
+                               'nvidia-smi-L.txt')) as handle:
+            self.assertEqual(handle.read(), listed)
+        unknown = subprocess.run([smi, '--version'], capture_output=True,
+                                 text=True, timeout=30)
+        self.assertEqual(9, unknown.returncode)
+        self.assertIn('no recorded answer', unknown.stderr)
+        # nova-compute's configuration follows it
+        self.assertEqual('h100-mig-a100-ib',
+                         configs.simulated_host(self.layout))
+        self.assertIn('kept from the last up',
+                      hardware.prepare(self.layout, '')[0])
+        hardware.prepare(self.layout, 'none')
+        self.assertFalse(hardware.active(self.layout))
+        self.assertIsNone(configs.simulated_host(self.layout))
+
+    def test_unknown_host_is_refused_with_the_recorded_ones(self):
+        error = self.assertRaises(ValueError, hardware.prepare, self.layout,
+                                  'no-such-host')
+        self.assertIn("no recorded host 'no-such-host'", str(error))
+        self.assertIn('h100-mig-a100-ib', str(error))
+        self.assertFalse(os.path.exists(self.layout.hardware))

@@ -126,10 +126,10 @@ class SimulatedHardwareTest(testtools.TestCase):
     def test_unknown_recorded_host_is_refused_before_anything_runs(self):
         result = self._sandbox('up', '--hardware', 'no-such-host')
         self.assertEqual(2, result.returncode, result.stderr)
-        self.assertIn("no recorded host 'no-such-host'", result.stdout)
+        self.assertIn("no recorded host 'no-such-host'", result.stderr)
         # the names it offers are the shipped and the doctor's hosts
-        self.assertIn('h100-mig-a100-ib', result.stdout)
-        self.assertIn('h100-mig-cdi', result.stdout)
+        self.assertIn('h100-mig-a100-ib', result.stderr)
+        self.assertIn('h100-mig-cdi', result.stderr)
         self.assertEqual([], os.listdir(self.state))
 
     def test_status_of_the_host_s_own_hardware(self):

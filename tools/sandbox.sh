@@ -187,26 +187,16 @@ step() {
 
 # --- processes ----------------------------------------------------------------
 
-# The start time of a process, in clock ticks since boot.
-proc_start() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    # Fields after "(comm) ": state is field 3, starttime field 22.
-    stat=${stat##*) }
-    # shellcheck disable=SC2086  # split the fields on purpose
-    set -- $stat
-    printf '%s\n' "${20}"
+# The processes (start, pid files, restarts, waits, stop, status):
+# processes.py.
+processes() {
+    python3 "$HELPERS/processes.py" "$@"
 }
 
-# pid_of NAME: the pid of a running service. The pid file holds the pid and
-# its start time, so that a recycled pid is never taken for the service.
+# pid_of NAME: the pid of a running service (the pid file holds the pid
+# and its start time: a recycled pid is never taken for the service).
 pid_of() {
-    local pidfile=$RUN/$1.pid pid start
-    [ -f "$pidfile" ] || return 1
-    read -r pid start <"$pidfile" || true
-    [ -n "$pid" ] && [ -n "$start" ] || return 1
-    [ "$(proc_start "$pid")" = "$start" ] || return 1
-    printf '%s\n' "$pid"
+    processes pid "$1"
 }
 
 is_running() {
@@ -214,37 +204,16 @@ is_running() {
 }
 
 # start_daemon NAME command...: start NAME in its own session, output to
-# $LOGS/NAME.log, pid in $RUN/NAME.pid; nothing if it already runs.
+# $LOGS/NAME.log, pid in $RUN/NAME.pid; nothing if it already runs; fails
+# when another socket holds one of its ports.
 start_daemon() {
     local name=$1
     shift
     STEP_HINT=$LOGS/$name.log
-    if is_running "$name"; then
-        echo "$name already runs (pid $(pid_of "$name"))"
-        return 0
+    if ! processes start "$name" -- "$@"; then
+        STEP_HINT=
+        return 1
     fi
-    local port holder
-    for port in $(service_port "$name"); do
-        if [ "$port" != - ] && holder=$(port_holder "$port"); then
-            echo "cannot start $name: port $port is taken by another" \
-                "socket (set SANDBOX_PORT_BASE to move all ports):"
-            echo "$holder"
-            STEP_HINT=
-            return 1
-        fi
-    done
-    printf '\n=== %s: starting %s\n' "$(date -u +%FT%TZ)" "$name" \
-        >>"$LOGS/$name.log"
-    # From /: a daemon keeps its working directory, and a deleted one
-    # breaks its children (rsync: "getcwd(): No such file or directory").
-    # Two malloc arenas, not 8 per core: the services' thread pools
-    # otherwise each grow heaps of their own.
-    (cd / && MALLOC_ARENA_MAX=2 exec setsid "$@") </dev/null \
-        >>"$LOGS/$name.log" 2>&1 \
-        3>&- 4>&- &
-    echo "$! $(proc_start "$!")" >"$RUN/$name.pid"
-    conf_sum "$name" >"$RUN/$name.conf-sum"
-    echo "started $name (pid $!): $*"
 }
 
 # start_service NAME: start_daemon with the service's command
@@ -262,82 +231,18 @@ start_service() {
     start_daemon "$name" "${words[@]:1}"
 }
 
-# wait_service NAME: until each of its ports accepts connections.
+# wait_service NAME: until each of its ports accepts connections; fails
+# early if it exited.
 wait_service() {
-    local name=$1 port
-    STEP_HINT=$LOGS/$name.log
-    for port in ${SERVICE_PORTS[$name]:-}; do
-        wait_port "$name" "$port" "${READY_S[$name]:-120}"
-    done
-}
-
-# The files a service reads at start, one a line (layout.py).
-service_files() {
-    [ -z "${SERVICE_FILES[$1]:-}" ] || printf '%s\n' "${SERVICE_FILES[$1]}"
-}
-
-# conf_sum NAME: a digest of what NAME read when it started ("-" when it
-# reads no file of ours).
-conf_sum() {
-    local files
-    files=$(service_files "$1")
-    if [ -z "$files" ]; then
-        echo -
-        return 0
-    fi
-    # shellcheck disable=SC2086  # one path a line, no spaces in them
-    # (a file that is absent, such as the simulated hardware's, counts as
-    # empty)
-    { cat $files 2>/dev/null || true; } | sha256sum | cut -d' ' -f1
+    STEP_HINT=$LOGS/$1.log
+    processes wait-ports "$1" "${READY_S[$1]:-120}"
 }
 
 # stop_reconfigured: stop each running service whose configuration changed
 # since it started (or that an older version of this script started); the
 # steps after this one start them again.
 stop_reconfigured() {
-    local name pid pids=() want
-    for name in "${RETIRED_SERVICES[@]}"; do
-        if pid=$(pid_of "$name"); then
-            echo "stopping $name (pid $pid): another service's process" \
-                "runs it now"
-            kill -TERM "$pid" 2>/dev/null || true
-            pids+=("$pid")
-        fi
-        rm -f "$RUN/$name.pid" "$RUN/$name.conf-sum"
-    done
-    for name in "${SERVICES[@]}"; do
-        pid=$(pid_of "$name") || continue
-        want=$(conf_sum "$name")
-        [ "$want" != - ] || continue
-        if [ "$(cat "$RUN/$name.conf-sum" 2>/dev/null)" != "$want" ]; then
-            echo "restarting $name (pid $pid): its configuration changed"
-            kill -TERM "$pid" 2>/dev/null || true
-            pids+=("$pid")
-        fi
-    done
-    wait_pids 30 "${pids[@]}"
-}
-
-port_open() {
-    (exec 5<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-# port_holder PORT: print the sockets (listening or connected, any
-# address) that hold local port PORT and succeed, or fail when it is free.
-# A connection's own end counts: a server cannot bind a port that an
-# outgoing connection took. TIME-WAIT does not: the servers reuse it.
-port_holder() {
-    local held
-    # A stopped server's closing connections (TIME-WAIT, FIN-WAIT-*,
-    # LAST-ACK, CLOSING; no process owns them) do not keep the next one
-    # from binding: it sets SO_REUSEADDR.
-    held=$(ss -Htanp state all "( sport = :$1 )" 2>/dev/null |
-        grep -Ev '^(TIME-WAIT|FIN-WAIT-1|FIN-WAIT-2|LAST-ACK|CLOSING) ' ||
-        true)
-    if [ -z "$held" ] && port_open "$1"; then
-        held="something accepts connections on 127.0.0.1:$1"
-    fi
-    [ -n "$held" ] && printf '%s\n' "$held"
+    processes restart-changed
 }
 
 # check_port_range: the sandbox's ports (SANDBOX_PORT_BASE and the next
@@ -346,31 +251,6 @@ port_holder() {
 # starts, and that service then fails to bind ("Address already in use").
 check_port_range() {
     python3 "$HELPERS/layout.py" check-ports >&4 || exit 1
-}
-
-# wait_port NAME PORT [TIMEOUT]: until the port accepts connections; fail
-# early if the process died.
-wait_port() {
-    local name=$1 port=$2 timeout=${3:-120} i
-    for ((i = 0; i < timeout * 4; i++)); do
-        if port_open "$port"; then
-            return 0
-        fi
-        if ! is_running "$name"; then
-            echo "$name exited; see $LOGS/$name.log"
-            return 1
-        fi
-        sleep 0.25
-    done
-    echo "$name: port $port not open after ${timeout}s"
-    return 1
-}
-
-stop_service() {
-    local name=$1 pid
-    pid=$(pid_of "$name") || { rm -f "$RUN/$name.pid"; return 0; }
-    kill -TERM "$pid" 2>/dev/null || true
-    printf '%s\n' "$pid"
 }
 
 # --- install ------------------------------------------------------------------
@@ -750,34 +630,18 @@ start_apis() {
     done
 }
 
-# wait_log NAME PATTERN TIMEOUT: until PATTERN appears in NAME's log
-# after its last start.
+# wait_log NAME TEXT TIMEOUT: until TEXT appears in NAME's log after its
+# last start.
 wait_log() {
-    local name=$1 pattern=$2 timeout=$3 log=$LOGS/$1.log i
-    for ((i = 0; i < timeout * 4; i++)); do
-        if awk -v p="$pattern" '/^=== .*: starting / { seen = 0 }
-            index($0, p) { seen = 1 } END { exit !seen }' "$log"; then
-            return 0
-        fi
-        is_running "$name" || { echo "$name exited"; return 1; }
-        sleep 0.25
-    done
-    echo "$name: no '$pattern' in its log after ${timeout}s"
-    return 1
+    processes wait-log "$@"
 }
 
 # restart_changed: a new build of this project is installed: restart the
 # services that import it (the driver, the API's extra spec validators).
 restart_changed() {
-    local name pid
     [ "$PROJECT_CHANGED" = 1 ] || return 0
-    for name in nova-compute nova-api; do
-        pid=$(stop_service "$name") || true
-        if [ -n "$pid" ]; then
-            echo "restarting $name (pid $pid): nova-lxd-accel was updated"
-            wait_pids 30 "$pid"
-        fi
-    done
+    echo "nova-lxd-accel was updated: restarting nova-compute and nova-api"
+    processes stop 30 nova-compute nova-api
 }
 
 start_nova_services() {
@@ -836,24 +700,11 @@ start_network_agents() {
     provision wait-agents 180 "$since"
 }
 
-# The dnsmasq and haproxy processes the agents started (they outlive the
-# agents), by the pid files under Neutron's state path.
-stop_network_helpers() {
-    local pidfile pid
-    for pidfile in "$DATA"/neutron/external/pids/*.pid* \
-        "$DATA"/neutron/dhcp/*/pid; do
-        [ -f "$pidfile" ] || continue
-        pid=$(cat "$pidfile" 2>/dev/null) || continue
-        if [ -n "$pid" ]; then
-            kill -TERM "$pid" 2>/dev/null || true
-        fi
-    done
-}
-
 # Namespaces, bridges and ports of this sandbox's networking (clean).
 remove_network_plumbing() {
     local ns
-    stop_network_helpers
+    # the dnsmasq and haproxy processes the agents started
+    processes stop-helpers
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' |
         grep -E '^(qrouter|qdhcp|snat|fip)-|^'"$OUTSIDE_NS"'$' || true); do
         ip netns delete "$ns" 2>/dev/null || true
@@ -1099,10 +950,8 @@ horizon_configure() {
 }
 
 horizon_off() {
-    local pid
     rm -f "$HORIZON_DATA/enabled"
-    pid=$(stop_service horizon) || true
-    [ -z "$pid" ] || wait_pids 30 "$pid"
+    processes stop 30 horizon
     rm -f "$RUN/horizon.pid"
 }
 
@@ -1184,9 +1033,8 @@ start_fake_compute() {
 }
 
 stop_fake_compute() {
-    local pid id
-    pid=$(stop_service nova-compute-fake) || true
-    [ -z "$pid" ] || wait_pids 30 "$pid"
+    local id
+    processes stop 30 nova-compute-fake
     rm -f "$RUN/nova-compute-fake.pid" "$RUN/nova-compute-fake.conf-sum"
     # Its service record and resource provider go too: no host stays
     # "down" in the cloud after the bench.
@@ -1311,132 +1159,15 @@ cmd_up() {
 }
 
 cmd_down() {
-    local name pids=() pid i alive
-    for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
-        name=${SERVICES[i]}
-        # The OpenStack services first, all at once; the message bus,
-        # the database and epmd only once those are gone.
-        case $name in
-            epmd | rabbitmq | mariadb) continue ;;
-        esac
-        pid=$(stop_service "$name") && [ -n "$pid" ] && pids+=("$pid") &&
-            say "stopping $name (pid $pid)"
-    done
-    for name in "${RETIRED_SERVICES[@]}"; do
-        pid=$(stop_service "$name") && [ -n "$pid" ] && pids+=("$pid") &&
-            say "stopping $name (pid $pid)"
-    done
-    wait_pids 30 "${pids[@]}"
-    stop_network_helpers
-    for name in rabbitmq mariadb epmd; do
-        pid=$(stop_service "$name") || true
-        if [ -n "$pid" ]; then
-            say "stopping $name (pid $pid)"
-            wait_pids 30 "$pid"
-        fi
-    done
-    alive=0
-    for name in "${SERVICES[@]}"; do
-        if is_running "$name"; then
-            alive=1
-        else
-            rm -f "$RUN/$name.pid"
-        fi
-    done
-    [ "$alive" = 0 ] || die "some services still run; see 'status'"
-    say "sandbox down"
-}
-
-# wait_pids TIMEOUT pid...: wait for the pids to exit, KILL after TIMEOUT.
-wait_pids() {
-    local timeout=$1 pid left i
-    shift
-    [ "$#" -gt 0 ] || return 0
-    for ((i = 0; i < timeout * 4; i++)); do
-        left=0
-        for pid in "$@"; do
-            if [ -d "/proc/$pid" ]; then
-                left=1
-            fi
-        done
-        [ "$left" = 1 ] || return 0
-        sleep 0.25
-    done
-    for pid in "$@"; do
-        if [ -d "/proc/$pid" ]; then
-            say "pid $pid did not stop in ${timeout}s: KILL"
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    done
-}
-
-# The ports a service listens on, space-separated; "-" for none.
-service_port() {
-    printf '%s\n' "${SERVICE_PORTS[$1]:--}"
+    processes down >&3 || die "some services still run; see 'status'"
 }
 
 cmd_status() {
-    local name pid state running=0 expected=${#SERVICES[@]} mem
-    local -A pss=() rss=()
-    local kib_pss kib_rss total_pss=0 total_rss=0
-    local row='%-22s %-8s %-8s %-11s %8s %8s  %s'
-    say "daemon: $SANDBOX_BACKEND at $DAEMON_DIR/unix.socket"
-    if hardware_active; then
-        say "hardware: SIMULATED, recorded host" \
-            "$(python3 "$HELPERS/hardware.py" summary); no real device is" \
-            "attached"
-    else
-        say "hardware: the host's own"
-    fi
-    # PSS: pages that processes share count once in all (see memory.py)
-    mem=$(python3 "$HELPERS/memory.py" "$SANDBOX_DIR" "${SERVICES[@]}")
-    while read -r name kib_pss kib_rss; do
-        pss[$name]=$kib_pss
-        rss[$name]=$kib_rss
-    done <<<"$mem"
-    # shellcheck disable=SC2059  # the row format, one for every line
-    say "$(printf "$row" SERVICE STATE PID PORT PSS_MiB RSS_MiB LOG)"
-    for name in "${SERVICES[@]}"; do
-        if { [ "$name" = hwproxy ] && ! hardware_active; } ||
-            { [ "$name" = horizon ] && ! horizon_enabled; }; then
-            if ! is_running "$name"; then
-                expected=$((expected - 1))
-                continue
-            fi
-        fi
-        if pid=$(pid_of "$name"); then
-            state=running
-            running=$((running + 1))
-        else
-            state=stopped pid=-
-        fi
-        total_pss=$((total_pss + ${pss[$name]:-0}))
-        total_rss=$((total_rss + ${rss[$name]:-0}))
-        # shellcheck disable=SC2059
-        say "$(printf "$row" "$name" "$state" "$pid" \
-            "$(service_port "$name" | tr ' ' ,)" "$(mib "${pss[$name]:-}")" \
-            "$(mib "${rss[$name]:-}")" "$LOGS/$name.log")"
-    done
-    total_pss=$((total_pss + pss[helpers]))
-    total_rss=$((total_rss + rss[helpers]))
-    # shellcheck disable=SC2059
-    say "$(printf "$row" helpers - - - "$(mib "${pss[helpers]}")" \
-        "$(mib "${rss[helpers]}")" "privsep daemons, dnsmasq, haproxy")"
-    say "$running/$expected running; the cloud holds $(mib "$total_pss") MiB" \
-        "(PSS of the services and their helpers; RSS summed:" \
-        "$(mib "$total_rss") MiB; $SANDBOX_BACKEND and the containers not" \
-        "counted); state in $SANDBOX_DIR"
+    local rc=0
+    processes status "$SANDBOX_BACKEND" "$DAEMON_DIR/unix.socket" >&3 ||
+        rc=$?
     check_secrets || true
-    [ "$running" = "$expected" ]
-}
-
-# mib KIB: KiB as whole MiB, "-" for none.
-mib() {
-    if [ -n "${1:-}" ]; then
-        echo $(($1 / 1024))
-    else
-        echo -
-    fi
+    return "$rc"
 }
 
 # The ids of every image this sandbox's Glance ever had (deleted ones

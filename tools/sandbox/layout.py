@@ -15,10 +15,10 @@
 
 The state directory and its parts, the ports, the services (in start
 order, with their ports and the files each reads at start) and the fixed
-names (region, networks, image, flavors). ``tools/sandbox.sh``, the
-configuration writer (``configs.py``), the credentials (``credentials.py``)
-and the benchmarks all read them from here; any Python 3, standard library
-only (it runs before the sandbox's venv exists).
+names (region, networks, image, flavors). ``tools/sandbox.sh`` and the
+other modules here (configs, credentials, services, processes) and the
+benchmarks all read them from here; any Python 3, standard library only
+(it runs before the sandbox's venv exists).
 
 Usage: layout.py shell       bash assignments for tools/sandbox.sh
        layout.py check-ports exit 2 with the reason when the ports overlap
@@ -213,7 +213,11 @@ class Layout(object):
         return None
 
     def shell(self):
-        """Bash assignments of all that tools/sandbox.sh reads from here."""
+        """Bash assignments of all that tools/sandbox.sh reads from here.
+
+        Paths, ports and names; the services themselves are handled by
+        processes.py and services.py.
+        """
         q = shlex.quote
         lines = ['SANDBOX_DIR=%s' % q(self.dir),
                  'SANDBOX_PORT_BASE=%d' % self.port_base,
@@ -232,18 +236,6 @@ class Layout(object):
                   'SECOND_FLAVOR=%s' % q(SECOND_FLAVOR),
                   'FAKE_HOST=%s' % q(FAKE_HOST),
                   'KEYSTONE_URL=%s' % q(self.url('KEYSTONE'))]
-        lines.append('SERVICES=(%s)' % ' '.join(
-            q(service.name) for service in SERVICES))
-        lines.append('RETIRED_SERVICES=(%s)' % ' '.join(
-            q(name) for name in RETIRED_SERVICES))
-        lines.append('declare -gA SERVICE_PORTS=(%s)' % ' '.join(
-            '[%s]=%s' % (q(service.name), q(' '.join(
-                str(port) for port in self.service_ports(service.name))))
-            for service in SERVICES if service.ports))
-        lines.append('declare -gA SERVICE_FILES=(%s)' % ' '.join(
-            '[%s]=%s' % (q(service.name), q('\n'.join(
-                self.service_files(service.name))))
-            for service in SERVICES if service.files))
         return '\n'.join(lines) + '\n'
 
 

@@ -21,12 +21,16 @@ a service.
 
 import configparser
 import importlib
+import io
 import os
 import re
+import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 import testtools
 
@@ -94,20 +98,14 @@ class LayoutTest(testtools.TestCase):
         odd = "/tmp/a dir/it's $HOME"
         env = dict(os.environ, SANDBOX_DIR=odd, SANDBOX_PORT_BASE='27100')
         script = ('eval "$(python3 %s shell)"; printf "%%s\\n" "$ETC" '
-                  '"${SERVICE_PORTS[nova-api]}" "${#SERVICES[@]}" '
-                  '"${SERVICES[-1]}" "${RETIRED_SERVICES[0]}"; '
-                  'printf "%%s\\n" "${SERVICE_FILES[nova-compute]}"'
+                  '"$HW_SOCKET" "$PORT_NOVA" "$KEYSTONE_URL" "$OUTSIDE_NS"'
                   % os.path.join(HELPERS, 'layout.py'))
         result = subprocess.run(['bash', '-c', script], env=env,
                                 capture_output=True, text=True, timeout=60,
                                 check=True)
-        lines = result.stdout.splitlines()
-        self.assertEqual([odd + '/etc', '27174 27175',
-                          str(len(layout.SERVICES)),
-                          layout.SERVICES[-1].name,
-                          layout.RETIRED_SERVICES[0],
-                          odd + '/etc/nova/nova-compute.conf',
-                          odd + '/data/hardware/name'], lines)
+        self.assertEqual([odd + '/etc', odd + '/run/hwproxy.sock', '27174',
+                          'http://127.0.0.1:27150', 'sandbox-outside'],
+                         result.stdout.splitlines())
 
 
 def _settings(lay, hardware=None, microversion='2.100'):
@@ -477,3 +475,157 @@ class HardwareTest(testtools.TestCase):
         self.assertIn("no recorded host 'no-such-host'", str(error))
         self.assertIn('h100-mig-a100-ib', str(error))
         self.assertFalse(os.path.exists(self.layout.hardware))
+
+
+processes = _load('processes')
+
+
+class ProcessesTest(testtools.TestCase):
+    """Start, find, restart and stop stand-in services (sleep)."""
+
+    def setUp(self):
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        # a base whose ports nothing here uses: the free port the kernel
+        # gives, moved so that it is the base's epmd port
+        with socket.socket() as probe:
+            probe.bind(('127.0.0.1', 0))
+            self.free_port = probe.getsockname()[1]
+        self.layout = layout.Layout(os.path.join(tmp.name, 'sandbox'),
+                                    self.free_port - 43)
+        for path in (self.layout.run, self.layout.logs,
+                     os.path.join(self.layout.etc, 'keystone')):
+            os.makedirs(path)
+        self.out = io.StringIO()
+
+    def _start(self, name, argv=('sleep', '60')):
+        self.assertTrue(processes.start(self.layout, name, list(argv),
+                                        self.out), self.out.getvalue())
+        pid = processes.pid_of(self.layout, name)
+        self.assertIsNotNone(pid)
+        self.addCleanup(self._kill, pid)
+        return pid
+
+    @staticmethod
+    def _kill(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+    def test_started_in_its_own_session_from_root_with_its_log(self):
+        pid = self._start('nova-compute-fake',
+                          ['sh', '-c', 'echo hello from $MALLOC_ARENA_MAX; '
+                           'exec sleep 60'])
+        self.assertEqual(pid, os.getsid(pid))
+        self.assertEqual('/', os.readlink('/proc/%d/cwd' % pid))
+        log = os.path.join(self.layout.logs, 'nova-compute-fake.log')
+        for _ in range(100):
+            if 'hello' in processes.log_since_start(self.layout,
+                                                    'nova-compute-fake'):
+                break
+            time.sleep(0.05)
+        with open(log) as handle:
+            text = handle.read()
+        self.assertRegex(text, r'\n=== \S+: starting nova-compute-fake\n'
+                               r'hello from 2\n')
+        # started again: it already runs, nothing else starts
+        self.assertTrue(processes.start(self.layout, 'nova-compute-fake',
+                                        ['false'], self.out))
+        self.assertIn('nova-compute-fake already runs (pid %d)' % pid,
+                      self.out.getvalue())
+
+    def test_a_recycled_pid_is_not_the_service(self):
+        pid = self._start('nova-compute-fake')
+        path = os.path.join(self.layout.run, 'nova-compute-fake.pid')
+        with open(path) as handle:
+            recorded, started = handle.read().split()
+        self.assertEqual(str(pid), recorded)
+        # the same pid, started at another time: another process
+        with open(path, 'w') as handle:
+            handle.write('%s %d\n' % (recorded, int(started) + 1))
+        self.assertIsNone(processes.pid_of(self.layout, 'nova-compute-fake'))
+        os.remove(path)
+        self.assertIsNone(processes.pid_of(self.layout, 'nova-compute-fake'))
+
+    def test_a_taken_port_refuses_the_start(self):
+        with socket.socket() as holder:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.bind(('127.0.0.1', self.free_port))
+            holder.listen(1)
+            self.assertFalse(processes.start(self.layout, 'epmd',
+                                             ['sleep', '60'], self.out))
+        self.assertIn('cannot start epmd: port %d is taken'
+                      % self.free_port, self.out.getvalue())
+        self.assertFalse(os.path.exists(os.path.join(self.layout.run,
+                                                     'epmd.pid')))
+
+    def test_a_changed_configuration_restarts_only_its_service(self):
+        conf = os.path.join(self.layout.etc, 'keystone', 'keystone.conf')
+        with open(conf, 'w') as handle:
+            handle.write('[DEFAULT]\n')
+        keystone = self._start('keystone')
+        neutron = self._start('neutron-rpc')
+        processes.restart_changed(self.layout, self.out)
+        self.assertEqual(keystone, processes.pid_of(self.layout, 'keystone'))
+        with open(conf, 'a') as handle:
+            handle.write('debug = true\n')
+        processes.restart_changed(self.layout, self.out)
+        self.assertIsNone(processes.pid_of(self.layout, 'keystone'))
+        self.assertEqual(neutron, processes.pid_of(self.layout,
+                                                   'neutron-rpc'))
+        self.assertIn('stopping keystone (pid %d): its configuration '
+                      'changed' % keystone, self.out.getvalue())
+
+    def test_a_retired_service_is_stopped(self):
+        old = self._start('nova-scheduler')
+        processes.restart_changed(self.layout, self.out)
+        self.assertFalse(processes.running(old))
+        self.assertFalse(os.path.exists(os.path.join(
+            self.layout.run, 'nova-scheduler.pid')))
+
+    def test_one_that_ignores_term_is_killed_after_the_timeout(self):
+        pid = self._start('nova-compute-fake',
+                          ['sh', '-c', 'trap "" TERM; while :; do sleep 1; '
+                           'done'])
+        time.sleep(0.3)  # let sh set its trap
+        left = processes.wait_pids(
+            processes.terminate(self.layout, ['nova-compute-fake'],
+                                self.out), 1, self.out)
+        self.assertEqual([pid], left)
+        self.assertIn('pid %d did not stop in 1s: KILL' % pid,
+                      self.out.getvalue())
+        for _ in range(100):
+            if not processes.running(pid):
+                break
+            time.sleep(0.05)
+        self.assertFalse(processes.running(pid))
+
+    def test_down_stops_the_services_before_bus_and_database(self):
+        pids = {name: self._start(name) for name in
+                ('epmd', 'mariadb', 'rabbitmq', 'keystone', 'nova-compute')}
+        self.assertEqual([], processes.down(self.layout, 5, self.out))
+        order = [line.split()[1] for line in
+                 self.out.getvalue().splitlines()
+                 if line.startswith('stopping ')]
+        self.assertEqual(['nova-compute', 'keystone', 'rabbitmq', 'mariadb',
+                          'epmd'], order)
+        for pid in pids.values():
+            self.assertFalse(processes.running(pid))
+        self.assertEqual([], [name for name in os.listdir(self.layout.run)
+                              if name.endswith('.pid')])
+
+    def test_status_counts_what_runs(self):
+        self._start('keystone')
+        self.assertFalse(processes.status(self.layout, 'lxd', '/x.sock',
+                                          self.out))
+        text = self.out.getvalue()
+        self.assertIn("hardware: the host's own", text)
+        self.assertRegex(text, r'\nkeystone +running +\d+ +%d '
+                         % self.layout.ports['KEYSTONE'])
+        self.assertRegex(text, r'\nepmd +stopped +- ')
+        # neither the proxy nor Horizon is expected here
+        self.assertIn('1/14 running', text)
+        self.assertNotIn('hwproxy', text)

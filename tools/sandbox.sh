@@ -223,7 +223,7 @@ start_service() {
     local name=$1 words=()
     mapfile -d '' words < <(python3 "$HELPERS/services.py" command \
         "$name" --daemon-socket "$DAEMON_DIR/unix.socket")
-    if [ "${#words[@]}" -lt 3 ]; then
+    if [ "${#words[@]}" -lt 2 ]; then
         echo "no command for $name (python3 $HELPERS/services.py failed)"
         return 1
     fi

@@ -4,6 +4,7 @@
 Usage: in_process.py CONSOLE_SCRIPT [ARGS...]
        in_process.py nova-conductor+scheduler [ARGS...]
        in_process.py neutron-dhcp+l3-agent [ARGS...]
+       in_process.py neutron-openvswitch-agent [ARGS...]
 
 oslo.service's threading backend (the default of Nova 34 and Neutron 29)
 starts even a single worker in a forked child: ``nova-conductor``,
@@ -21,6 +22,14 @@ two services created side by side; one Python with Nova's imports less.
 ``neutron-dhcp+l3-agent`` does the same for Neutron's DHCP and L3 agents
 (each still reports as its own agent), and with them their privsep
 daemons, one per privsep context instead of one per context and agent.
+
+``neutron-openvswitch-agent`` forks nothing, but its process outlives its
+agent: the agent runs in a thread of os-ken's AppManager, whose
+``run_apps()`` then joins every os-ken thread, and with the threading hub
+(Neutron 29) os-ken cannot kill its OpenFlow listener, blocked in
+``accept()``. The agent left its loop on SIGTERM within 2 s, and its process
+waited until ``down`` KILLed it 30 s later. Here the process ends when the
+agent's thread does.
 
 SIGTERM and SIGINT stop the services and end the process, as oslo.service's
 ``no_fork`` launcher does: the process exits once the services' stop()
@@ -169,11 +178,36 @@ def neutron_dhcp_and_l3_agents():
 #: name: (the module a console script would import first, main).
 #: nova.cmd.conductor picks Nova's concurrency backend on import, which
 #: must come before anything imports oslo.service (and eventlet with it).
+def neutron_openvswitch_agent():
+    """neutron-openvswitch-agent's main(): the process ends with its agent."""
+    from neutron.cmd.agents import ovs_neutron_agent
+    from neutron.plugins.ml2.drivers.openvswitch.agent.openflow.native \
+        import ovs_oskenapp
+
+    agent_main = ovs_oskenapp.agent_main_wrapper
+
+    def agent_then_exit(*args, **kwargs):
+        status = 1  # the agent died of an exception (logged by it)
+        try:
+            agent_main(*args, **kwargs)
+            status = 0
+        finally:
+            logging.shutdown()
+            os._exit(status)
+
+    # OVSNeutronAgentOSKenApp.start() looks the name up when it starts the
+    # agent's thread.
+    ovs_oskenapp.agent_main_wrapper = agent_then_exit
+    return ovs_neutron_agent.main()
+
+
 COMBINED = {
     'nova-conductor+scheduler': ('nova.cmd.conductor',
                                  nova_conductor_and_scheduler),
     'neutron-dhcp+l3-agent': ('neutron.cmd.agents.dhcp',
                               neutron_dhcp_and_l3_agents),
+    'neutron-openvswitch-agent': ('neutron.cmd.agents.ovs_neutron_agent',
+                                  neutron_openvswitch_agent),
 }
 
 

@@ -102,7 +102,8 @@ SERVICES = (
             (_NEUTRON, 'etc/neutron/plugins/ml2/ml2_conf.ini', _IN_PROCESS),
             False),
     Service('neutron-ovs-agent', (),
-            (_NEUTRON, 'etc/neutron/openvswitch_agent.ini'), False),
+            (_NEUTRON, 'etc/neutron/openvswitch_agent.ini', _IN_PROCESS),
+            False),
     # runs the L3 agent too (in_process.py)
     Service('neutron-dhcp-agent', (),
             (_NEUTRON, 'etc/neutron/dhcp_agent.ini',

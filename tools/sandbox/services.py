@@ -21,7 +21,7 @@ the service's ports (layout.py) for at most ``Command.ready_s`` seconds.
 Usage: services.py command NAME --daemon-socket PATH
 
 ``command`` prints the seconds the service's ports may take to open, then
-``env NAME=VALUE... ARGV...``, NUL-separated (tools/sandbox.sh reads them
+``[env NAME=VALUE...] ARGV...``, NUL-separated (tools/sandbox.sh reads them
 with mapfile -d ''). Any Python 3, standard library only.
 """
 
@@ -142,7 +142,8 @@ def neutron_rpc(layout, context):
 
 
 def neutron_ovs_agent(layout, context):
-    return Command({}, [_venv(layout, 'bin', 'neutron-openvswitch-agent')] +
+    # in_process.py ends its process when the agent ends
+    return Command({}, _in_process(layout, 'neutron-openvswitch-agent') +
                    _conf(layout, 'neutron/neutron.conf',
                          'neutron/openvswitch_agent.ini'), 0)
 
@@ -236,8 +237,9 @@ def main(argv):
     except ValueError as error:
         sys.stderr.write('sandbox: %s\n' % error)
         return 2
-    words = [str(result.ready_s), 'env'] + [
-        '%s=%s' % item for item in result.env.items()]
+    words = [str(result.ready_s)]
+    if result.env:
+        words += ['env'] + ['%s=%s' % item for item in result.env.items()]
     sys.stdout.write(''.join(word + '\0' for word in words + result.argv))
     return 0
 

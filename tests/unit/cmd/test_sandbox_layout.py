@@ -403,9 +403,16 @@ class ServicesTest(testtools.TestCase):
             [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
              'epmd', '--daemon-socket', '/x.sock'], env=env,
             capture_output=True, timeout=60, check=True)
-        self.assertEqual([b'20', b'env', b'epmd', b'-address', b'127.0.0.1',
+        self.assertEqual([b'20', b'epmd', b'-address', b'127.0.0.1',
                           b'-port', b'27143', b''],
                          result.stdout.split(b'\0'))
+        result = subprocess.run(
+            [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
+             'keystone', '--daemon-socket', '/x.sock'], env=env,
+            capture_output=True, timeout=60, check=True)
+        self.assertEqual([b'120', b'env',
+                          b'OS_KEYSTONE_CONFIG_DIR=/srv/sandbox/etc/keystone'],
+                         result.stdout.split(b'\0')[:3])
         result = subprocess.run(
             [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
              'nova-scheduler', '--daemon-socket', '/x.sock'], env=env,

@@ -39,6 +39,7 @@ SANDBOX_COMPUTE_DRIVER=${SANDBOX_COMPUTE_DRIVER:-lxd_accel.LXDDriver}
 SANDBOX_PYTHON=${SANDBOX_PYTHON:-python3}
 SANDBOX_CONSTRAINTS=${SANDBOX_CONSTRAINTS:-$REPO_DIR/constraints.txt}
 SANDBOX_APT=${SANDBOX_APT:-1}
+export SANDBOX_PYTHON SANDBOX_CONSTRAINTS SANDBOX_APT
 LXD_DIR=${LXD_DIR:-/var/lib/lxd}
 INCUS_DIR=${INCUS_DIR:-/var/lib/incus}
 export LXD_DIR INCUS_DIR
@@ -68,19 +69,6 @@ SANDBOX_HARDWARE=
 
 # Set by pip_install when it installed a new build of this project.
 PROJECT_CHANGED=0
-
-PY_PACKAGES=(
-    nova==34.0.0
-    openstack-placement==16.0.0
-    keystone==30.0.0
-    glance==33.0.0
-    neutron==29.0.0
-    python-openstackclient
-    osc-placement
-    PyMySQL
-    pylxd
-    cheroot
-)
 
 # --- output -----------------------------------------------------------------
 
@@ -255,133 +243,20 @@ check_port_range() {
 
 # --- install ------------------------------------------------------------------
 
-# apt_get ARGS...: apt-get that waits (up to APT_LOCK_WAIT seconds) for
-# another apt or dpkg to release its lock instead of failing at once.
-# DPkg::Lock::Timeout covers dpkg's lock; "apt-get update" does not wait on
-# the lists lock, so that one is retried here.
-APT_LOCK_WAIT=${APT_LOCK_WAIT:-300}
-apt_get() {
-    local out rc waited=0
-    out=$(mktemp)
-    while :; do
-        rc=0
-        apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT" "$@" 2>&1 |
-            tee "$out" || rc=$?
-        if [ "$rc" = 0 ] || ! grep -q 'Could not get lock' "$out" ||
-            [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
-            break
-        fi
-        echo "apt-get: another apt holds its lock; waiting" \
-            "(${waited}s of ${APT_LOCK_WAIT}s)"
-        sleep 5
-        waited=$((waited + 5))
-    done
-    rm -f "$out"
-    if [ "$rc" != 0 ] && [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
-        echo "apt-get $*: the apt lock stayed busy for ${APT_LOCK_WAIT}s;" \
-            "wait for the other apt-get/dpkg to finish (ps -C apt-get,dpkg)" \
-            "and re-run up"
-    fi
-    return "$rc"
-}
-
+# The Debian packages that are missing, then the venv (install.py); apt
+# waits for another apt's lock.
 apt_install() {
-    local missing=()
-    # Incus comes with tools/incus-up.sh (bookworm-backports on Debian 12).
-    if [ "$SANDBOX_BACKEND" = lxd ]; then
-        command -v lxd >/dev/null || missing+=(lxd lxd-client)
-    fi
-    command -v busybox >/dev/null || missing+=(busybox-static)
-    command -v mariadbd >/dev/null || missing+=(mariadb-server)
-    [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
-    # What Neutron's agents run: the L3 agent's NAT and the DHCP agent's
-    # rules (iptables), DHCP (dnsmasq), the metadata proxy (haproxy),
-    # conntrack cleanup and gratuitous ARP for floating IPs.
-    command -v iptables-save >/dev/null || missing+=(iptables)
-    command -v dnsmasq >/dev/null || missing+=(dnsmasq-base)
-    command -v haproxy >/dev/null || missing+=(haproxy)
-    command -v conntrack >/dev/null || missing+=(conntrack)
-    command -v arping >/dev/null || missing+=(iputils-arping)
-    "$SANDBOX_PYTHON" -c 'import venv, ensurepip' 2>/dev/null ||
-        missing+=(python3-venv)
-    if [ "${#missing[@]}" -eq 0 ]; then
-        echo "Debian packages present"
-        return 0
-    fi
-    if [ "$SANDBOX_APT" != 1 ]; then
-        echo "missing Debian packages: ${missing[*]} (SANDBOX_APT=0)"
-        return 1
-    fi
-    # Keep the packages' own services from starting (and binding to public
-    # addresses): the sandbox starts its own instances on loopback.
-    local policy=/usr/sbin/policy-rc.d added=0
-    if [ ! -e "$policy" ]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod 755 "$policy"
-        added=1
-    fi
-    apt_get update -q
-    echo "installing: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt_get install -y -q \
-        --no-install-recommends "${missing[@]}"
-    if [ "$added" = 1 ]; then
-        rm -f "$policy"
-    fi
-}
-
-# A fingerprint of what the venv must hold: the constraints and package
-# list, and the project's own tree.
-deps_fingerprint() {
-    {
-        printf '%s\n' "${PY_PACKAGES[@]}"
-        cat "$SANDBOX_CONSTRAINTS" 2>/dev/null || true
-    } | sha256sum | cut -d' ' -f1
-}
-
-project_fingerprint() {
-    (cd "$REPO_DIR" &&
-        find nova_lxd_accel nova setup.cfg setup.py requirements.txt \
-            -type f ! -name '*.pyc' -print0 2>/dev/null | sort -z |
-        xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
+    python3 -u "$HELPERS/install.py" debian "$SANDBOX_BACKEND"
 }
 
 pip_install() {
-    local constraint=() deps project
-    if [ -f "$SANDBOX_CONSTRAINTS" ]; then
-        constraint=(-c "$SANDBOX_CONSTRAINTS")
-    else
-        echo "WARNING: $SANDBOX_CONSTRAINTS missing: versions float"
+    local rc=0
+    python3 -u "$HELPERS/install.py" venv || rc=$?
+    if [ "$rc" = 3 ]; then
+        PROJECT_CHANGED=1 # a new build of this project: see restart_changed
+        rc=0
     fi
-    if [ ! -x "$VENV/bin/python" ]; then
-        "$SANDBOX_PYTHON" -m venv "$VENV"
-        # The project is built without isolation: setuptools needs wheel.
-        "$VENV/bin/pip" install -q "${constraint[@]}" --upgrade \
-            pip setuptools wheel
-    fi
-    deps=$(deps_fingerprint)
-    if [ "$(cat "$VENV/.sandbox-deps" 2>/dev/null)" != "$deps" ]; then
-        "$VENV/bin/pip" install -q "${constraint[@]}" "${PY_PACKAGES[@]}"
-        echo "$deps" >"$VENV/.sandbox-deps"
-        rm -f "$VENV/.sandbox-project"
-    else
-        echo "OpenStack packages already installed"
-    fi
-    project=$(project_fingerprint)
-    if [ "$(cat "$VENV/.sandbox-project" 2>/dev/null)" != "$project" ]; then
-        # pbr needs a version when the checkout has no tag (or no commit).
-        local pbr_version=()
-        if ! git -C "$REPO_DIR" describe --tags >/dev/null 2>&1; then
-            pbr_version=(PBR_VERSION=0.0.1.dev0)
-        fi
-        # pip always rebuilds a directory; its dependencies, already
-        # there, stay as they are. Not editable: the tree may move on.
-        env "${pbr_version[@]}" "$VENV/bin/pip" install -q \
-            "${constraint[@]}" --no-build-isolation "$REPO_DIR"
-        echo "$project" >"$VENV/.sandbox-project"
-        PROJECT_CHANGED=1
-    else
-        echo "nova-lxd-accel already installed"
-    fi
+    return "$rc"
 }
 
 # secrets.env (0600): a random password for each name it lacks.

@@ -636,3 +636,123 @@ class ProcessesTest(testtools.TestCase):
         # neither the proxy nor Horizon is expected here
         self.assertIn('1/14 running', text)
         self.assertNotIn('hwproxy', text)
+
+
+install = _load('install')
+
+
+class InstallTest(testtools.TestCase):
+    """What ``up`` installs, decided without installing anything."""
+
+    def test_missing_debian_packages(self):
+        self.assertEqual([], install.missing_debian_packages(
+            'lxd', 'python3', which=lambda name: '/usr/bin/' + name,
+            exists=lambda path: True, has_venv=True))
+        nothing = install.missing_debian_packages(
+            'lxd', 'python3', which=lambda name: None,
+            exists=lambda path: False, has_venv=False)
+        self.assertEqual(['lxd', 'lxd-client', 'busybox-static',
+                          'mariadb-server', 'rabbitmq-server', 'iptables',
+                          'dnsmasq-base', 'haproxy', 'conntrack',
+                          'iputils-arping', 'python3-venv'], nothing)
+        # Incus comes from tools/incus-up.sh, not from here
+        self.assertNotIn('lxd', install.missing_debian_packages(
+            'incus', 'python3', which=lambda name: None,
+            exists=lambda path: False, has_venv=True))
+
+    def test_apt_waits_for_another_apt_s_lock(self):
+        answers = [(100, 'E: Could not get lock /var/lib/apt/lists/lock'),
+                   (100, 'E: Could not get lock /var/lib/apt/lists/lock'),
+                   (0, 'Reading package lists... Done')]
+        calls, slept = [], []
+
+        def run(argv, **kwargs):
+            calls.append(argv)
+            rc, out = answers.pop(0)
+            return subprocess.CompletedProcess(argv, rc, out)
+
+        self.assertEqual(0, install.apt_get(['update', '-q'], 300, run=run,
+                                            sleep=slept.append))
+        self.assertEqual(3, len(calls))
+        self.assertEqual(['apt-get', '-o', 'DPkg::Lock::Timeout=300',
+                          'update', '-q'], calls[0])
+        self.assertEqual([5, 5], slept)
+
+    def test_apt_gives_up_when_the_lock_stays_busy(self):
+        def run(argv, **kwargs):
+            return subprocess.CompletedProcess(argv, 100,
+                                               'E: Could not get lock')
+        slept = []
+        self.assertEqual(100, install.apt_get(['update'], 10, run=run,
+                                              sleep=slept.append))
+        self.assertEqual([5, 5], slept)
+
+    def test_deps_fingerprint_is_the_one_older_sandboxes_recorded(self):
+        # The venv's marker written by the shell version of this step: the
+        # same fingerprint keeps an existing venv (and its schema markers).
+        with tempfile.NamedTemporaryFile('w', suffix='.txt') as constraints:
+            constraints.write('nova===34.0.0\n')
+            constraints.flush()
+            shell = subprocess.run(
+                ['bash', '-c', '{ printf "%s\\n" "$@"; cat "$0"; } | '
+                 'sha256sum | cut -d" " -f1', constraints.name] +
+                list(install.PY_PACKAGES), capture_output=True, text=True,
+                check=True, timeout=60).stdout.strip()
+            self.assertEqual(shell, install.deps_fingerprint(
+                constraints.name))
+            constraints.write('neutron===29.0.0\n')
+            constraints.flush()
+            self.assertNotEqual(shell, install.deps_fingerprint(
+                constraints.name))
+
+    def test_project_fingerprint_follows_the_project_s_tree_only(self):
+        with tempfile.TemporaryDirectory() as repo:
+            os.makedirs(os.path.join(repo, 'nova_lxd_accel'))
+            os.makedirs(os.path.join(repo, 'tools'))
+            source = os.path.join(repo, 'nova_lxd_accel', 'driver.py')
+            for path in (source, os.path.join(repo, 'setup.cfg'),
+                         os.path.join(repo, 'tools', 'x.sh')):
+                with open(path, 'w') as handle:
+                    handle.write('1\n')
+            first = install.project_fingerprint(repo)
+            with open(os.path.join(repo, 'tools', 'x.sh'), 'w') as handle:
+                handle.write('2\n')
+            with open(source + 'c', 'w') as handle:  # driver.pyc
+                handle.write('bytecode')
+            self.assertEqual(first, install.project_fingerprint(repo))
+            with open(source, 'w') as handle:
+                handle.write('2\n')
+            self.assertNotEqual(first, install.project_fingerprint(repo))
+
+    def test_venv_is_made_once_and_the_project_rebuilt_when_it_changes(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        lay = layout.Layout(os.path.join(tmp.name, 'sandbox'), 27100)
+        calls = []
+
+        def run(argv, **kwargs):
+            calls.append(argv)
+            if argv[1:3] == ['-m', 'venv']:
+                os.makedirs(os.path.join(argv[3], 'bin'))
+                python = os.path.join(argv[3], 'bin', 'python')
+                with open(python, 'w') as handle:
+                    handle.write('#!/bin/sh\n')
+                os.chmod(python, 0o755)
+
+        environ = {'SANDBOX_PYTHON': 'python3',
+                   'SANDBOX_CONSTRAINTS': os.path.join(REPO,
+                                                       'constraints.txt')}
+        self.assertTrue(install.install_venv(lay, environ, run=run))
+        self.assertEqual(['python3', '-m', 'venv', lay.venv], calls[0])
+        installed = [argv[-1] for argv in calls[1:]]
+        self.assertEqual(['wheel', install.PY_PACKAGES[-1], REPO],
+                         installed)
+        for argv in calls[1:]:
+            self.assertIn('-c', argv)
+        calls.clear()
+        self.assertFalse(install.install_venv(lay, environ, run=run))
+        self.assertEqual([], calls)
+        # a new build of the project only: OpenStack stays
+        os.remove(os.path.join(lay.venv, '.sandbox-project'))
+        self.assertTrue(install.install_venv(lay, environ, run=run))
+        self.assertEqual([REPO], [argv[-1] for argv in calls])

@@ -303,190 +303,19 @@ start_mariadb() {
     fi
     start_service mariadb
     wait_service mariadb
-    local db sql
-    local user="'openstack'@'127.0.0.1'"
-    sql="CREATE USER IF NOT EXISTS $user IDENTIFIED BY '$DB_PASSWORD';"
-    sql="$sql ALTER USER $user IDENTIFIED BY '$DB_PASSWORD';"
-    sql="$sql GRANT ALL PRIVILEGES ON *.* TO $user;"
-    for db in keystone placement glance neutron nova_api nova nova_cell0; do
-        sql="$sql CREATE DATABASE IF NOT EXISTS $db;"
-    done
-    mysql_root -e "$sql"
+    python3 -u "$HELPERS/databases.py" grants
 }
 
-# db_once NAME command...: run a schema sync unless the same sync already
-# ran against this database with the same installed packages.
-db_once() {
-    local name=$1 marker current
-    shift
-    marker=$DATA/.synced-$name
-    current=$(cat "$VENV/.sandbox-deps")
-    if [ "$(cat "$marker" 2>/dev/null)" = "$current" ]; then
-        echo "$name schema current"
-        return 0
-    fi
-    "$@"
-    cp "$VENV/.sandbox-deps" "$marker"
-}
-
-# A Fernet key as keystone-manage fernet_setup writes it.
-fernet_key() {
-    head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '\n'
-}
-
+# Keystone's keys, then its bootstrap once per password and URL
+# (databases.py).
 keystone_bootstrap() {
-    local dir key marker
-    # The key repositories, written here rather than by two more
-    # keystone-manage runs (several seconds each): key 0 staged, key 1
-    # primary.
-    for dir in fernet-keys credential-keys; do
-        mkdir -p "$ETC/keystone/$dir"
-        chmod 700 "$ETC/keystone/$dir"
-        for key in 0 1; do
-            if [ ! -s "$ETC/keystone/$dir/$key" ]; then
-                (umask 077 && fernet_key >"$ETC/keystone/$dir/$key")
-            fi
-        done
-    done
-    # bootstrap is idempotent but slow: once per password and catalog.
-    marker=$(printf '%s %s' "$ADMIN_PASSWORD" "$KEYSTONE_URL" | sha256sum)
-    if [ "$(cat "$DATA/.keystone-bootstrap" 2>/dev/null)" = "$marker" ]; then
-        echo "keystone bootstrap already done"
-        return 0
-    fi
-    "$VENV/bin/keystone-manage" --config-file "$ETC/keystone/keystone.conf" \
-        bootstrap \
-        --bootstrap-password "$ADMIN_PASSWORD" \
-        --bootstrap-username admin --bootstrap-project-name admin \
-        --bootstrap-role-name admin --bootstrap-service-name keystone \
-        --bootstrap-region-id "$REGION" \
-        --bootstrap-admin-url "$KEYSTONE_URL/v3" \
-        --bootstrap-internal-url "$KEYSTONE_URL/v3" \
-        --bootstrap-public-url "$KEYSTONE_URL/v3"
-    echo "$marker" >"$DATA/.keystone-bootstrap"
+    python3 -u "$HELPERS/databases.py" keystone
 }
 
-# in_background NAME command...: run a command in the background, its
-# output in $LOGS/NAME.log; wait_background collects them all.
-BG_PIDS=()
-BG_NAMES=()
-in_background() {
-    local name=$1
-    shift
-    (
-        trap - ERR
-        set -e
-        "$@"
-    ) >"$LOGS/$name.log" 2>&1 &
-    BG_PIDS+=("$!")
-    BG_NAMES+=("$name")
-    echo "$name: started (pid $!, log $LOGS/$name.log)"
-}
-
-wait_background() {
-    local i rc=0
-    for i in "${!BG_PIDS[@]}"; do
-        if wait "${BG_PIDS[i]}"; then
-            echo "${BG_NAMES[i]}: done"
-        else
-            echo "${BG_NAMES[i]}: FAILED, see $LOGS/${BG_NAMES[i]}.log"
-            STEP_HINT=$LOGS/${BG_NAMES[i]}.log
-            rc=1
-        fi
-    done
-    BG_PIDS=()
-    BG_NAMES=()
-    return "$rc"
-}
-
-# All schema syncs at once: they wait mostly on MariaDB, not on each other.
+# Every schema at once, each once per installed packages; Glance's metadata
+# definitions; Nova's cells (databases.py).
 sync_databases() {
-    in_background db-keystone db_once keystone "$VENV/bin/keystone-manage" \
-        --config-file "$ETC/keystone/keystone.conf" db_sync
-    in_background db-placement db_once placement \
-        "$VENV/bin/placement-manage" \
-        --config-file "$ETC/placement/placement.conf" db sync
-    in_background db-glance glance_db
-    in_background db-neutron db_once neutron "$VENV/bin/neutron-db-manage" \
-        --config-file "$ETC/neutron/neutron.conf" \
-        --config-file "$ETC/neutron/plugins/ml2/ml2_conf.ini" upgrade heads
-    in_background db-nova nova_db
-    wait_background
-}
-
-glance_db() {
-    db_once glance "$VENV/bin/glance-manage" \
-        --config-file "$ETC/glance/glance-api.conf" db_sync
-    glance_metadefs
-}
-
-# Glance's metadata definitions (what Horizon offers for flavors and
-# images): Glance's own, and this project's lxd: flavor keys
-# (etc/glance/metadefs/compute-lxd.json). Loaded again when they change.
-glance_metadefs() {
-    local dir=$DATA/glance/metadefs marker current
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    cp "$VENV"/etc/glance/metadefs/*.json "$dir/"
-    cp "$REPO_DIR"/etc/glance/metadefs/*.json "$dir/"
-    # The files and the way they are loaded (a run that used other
-    # options loads them again).
-    current=$({ echo merge-overwrite; cat "$dir"/*.json; } | sha256sum |
-        cut -d' ' -f1)
-    marker=$DATA/.metadefs
-    if [ "$(cat "$marker" 2>/dev/null)" = "$current" ]; then
-        echo "metadefs already loaded"
-        return 0
-    fi
-    # Positional: path merge prefer_new overwrite (any non-empty string is
-    # true): merge, and overwrite what an earlier run loaded. glance-manage
-    # exits 0 even when it refuses its options: read its output.
-    local out
-    out=$("$VENV/bin/glance-manage" --config-file \
-        "$ETC/glance/glance-api.conf" db_load_metadefs "$dir" True "" True \
-        2>&1) || { echo "$out"; return 1; }
-    echo "$out"
-    if grep -q ' ERROR ' <<<"$out"; then
-        echo "glance-manage db_load_metadefs $dir failed (see above)"
-        return 1
-    fi
-    echo "$current" >"$marker"
-}
-
-# The cell mappings are templates that Nova fills from each service's own
-# [database]connection and transport_url (nova's CellMapping format_db_url,
-# format_mq_url), so they follow the configuration when the ports move.
-CELL0_DB_TEMPLATE='{scheme}://{username}:{password}@{hostname}:{port}/nova_cell0?{query}'
-CELL_DB_TEMPLATE='{scheme}://{username}:{password}@{hostname}:{port}/{path}?{query}'
-CELL_MQ_TEMPLATE='{scheme}://{username}:{password}@{hostname}:{port}/{path}'
-CELL0_UUID=00000000-0000-0000-0000-000000000000
-
-nova_cells() {
-    local manage=("$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf")
-    local cells cell1
-    "${manage[@]}" cell_v2 map_cell0 --database_connection "$CELL0_DB_TEMPLATE"
-    cells=$("${manage[@]}" cell_v2 list_cells 2>/dev/null)
-    cell1=$(awk -F'|' '$2 ~ /^ *cell1 *$/ {gsub(/ /, "", $3); print $3}' \
-        <<<"$cells")
-    if [ -z "$cell1" ]; then
-        "${manage[@]}" cell_v2 create_cell --name cell1 \
-            --database_connection "$CELL_DB_TEMPLATE" \
-            --transport-url "$CELL_MQ_TEMPLATE"
-        return 0
-    fi
-    # A sandbox made before the templates: its mappings hold the old ports.
-    "${manage[@]}" cell_v2 update_cell --cell_uuid "$CELL0_UUID" \
-        --database_connection "$CELL0_DB_TEMPLATE"
-    "${manage[@]}" cell_v2 update_cell --cell_uuid "$cell1" \
-        --database_connection "$CELL_DB_TEMPLATE" \
-        --transport-url "$CELL_MQ_TEMPLATE"
-}
-
-nova_db() {
-    local manage=("$VENV/bin/nova-manage" --config-file "$ETC/nova/nova.conf")
-    db_once nova_api "${manage[@]}" api_db sync
-    db_once nova_cell_templates nova_cells
-    db_once nova "${manage[@]}" db sync
+    "$VENV/bin/python" -u "$HELPERS/databases.py" sync
 }
 
 start_keystone() {
@@ -980,7 +809,6 @@ cmd_up() {
     step "Debian packages" apt_install
     step "Python venv (pip -c constraints.txt)" pip_install
     step "secrets and configuration" make_secrets
-    load_secrets
     step "hardware nova-compute sees" prepare_hardware
     step "configuration files" write_configs
     step "stop of services whose configuration changed" stop_reconfigured

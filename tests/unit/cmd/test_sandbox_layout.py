@@ -19,6 +19,7 @@ directory here: the steps of ``up`` that can be checked without starting
 a service.
 """
 
+import base64
 import configparser
 import importlib
 import io
@@ -30,6 +31,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import testtools
@@ -756,3 +758,115 @@ class InstallTest(testtools.TestCase):
         os.remove(os.path.join(lay.venv, '.sandbox-project'))
         self.assertTrue(install.install_venv(lay, environ, run=run))
         self.assertEqual([REPO], [argv[-1] for argv in calls])
+
+
+databases = _load('databases')
+
+
+class DatabasesTest(testtools.TestCase):
+    """The database and Keystone steps, without MariaDB or Keystone."""
+
+    def setUp(self):
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.layout = layout.Layout(os.path.join(tmp.name, 'sandbox'), 27100)
+        for path in (self.layout.venv, self.layout.data, self.layout.logs,
+                     self.layout.etc):
+            os.makedirs(path)
+
+    def test_grants_make_every_database_and_refuse_odd_passwords(self):
+        sql = databases.grants_sql('0a1b2c')
+        self.assertIn("CREATE USER IF NOT EXISTS 'openstack'@'127.0.0.1' "
+                      "IDENTIFIED BY '0a1b2c';", sql)
+        self.assertIn("ALTER USER 'openstack'@'127.0.0.1' IDENTIFIED BY "
+                      "'0a1b2c';", sql)
+        for name in ('keystone', 'nova_api', 'nova_cell0', 'neutron'):
+            self.assertIn('CREATE DATABASE IF NOT EXISTS %s;' % name, sql)
+        self.assertRaises(ValueError, databases.grants_sql, "x'; DROP")
+
+    def test_a_sync_runs_once_per_installed_packages(self):
+        once = databases.Once(self.layout)
+        ran, out = [], io.StringIO()
+        deps = os.path.join(self.layout.venv, '.sandbox-deps')
+        with open(deps, 'w') as handle:
+            handle.write('abc\n')
+        once.run('nova', lambda: ran.append(1), out)
+        once.run('nova', lambda: ran.append(2), out)
+        self.assertEqual([1], ran)
+        self.assertIn('nova schema current', out.getvalue())
+        with open(deps, 'w') as handle:
+            handle.write('def\n')
+        once.run('nova', lambda: ran.append(3), out)
+        self.assertEqual([1, 3], ran)
+
+        def fails():
+            raise RuntimeError('db down')
+        self.assertRaises(RuntimeError, once.run, 'glance', fails, out)
+        self.assertFalse(once.done('glance'))
+
+    def test_cell1_is_found_in_nova_manage_s_table(self):
+        table = textwrap.dedent('''\
+            +-------+--------------------------------------+---------+
+            |  Name |                 UUID                 | Transport |
+            +-------+--------------------------------------+---------+
+            | cell0 | 00000000-0000-0000-0000-000000000000 | none:/  |
+            | cell1 | 6c5b1b1f-2f5e-4ad6-9a8a-4b7c6f1d2e3a | rabbit: |
+            +-------+--------------------------------------+---------+
+            ''')
+        self.assertEqual('6c5b1b1f-2f5e-4ad6-9a8a-4b7c6f1d2e3a',
+                         databases.cell1_uuid(table))
+        self.assertIsNone(databases.cell1_uuid(table.replace('cell1', 'c')))
+
+    def test_parallel_jobs_report_the_failed_one_with_its_log(self):
+        def good(out):
+            out.write('synced\n')
+
+        def bad(out):
+            out.write('alembic said no\n')
+            raise subprocess.CalledProcessError(1, ['neutron-db-manage'])
+
+        out = io.StringIO()
+        failed = databases.run_parallel(
+            self.layout, {'db-keystone': good, 'db-neutron': bad}, out)
+        self.assertEqual(['db-neutron'], failed)
+        text = out.getvalue()
+        self.assertIn('db-keystone: done', text)
+        self.assertIn('db-neutron: FAILED, see %s'
+                      % os.path.join(self.layout.logs, 'db-neutron.log'),
+                      text)
+        self.assertIn('    | alembic said no', text)
+
+    def test_keystone_keys_are_private_and_kept(self):
+        databases.keystone_keys(self.layout)
+        key = os.path.join(self.layout.etc, 'keystone', 'fernet-keys', '0')
+        with open(key) as handle:
+            first = handle.read()
+        self.assertEqual(32, len(base64.urlsafe_b64decode(first)))
+        self.assertEqual(0o600, stat.S_IMODE(os.stat(key).st_mode))
+        self.assertEqual(0o700, stat.S_IMODE(os.stat(
+            os.path.dirname(key)).st_mode))
+        databases.keystone_keys(self.layout)
+        with open(key) as handle:
+            self.assertEqual(first, handle.read())
+        self.assertTrue(os.path.isfile(os.path.join(
+            self.layout.etc, 'keystone', 'credential-keys', '1')))
+
+    def test_bootstrap_marker_is_the_one_older_sandboxes_recorded(self):
+        shell = subprocess.run(
+            ['bash', '-c', 'printf "%s %s" "$0" "$1" | sha256sum',
+             'secret', 'http://127.0.0.1:26150'], capture_output=True,
+            text=True, check=True, timeout=60).stdout.strip()
+        self.assertEqual(shell, databases.bootstrap_marker(
+            'secret', 'http://127.0.0.1:26150'))
+
+    def test_metadefs_fingerprint_follows_the_files(self):
+        directory = os.path.join(self.layout.data, 'metadefs')
+        os.makedirs(directory)
+        with open(os.path.join(directory, 'a.json'), 'w') as handle:
+            handle.write('{}')
+        first = databases.metadefs_fingerprint(directory)
+        self.assertEqual(first, databases.metadefs_fingerprint(directory))
+        with open(os.path.join(directory, 'b.json'), 'w') as handle:
+            handle.write('{}')
+        self.assertNotEqual(first, databases.metadefs_fingerprint(directory))

@@ -83,35 +83,32 @@ def keystone_v3(settings):
     return settings.layout.url('KEYSTONE', '/v3')
 
 
-def authtoken(settings, user):
-    """[keystone_authtoken] of the service user ``user``."""
-    return ('keystone_authtoken', [
-        ('www_authenticate_uri', keystone_v3(settings)),
-        ('auth_url', keystone_v3(settings)),
+def service_user(settings, user):
+    """keystoneauth's password options for the service user ``user``."""
+    return [
         ('auth_type', 'password'),
+        ('auth_url', keystone_v3(settings)),
         ('project_domain_name', 'Default'),
         ('user_domain_name', 'Default'),
         ('project_name', 'service'),
         ('username', user),
         ('password', settings.secrets['SERVICE_PASSWORD']),
         ('region_name', layout_module.REGION),
-        ('service_token_roles_required', 'true'),
-    ])
+    ]
+
+
+def authtoken(settings, user):
+    """[keystone_authtoken] of the service user ``user``."""
+    return ('keystone_authtoken',
+            [('www_authenticate_uri', keystone_v3(settings))] +
+            service_user(settings, user) +
+            [('service_token_roles_required', 'true')])
 
 
 def service_auth(settings, section, user, *extra):
     """A keystoneauth password section ``section`` for ``user``."""
-    return (section, [
-        ('auth_type', 'password'),
-        ('auth_url', keystone_v3(settings)),
-        ('project_domain_name', 'Default'),
-        ('user_domain_name', 'Default'),
-        ('project_name', 'service'),
-        ('username', user),
-        ('password', settings.secrets['SERVICE_PASSWORD']),
-        ('region_name', layout_module.REGION),
-        ('valid_interfaces', 'public'),
-    ] + list(extra))
+    return (section, service_user(settings, user) +
+            [('valid_interfaces', 'public')] + list(extra))
 
 
 def root_helper(settings):

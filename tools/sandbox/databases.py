@@ -76,14 +76,6 @@ def grants(layout):
     print('user openstack and databases %s' % ', '.join(DATABASES))
 
 
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
 class Once(object):
     """A step that runs again only when the installed packages changed."""
 
@@ -91,10 +83,12 @@ class Once(object):
         self.layout = layout
 
     def current(self):
-        return _read(os.path.join(self.layout.venv, '.sandbox-deps'))
+        return layout_module.read_text(
+            os.path.join(self.layout.venv, '.sandbox-deps'))
 
     def done(self, name):
-        marker = _read(self.layout.path('data', '.synced-' + name))
+        marker = layout_module.read_text(
+            self.layout.path('data', '.synced-' + name))
         return marker is not None and marker == self.current()
 
     def mark(self, name):
@@ -150,11 +144,9 @@ def nova_cells(layout, out):
 
 def metadefs_fingerprint(directory):
     """The definitions and the way they are loaded (merge, overwrite)."""
-    digest = hashlib.sha256(b'merge-overwrite\n')
-    for path in sorted(glob.glob(os.path.join(directory, '*.json'))):
-        with open(path, 'rb') as handle:
-            digest.update(handle.read())
-    return digest.hexdigest()
+    return layout_module.digest_files(
+        sorted(glob.glob(os.path.join(directory, '*.json'))),
+        b'merge-overwrite\n')
 
 
 def glance_metadefs(layout, out):
@@ -173,7 +165,7 @@ def glance_metadefs(layout, out):
             shutil.copy(path, directory)
     current = metadefs_fingerprint(directory)
     marker = layout.path('data', '.metadefs')
-    if (_read(marker) or '').strip() == current:
+    if (layout_module.read_text(marker) or '').strip() == current:
         out.write('metadefs already loaded\n')
         return
     # Positional: path merge prefer_new overwrite (any non-empty string is
@@ -256,7 +248,7 @@ def run_parallel(layout, jobs, out=sys.stdout):
         log = os.path.join(layout.logs, name + '.log')
         if name in failed:
             out.write('%s: FAILED, see %s; its last lines:\n' % (name, log))
-            lines = (_read(log) or '').splitlines()[-20:]
+            lines = (layout_module.read_text(log) or '').splitlines()[-20:]
             out.write(''.join('    | %s\n' % line for line in lines))
         else:
             out.write('%s: done\n' % name)
@@ -300,7 +292,7 @@ def keystone_bootstrap(layout, out=sys.stdout):
     marker_path = layout.path('data', '.keystone-bootstrap')
     marker = bootstrap_marker(password, url)
     # bootstrap is idempotent but slow: once per password and catalog.
-    if (_read(marker_path) or '').strip() == marker:
+    if (layout_module.read_text(marker_path) or '').strip() == marker:
         out.write('keystone bootstrap already done\n')
         return
     v3 = url + '/v3'

@@ -96,16 +96,9 @@ def active(layout):
     return _is_host(layout.hardware)
 
 
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ''
-
-
 def host_name(layout):
-    return _read(os.path.join(layout.hardware, 'name')) or 'unnamed'
+    name = layout_module.read_text(os.path.join(layout.hardware, 'name'))
+    return (name or '').strip() or 'unnamed'
 
 
 def summary(directory):
@@ -118,8 +111,9 @@ def summary(directory):
     gpus = [card for card in resources.get('gpu', {}).get('cards') or []
             if card.get('pci_address') and
             (card.get('vendor_id') or '') == '10de']
-    mig = len(re.findall(r'^\s+MIG ', _read(os.path.join(
-        directory, 'nvidia-smi-L.txt')), re.M))
+    listed = layout_module.read_text(os.path.join(directory,
+                                                  'nvidia-smi-L.txt'))
+    mig = len(re.findall(r'^\s+MIG ', listed or '', re.M))
     infiniband = 0
     for card in resources.get('network', {}).get('cards') or []:
         ports = list(card.get('ports') or [])

@@ -159,14 +159,8 @@ def install_debian(backend, environ):
 
 def deps_fingerprint(constraints):
     """What the venv's OpenStack must match: package list, constraints."""
-    digest = hashlib.sha256()
-    digest.update(''.join(name + '\n' for name in PY_PACKAGES).encode())
-    try:
-        with open(constraints, 'rb') as handle:
-            digest.update(handle.read())
-    except OSError:
-        pass
-    return digest.hexdigest()
+    return layout_module.digest_files(
+        [constraints], ''.join(name + '\n' for name in PY_PACKAGES).encode())
 
 
 def project_fingerprint(repo=layout_module.REPO_DIR):
@@ -188,11 +182,7 @@ def project_fingerprint(repo=layout_module.REPO_DIR):
 
 
 def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ''
+    return (layout_module.read_text(path) or '').strip()
 
 
 def _write(path, text):

@@ -28,6 +28,7 @@ Environment: SANDBOX_DIR, SANDBOX_PORT_BASE (see tools/sandbox.sh).
 """
 
 import collections
+import hashlib
 import os
 import shlex
 import sys
@@ -238,6 +239,30 @@ class Layout(object):
                   'FAKE_HOST=%s' % q(FAKE_HOST),
                   'KEYSTONE_URL=%s' % q(self.url('KEYSTONE'))]
         return '\n'.join(lines) + '\n'
+
+
+def read_text(path):
+    """A file's text, or None when it cannot be read."""
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def digest_files(paths, prefix=b''):
+    """The SHA-256 (hex) of ``prefix`` and the files' bytes, in order.
+
+    A file that cannot be read counts as empty.
+    """
+    digest = hashlib.sha256(prefix)
+    for path in paths:
+        try:
+            with open(path, 'rb') as handle:
+                digest.update(handle.read())
+        except OSError:
+            pass
+    return digest.hexdigest()
 
 
 def ephemeral_port_range(path='/proc/sys/net/ipv4/ip_local_port_range'):

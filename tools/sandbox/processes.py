@@ -41,7 +41,6 @@ standard library only.
 
 import datetime
 import glob
-import hashlib
 import os
 import signal
 import socket
@@ -107,16 +106,7 @@ def conf_sum(layout, name):
     A file that is absent (the simulated hardware's) counts as empty.
     """
     files = layout.service_files(name)
-    if not files:
-        return '-'
-    digest = hashlib.sha256()
-    for path in files:
-        try:
-            with open(path, 'rb') as handle:
-                digest.update(handle.read())
-        except OSError:
-            pass
-    return digest.hexdigest()
+    return layout_module.digest_files(files) if files else '-'
 
 
 def port_accepts(port, host='127.0.0.1'):
@@ -311,21 +301,31 @@ def down(layout, timeout=30, out=sys.stdout):
     return alive
 
 
-def wait_ports(layout, name, timeout, out=sys.stdout):
-    """Until each port of ``name`` accepts; False early if it exited."""
-    for port in layout.service_ports(name):
-        deadline = time.monotonic() + timeout
-        while not port_accepts(port):
-            if pid_of(layout, name) is None:
-                out.write('%s exited; see %s\n' % (
-                    name, os.path.join(layout.logs, name + '.log')))
-                return False
-            if time.monotonic() > deadline:
-                out.write('%s: port %d not open after %ds\n'
-                          % (name, port, timeout))
-                return False
-            time.sleep(POLL_S)
+def _wait(layout, name, ready, timeout, late, out):
+    """Until ``ready()``; False, saying why, when it does not come.
+
+    That is: ``name`` exited, or ``timeout`` seconds passed (``late``
+    says so).
+    """
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if pid_of(layout, name) is None:
+            out.write('%s exited; see %s\n' % (
+                name, os.path.join(layout.logs, name + '.log')))
+            return False
+        if time.monotonic() > deadline:
+            out.write(late + '\n')
+            return False
+        time.sleep(POLL_S)
     return True
+
+
+def wait_ports(layout, name, timeout, out=sys.stdout):
+    """Until each port of ``name`` accepts connections."""
+    return all(_wait(layout, name, lambda port=port: port_accepts(port),
+                     timeout, '%s: port %d not open after %ds'
+                     % (name, port, timeout), out)
+               for port in layout.service_ports(name))
 
 
 def log_since_start(layout, name):
@@ -340,17 +340,11 @@ def log_since_start(layout, name):
 
 
 def wait_log(layout, name, text, timeout, out=sys.stdout):
-    deadline = time.monotonic() + timeout
-    while text not in log_since_start(layout, name):
-        if pid_of(layout, name) is None:
-            out.write('%s exited\n' % name)
-            return False
-        if time.monotonic() > deadline:
-            out.write("%s: no '%s' in its log after %ds\n"
-                      % (name, text, timeout))
-            return False
-        time.sleep(POLL_S)
-    return True
+    """Until ``text`` is in the log of ``name`` since its last start."""
+    return _wait(layout, name,
+                 lambda: text in log_since_start(layout, name), timeout,
+                 "%s: no '%s' in its log after %ds" % (name, text, timeout),
+                 out)
 
 
 def _mib(kib):

@@ -29,6 +29,12 @@
 #                           distribution's own (Debian 12: lxd, 13: incus)
 #   LXD_DIR                 LXD daemon directory (default /var/lib/lxd)
 #   INCUS_DIR               Incus daemon directory (default /var/lib/incus)
+#
+# This script runs the steps in order, timed, each one's output in
+# log/sandbox.log; what the steps know lives in the Python modules of
+# tools/sandbox/ (README.md there: "How it is built"): layout.py (paths,
+# ports, services), credentials.py, configs.py, services.py, processes.py,
+# hardware.py, install.py, databases.py, provision.py.
 set -Eeuo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,8 +52,7 @@ export LXD_DIR INCUS_DIR
 SANDBOX_BACKEND=${SANDBOX_BACKEND:-}
 DAEMON_DIR=$LXD_DIR
 
-# The state directory and its parts, the ports, the services (start order;
-# "down" goes in reverse) with their ports and files, the networks' and
+# The state directory and its parts, the ports, the networks', image's and
 # flavors' names: all defined once, in layout.py (any Python 3).
 LAYOUT=$(python3 "$HELPERS/layout.py" shell) || {
     echo "sandbox: cannot read the sandbox layout (python3" \

@@ -637,8 +637,8 @@ print(os.path.dirname(openstack_dashboard.__file__))'
 }
 
 # local_settings.py where Horizon reads it (openstack_dashboard/local/, a
-# link to the 0600 file configs.py writes in etc/), then collectstatic and the offline
-# compression Horizon documents for DEBUG = False.
+# link to the 0600 file configs.py writes in etc/), then collectstatic and
+# the offline compression Horizon documents for DEBUG = False.
 horizon_configure() {
     local settings=$ETC/horizon/local_settings.py package stamp
     # $settings: written by configs.py with the other configuration

@@ -35,6 +35,7 @@ import re
 import sys
 
 import credentials
+import hardware
 import layout as layout_module
 
 HEADER = ('# Written by nova-lxd-accel\'s sandbox (tools/sandbox/configs.py) '
@@ -567,13 +568,7 @@ def newest_microversion():
 
 def simulated_host(layout):
     """The recorded host's name when ``up --hardware`` made one, or None."""
-    if not os.path.isfile(os.path.join(layout.hardware, 'resources.json')):
-        return None
-    try:
-        with open(os.path.join(layout.hardware, 'name')) as handle:
-            return handle.read().strip() or 'unnamed'
-    except FileNotFoundError:
-        return 'unnamed'
+    return hardware.host_name(layout) if hardware.active(layout) else None
 
 
 def main(argv):

@@ -117,16 +117,19 @@ def cmdline(pid, proc='/proc'):
         return ''
 
 
-def report(sandbox_dir, services, proc='/proc'):
+def report(sandbox_dir, services, proc='/proc', pids=None):
     """The memory of each running service, of the helpers and of LXD.
+
+    :param pids: ``{name: pid}`` of the services, when the caller has
+        checked them already; by default read from their pid files.
 
     :returns: ``(rows, helpers, lxd)``: ``rows`` a list of ``(name, Usage)``
         in the order of ``services``; ``helpers`` and ``lxd`` a Usage each.
     """
     table = process_table(proc)
-    pids = {name: pid for name, pid in service_pids(sandbox_dir,
-                                                    services).items()
-            if pid in table}
+    if pids is None:
+        pids = service_pids(sandbox_dir, services)
+    pids = {name: pid for name, pid in pids.items() if pid in table}
     # One walk up from each process: to the service whose tree holds it,
     # or, for a helper that left its service, to none.
     trees = {pid: [] for pid in pids.values()}

@@ -238,8 +238,10 @@ def restart_changed(layout, out=sys.stdout):
         _remove(_pid_file(layout, name))
         _remove(layout.path('run', name + '.conf-sum'))
     for service in layout_module.SERVICES:
+        if pid_of(layout, service.name) is None:
+            continue
         want = conf_sum(layout, service.name)
-        if want == '-' or pid_of(layout, service.name) is None:
+        if want == '-':
             continue
         try:
             with open(layout.path('run', service.name + '.conf-sum')) as f:
@@ -361,8 +363,12 @@ def status(layout, backend, daemon_socket, out=sys.stdout):
                      hardware.summary(layout.hardware)))
     else:
         out.write("hardware: the host's own\n")
-    names = [service.name for service in layout_module.SERVICES]
-    rows, helpers, _lxd = memory.report(layout.dir, names)
+    pids = {service.name: pid_of(layout, service.name)
+            for service in layout_module.SERVICES}
+    # the same pids as the state column (a recycled pid counts for none)
+    rows, helpers, _lxd = memory.report(
+        layout.dir, list(pids),
+        pids={name: pid for name, pid in pids.items() if pid})
     usage = dict(rows)
     horizon_on = os.path.exists(os.path.join(layout.horizon_data,
                                              'enabled'))
@@ -371,7 +377,7 @@ def status(layout, backend, daemon_socket, out=sys.stdout):
                      'RSS_MiB', 'LOG'))
     expected = running_count = total_pss = total_rss = 0
     for service in layout_module.SERVICES:
-        pid = pid_of(layout, service.name)
+        pid = pids[service.name]
         optional_off = (service.name == 'hwproxy' and
                         not hardware.active(layout) or
                         service.name == 'horizon' and not horizon_on)

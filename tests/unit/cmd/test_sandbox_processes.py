@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,16 @@ _SERVICE_SCRIPT = textwrap.dedent('''
 ''')
 
 
+def _catches_sigterm(pid):
+    """Whether the process has a handler for SIGTERM (SigCgt, /proc)."""
+    with open('/proc/%d/status' % pid) as handle:
+        for line in handle:
+            if line.startswith('SigCgt:'):
+                return bool(int(line.split()[1], 16)
+                            & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
 @needs_oslo_service
 class InProcessLauncherTest(testtools.TestCase):
 
@@ -192,6 +203,15 @@ class InProcessLauncherTest(testtools.TestCase):
                     self.fail(process.stdout.read())
                 self.assertLess(time.monotonic(), deadline,
                                 'the service never started')
+                time.sleep(0.05)
+            # start() runs before the launcher installs its signal
+            # handlers: a TERM sent in between would kill the process with
+            # the default action, so wait until it catches TERM.
+            while not _catches_sigterm(process.pid):
+                if process.poll() is not None:
+                    self.fail(process.stdout.read())
+                self.assertLess(time.monotonic(), deadline,
+                                'the launcher never handled SIGTERM')
                 time.sleep(0.05)
             process.terminate()
             output = process.communicate(timeout=60)[0]

@@ -251,6 +251,26 @@ class TestEightGpus(BindingTestBase):
                               self.alloc((name, 'PGPU', 1)), held)
 
 
+class TestCapturedH200(BindingTestBase):
+    """The device a PGPU allocation gives on the captured H200 host.
+
+    On that machine (samples/README.md) Debian's LXD 5.0.2 started a
+    container with exactly this device: it got /dev/nvidia0, nvidiactl,
+    nvidia-uvm and nvidia-uvm-tools, and nvidia-smi inside it listed the
+    H200 at 00000000:00:06.0; without the device it got no node.
+    """
+
+    resources = staticmethod(
+        lambda: utils.load_json('lxd-502-h200-vm-resources.json'))
+    mig_text = utils.load_text('nvsmi-h200-580-L.txt')
+
+    def test_whole_gpu_pinned_by_pci_address(self):
+        result = self.bind(self.alloc(('cmp1_gpu_0000_00_06_0', 'PGPU', 1)))
+        self.assertEqual({'nova-gpu0': {'type': 'gpu', 'gputype': 'physical',
+                                        'pci': '0000:00:06.0'}},
+                         result.devices)
+
+
 class TestRecords(base.BaseTestCase):
 
     def test_held_units_from_record_and_devices(self):

@@ -24,6 +24,7 @@ from nova_lxd_accel.accel import gpu_probe
 from tests.unit.accel import utils
 
 H100 = '0000:00:09.0'
+H200 = '0000:00:06.0'
 
 
 def fake_smi(directory, outputs, status=0):
@@ -60,6 +61,16 @@ class TestParseQueryGpu(testtools.TestCase):
         # [N/A] retired pages on an H100 (it remaps rows instead)
         self.assertEqual([], idle[H100].problems())
         self.assertEqual([], load[H100].problems())
+
+    def test_captured_h200(self):
+        gpus = gpu_probe.parse_query_gpu(utils.load_text(
+            'nvsmi-h200-580-idle-query-gpu.csv'))
+        self.assertEqual([H200], list(gpus))
+        self.assertEqual(('NVIDIA H200', 143771, 0, 0, 'Disabled'),
+                         (gpus[H200].name, gpus[H200].memory_total_mib,
+                          gpus[H200].memory_used_mib,
+                          gpus[H200].utilization_pct, gpus[H200].mig_mode))
+        self.assertEqual([], gpus[H200].problems())
 
     def test_ecc_retired_remap(self):
         gpus = gpu_probe.parse_query_gpu(utils.load_text(
@@ -120,6 +131,15 @@ class TestParseQuery(testtools.TestCase):
         self.assertEqual([11327, 11328, 11345],
                          [a.pid for a in apps[H100]])
         self.assertEqual(15690, apps[H100][2].used_memory_mib)
+
+    def test_captured_h200(self):
+        gpus, apps = gpu_probe.parse_query(utils.load_text(
+            'nvsmi-h200-580-idle-q.txt'))
+        self.assertEqual([H200], list(gpus))
+        self.assertEqual((143771, 0), (gpus[H200].memory_total_mib,
+                                       gpus[H200].memory_used_mib))
+        self.assertEqual([], gpus[H200].problems())
+        self.assertEqual({}, apps)
 
     def test_errors(self):
         gpus, _ = gpu_probe.parse_query(utils.load_text(

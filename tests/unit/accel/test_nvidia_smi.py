@@ -67,6 +67,13 @@ class TestParseList(base.BaseTestCase):
                          [m.profile for m in gpus[0].mig_devices])
         self.assertIsNone(gpus[0].mig_devices[0].gi)
 
+    def test_captured_h200_whole_gpu(self):
+        gpus = nvidia_smi.parse_list(utils.load_text('nvsmi-h200-580-L.txt'))
+        self.assertEqual(
+            [(0, 'NVIDIA H200',
+              'GPU-00000000-0000-0000-0000-0000000000c8', ())],
+            [(g.index, g.name, g.uuid, g.mig_devices) for g in gpus])
+
     def test_compute_instance_profiles_and_suffixes(self):
         gpus = nvidia_smi.parse_list(CI_PROFILES)
         self.assertEqual(2, len(gpus))

@@ -51,6 +51,18 @@ class TestSamples(base.BaseTestCase):
             tree['cmp1_gpu_0000_04_00_0'])
         self.assertEqual(2, len(tree))
 
+    def test_lxd_502_h200_captured_on_a_gpu_machine(self):
+        # a real capture: no PCI names and no CUDA version, so the model
+        # trait comes from the nvidia object; the virtio NIC is Ethernet
+        self.assertEqual({
+            'cmp1_gpu_0000_00_06_0': (
+                {'PGPU': 1},
+                {OWNER, 'CUSTOM_GPU_VENDOR_10DE',
+                 'CUSTOM_GPU_PRODUCT_10DE_2335',
+                 'CUSTOM_GPU_MODEL_NVIDIA_H200'}),
+        }, self._tree('lxd-502-h200-vm-resources.json',
+                      'nvsmi-h200-580-L.txt', report_mig=True))
+
     def test_maas_lp1939456_connectx3_two_ib_ports(self):
         self.assertEqual({
             'cmp1_ib_0000_04_00_0': (

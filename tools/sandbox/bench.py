@@ -1,0 +1,133 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``sandbox.sh bench N``: this driver against Nova's fake driver.
+
+A second nova-compute, on Nova's own fake driver and host
+``layout.FAKE_HOST`` (its configuration: configs.py), runs for the bench
+only; ``benchmarks/bench_sandbox_fleet.py`` boots N servers on each host
+and N raw launches, in one run. Afterwards the fake compute stops and its
+service record goes, so no host stays "down" in the cloud.
+Any Python 3, standard library only.
+"""
+
+import os
+import shlex
+import subprocess
+import time
+
+import images
+import layout as layout_module
+import processes
+
+FAKE_IMAGE = layout_module.IMAGE_NAME + '-any-hypervisor'
+FLEET = os.path.join(layout_module.REPO_DIR, 'benchmarks',
+                     'bench_sandbox_fleet.py')
+
+
+def openstack_env(layout):
+    """The admin credentials of openrc, and the venv's commands first."""
+    env = dict(os.environ)
+    for line in (layout_module.read_text(layout.path('openrc')) or '') \
+            .splitlines():
+        if line.startswith('export OS_'):
+            name, _, value = line[len('export '):].partition('=')
+            env[name] = ' '.join(shlex.split(value))
+    env['PATH'] = os.path.join(layout.venv, 'bin') + ':' + env.get(
+        'PATH', '/usr/bin:/bin')
+    return env
+
+
+def _openstack(env, *args):
+    return subprocess.run(['openstack'] + list(args), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True)
+
+
+def start_fake_compute(layout, env, log, timeout=120):
+    """Start it and wait until Nova lists its hypervisor."""
+    if not processes.start(layout, 'nova-compute-fake', [
+            os.path.join(layout.venv, 'bin', 'nova-compute'),
+            '--config-file',
+            os.path.join(layout.etc, 'nova', 'nova-compute-fake.conf')],
+            out=log):
+        return False
+    manage = [os.path.join(layout.venv, 'bin', 'nova-manage'),
+              '--config-file', os.path.join(layout.etc, 'nova', 'nova.conf'),
+              'cell_v2', 'discover_hosts']
+    for _ in range(timeout):
+        subprocess.run(manage, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env=env)
+        listed = _openstack(env, 'hypervisor', 'list', '-f', 'value', '-c',
+                            'Hypervisor Hostname').stdout.split()
+        if layout_module.FAKE_HOST in listed:
+            return True
+        time.sleep(1)
+    return False
+
+
+def stop_fake_compute(layout, env, log):
+    processes.stop(layout, ['nova-compute-fake'], 30, out=log)
+    for name in ('nova-compute-fake.pid', 'nova-compute-fake.conf-sum'):
+        path = os.path.join(layout.run, name)
+        if os.path.exists(path):
+            os.remove(path)
+    ids = _openstack(env, 'compute', 'service', 'list', '--host',
+                     layout_module.FAKE_HOST, '--service', 'nova-compute',
+                     '-f', 'value', '-c', 'ID').stdout.split()
+    for service_id in ids:
+        _openstack(env, 'compute', 'service', 'delete', service_id)
+
+
+def run(layout, count, say):
+    """The whole bench; its exit status."""
+    env = openstack_env(layout)
+    hosts = _openstack(env, 'compute', 'service', 'list', '--service',
+                       'nova-compute', '-f', 'value', '-c', 'Host')
+    lxd_hosts = [host for host in hosts.stdout.split()
+                 if host != layout_module.FAKE_HOST]
+    if not lxd_hosts:
+        say('sandbox: no nova-compute of this driver is listed')
+        return 1
+    tarball = images.tarball(layout, layout_module.IMAGE_NAME)
+    # The fake driver's hosts are not "lxc" hosts: the same tarball as an
+    # image without hypervisor_type, for them.
+    if _openstack(env, 'image', 'show', FAKE_IMAGE).returncode:
+        subprocess.run(['openstack', 'image', 'create', '--disk-format',
+                        'raw', '--container-format', 'bare', '--file',
+                        tarball, FAKE_IMAGE], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+    log_path = os.path.join(layout.logs, 'sandbox.log.bench')
+    with open(log_path, 'w') as log:
+        say("starting nova-compute with nova's fake driver (host %s)"
+            % layout_module.FAKE_HOST)
+        try:
+            if not start_fake_compute(layout, env, log):
+                say("sandbox: the fake driver's nova-compute did not "
+                    "register: see %s"
+                    % os.path.join(layout.logs, 'nova-compute-fake.log'))
+                return 1
+            say('benchmark: %d servers on %s (this driver) and on %s (fake '
+                'driver), and %d raw LXD launches'
+                % (count, lxd_hosts[0], layout_module.FAKE_HOST, count))
+            fleet_env = dict(env, OS_CLIENT_CONFIG_FILE=layout.path(
+                'clouds.yaml'))
+            return subprocess.run(
+                [os.path.join(layout.venv, 'bin', 'python'), FLEET,
+                 '--count', str(count), '--lxd-host', lxd_hosts[0],
+                 '--fake-host', layout_module.FAKE_HOST,
+                 '--image', layout_module.IMAGE_NAME,
+                 '--fake-image', FAKE_IMAGE,
+                 '--flavor', layout_module.PLAIN_FLAVOR,
+                 '--tarball', tarball], env=fleet_env).returncode
+        finally:
+            stop_fake_compute(layout, env, log)

@@ -1,0 +1,146 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Horizon for the sandbox (``up --with-horizon``).
+
+Its own venv beside the cloud's (Horizon pins Django and its own
+libraries; the cloud's venv stays as constraints.txt has it), its
+``local_settings.py`` (written by configs.py with the other configuration,
+linked where Horizon reads it), its static files, and the browser test
+(``tools/sandbox-horizon-test.py`` in headless Chromium). Once asked for,
+it stays on (``data/horizon/enabled``) until ``--without-horizon``.
+Any Python 3, standard library only.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import layout as layout_module
+
+VERSION = '27.0.0'
+BROWSER_TEST = os.path.join(layout_module.REPO_DIR, 'tools',
+                            'sandbox-horizon-test.py')
+
+
+def enabled(layout, choice):
+    """On when asked for ('1'), off when refused ('0'), else as last left."""
+    if choice in ('0', '1'):
+        return choice == '1'
+    return os.path.exists(os.path.join(layout.horizon_data, 'enabled'))
+
+
+def _python(layout):
+    return os.path.join(layout.horizon_venv, 'bin', 'python')
+
+
+def _stamp_path(layout):
+    return os.path.join(layout.horizon_venv, '.sandbox-installed')
+
+
+def install(layout, environ):
+    """Horizon VERSION in its venv, once per version and constraints."""
+    os.makedirs(layout.horizon_data, exist_ok=True)
+    open(os.path.join(layout.horizon_data, 'enabled'), 'a').close()
+    constraints = environ['SANDBOX_CONSTRAINTS']
+    # the same text as the shell kept: version, then the constraints' hash
+    want = '%s\n%s\n' % (VERSION, layout_module.digest_files([constraints]))
+    if layout_module.read_text(_stamp_path(layout)) == want:
+        print('Horizon %s already installed' % VERSION)
+        return
+    if not os.access(_python(layout), os.X_OK):
+        subprocess.run([environ.get('SANDBOX_PYTHON') or 'python3', '-m',
+                        'venv', layout.horizon_venv], check=True)
+    pip = os.path.join(layout.horizon_venv, 'bin', 'pip')
+    subprocess.run([pip, 'install', '-q', '--upgrade', 'pip'], check=True)
+    # selenium drives the browser test
+    subprocess.run([pip, 'install', '-q', '-c', constraints,
+                    'horizon==%s' % VERSION, 'cheroot', 'selenium'],
+                   check=True)
+    with open(_stamp_path(layout), 'w') as handle:
+        handle.write(want)
+
+
+def configure(layout):
+    """Horizon's settings and static files.
+
+    local_settings.py where Horizon reads it (a link to the 0600 file in
+    etc/), then collectstatic and the offline compression Horizon
+    documents for DEBUG = False, once per settings and install.
+    """
+    settings = os.path.join(layout.etc, 'horizon', 'local_settings.py')
+    package = subprocess.run(
+        [_python(layout), '-c', 'import os, openstack_dashboard; '
+         'print(os.path.dirname(openstack_dashboard.__file__))'],
+        stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    link = os.path.join(package, 'local', 'local_settings.py')
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(settings, link)
+    stamp = layout_module.digest_files([settings, _stamp_path(layout)])
+    stamp_file = os.path.join(layout.horizon_data, 'static.stamp')
+    if (layout_module.read_text(stamp_file) or '').strip() == stamp:
+        print('static files up to date')
+        return
+    env = dict(os.environ,
+               DJANGO_SETTINGS_MODULE='openstack_dashboard.settings')
+    subprocess.run([_python(layout), '-m', 'django', 'collectstatic',
+                    '--noinput', '--clear', '-v', '0'], env=env, check=True)
+    subprocess.run([_python(layout), '-m', 'django', 'compress', '--force'],
+                   env=env, check=True)
+    with open(stamp_file, 'w') as handle:
+        handle.write(stamp + '\n')
+
+
+def turn_off(layout, stop):
+    """Off until asked for again; ``stop`` stops the running Horizon."""
+    path = os.path.join(layout.horizon_data, 'enabled')
+    if os.path.exists(path):
+        os.remove(path)
+    stop()
+    pid_file = os.path.join(layout.run, 'horizon.pid')
+    if os.path.exists(pid_file):
+        os.remove(pid_file)
+
+
+def test_flavor(layout):
+    """The flavor the browser test boots.
+
+    A MIG slice when nova-lxd-accel flavors proposed one, else its first;
+    the small flavor on a host without GPUs.
+    """
+    try:
+        with open(os.path.join(layout.data, 'gpu-flavors.json')) as handle:
+            proposals = json.load(handle)
+    except (OSError, ValueError):
+        proposals = []
+    mig = [p for p in proposals
+           if any(key.startswith('resources:CUSTOM_MIG_')
+                  for key in p['extra_specs'])]
+    if mig or proposals:
+        return (mig or proposals)[0]['name']
+    return layout_module.PLAIN_FLAVOR
+
+
+def browser_test(layout, secrets):
+    """The browser test against the running Horizon: its exit status."""
+    screenshots = os.path.join(layout.horizon_data, 'screenshots')
+    shutil.rmtree(screenshots, ignore_errors=True)
+    env = dict(os.environ, SANDBOX_DEMO_PASSWORD=secrets['DEMO_PASSWORD'],
+               SANDBOX_ADMIN_PASSWORD=secrets['ADMIN_PASSWORD'])
+    return subprocess.run(
+        [_python(layout), BROWSER_TEST,
+         '--url', 'http://127.0.0.1:%d' % layout.ports['HORIZON'],
+         '--flavor', test_flavor(layout),
+         '--image', layout_module.IMAGE_NAME,
+         '--screenshots', screenshots], env=env).returncode

@@ -121,8 +121,12 @@ def summary(directory):
             ports += vf.get('ports') or []
         infiniband += sum(1 for port in ports
                           if port.get('protocol') == 'infiniband')
-    return ('%d NVIDIA GPUs, %d MIG devices, %d InfiniBand ports and VFs'
-            % (len(gpus), mig, infiniband))
+    parts = ['%d NVIDIA GPU%s' % (len(gpus), '' if len(gpus) == 1 else 's')]
+    if mig:
+        parts.append('%d MIG device%s' % (mig, '' if mig == 1 else 's'))
+    if infiniband:
+        parts.append('%d InfiniBand ports and VFs' % infiniband)
+    return ', '.join(parts)
 
 
 def prepare(layout, choice):

@@ -448,6 +448,9 @@ class HardwareTest(testtools.TestCase):
         self.assertEqual(
             '3 NVIDIA GPUs, 4 MIG devices, 8 InfiniBand ports and VFs',
             hardware.summary(hardware.source('h100-mig-a100-ib')))
+        # the H200 captured on a GPU machine: what it has, nothing more
+        self.assertEqual('1 NVIDIA GPU',
+                         hardware.summary(hardware.source('h200-vm')))
         self.assertEqual('no recorded resources',
                          hardware.summary('/nonexistent'))
 

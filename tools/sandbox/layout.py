@@ -15,12 +15,11 @@
 
 The state directory and its parts, the ports, the services (in start
 order, with their ports and the files each reads at start) and the fixed
-names (region, networks, image, flavors). ``tools/sandbox.sh`` and the
-other modules here (configs, credentials, services, processes) and the
+names (region, networks, image, flavors). The other modules here and the
 benchmarks all read them from here; any Python 3, standard library only
 (it runs before the sandbox's venv exists).
 
-Usage: layout.py shell       bash assignments for tools/sandbox.sh
+Usage: layout.py shell       bash assignments, for shell scripts
        layout.py check-ports exit 2 with the reason when the ports overlap
                              the kernel's ephemeral range
 
@@ -215,7 +214,7 @@ class Layout(object):
         return None
 
     def shell(self):
-        """Bash assignments of all that tools/sandbox.sh reads from here.
+        """Bash assignments of the paths, ports and names, for shell scripts.
 
         Paths, ports and names; the services themselves are handled by
         processes.py and services.py.

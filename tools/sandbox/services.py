@@ -14,15 +14,16 @@
 """How each of the sandbox's services is started.
 
 One function per service, of the same signature: ``(layout, context) ->
-Command`` (the environment it adds and its argv). tools/sandbox.sh starts
-the command in its own session, with its pid file and log, and waits for
-the service's ports (layout.py) for at most ``Command.ready_s`` seconds.
+Command`` (the environment it adds and its argv). cli.py starts the
+command (processes.py) in its own session, with its pid file and log, and
+waits for the service's ports (layout.py) for at most ``Command.ready_s``
+seconds.
 
 Usage: services.py command NAME --daemon-socket PATH
 
 ``command`` prints the seconds the service's ports may take to open, then
-``[env NAME=VALUE...] ARGV...``, NUL-separated (tools/sandbox.sh reads them
-with mapfile -d ''). Any Python 3, standard library only.
+``[env NAME=VALUE...] ARGV...``, NUL-separated (a shell reads them with
+mapfile -d ''). Any Python 3, standard library only.
 """
 
 import argparse

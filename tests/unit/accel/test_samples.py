@@ -63,6 +63,14 @@ class TestSamples(base.BaseTestCase):
         }, self._tree('lxd-502-h200-vm-resources.json',
                       'nvsmi-h200-580-L.txt', report_mig=True))
 
+    def test_incus_604_on_the_same_h200_gives_the_same_tree(self):
+        # the same machine, Debian 12's Incus 6.0.4 instead of LXD 5.0.2
+        self.assertEqual(
+            self._tree('lxd-502-h200-vm-resources.json',
+                       'nvsmi-h200-580-L.txt', report_mig=True),
+            self._tree('incus-604-h200-vm-resources.json',
+                       'nvsmi-h200-580-L.txt', report_mig=True))
+
     def test_maas_lp1939456_connectx3_two_ib_ports(self):
         self.assertEqual({
             'cmp1_ib_0000_04_00_0': (

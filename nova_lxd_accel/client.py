@@ -301,6 +301,13 @@ class LXDClient(object):
                 params={'timeout': timeout},
                 # The HTTP read may take as long as LXD waits, plus slack.
                 timeout=timeout + 10).json()['metadata']
+        except exception.LXDObjectNotFound as exc:
+            # LXD and Incus drop a finished operation 5 s after its end; a
+            # wait that comes later (a busy host) finds none.
+            if 'operation not found' in str(exc).lower():
+                raise exception.LXDOperationGone(action=action,
+                                                 target=target)
+            raise
         except exception.LXDOperationFailed as exc:
             if 'deadline exceeded' not in str(exc):
                 raise
@@ -874,8 +881,16 @@ class LXDClient(object):
         return RemoteLXDClient(self._conf, endpoint, cert, key, verify)
 
     def rename_container(self, name, new_name):
-        self._request('post', self.api.instances[name], 'rename',
-                      'instance %s' % name, json={'name': new_name})
+        try:
+            self._request('post', self.api.instances[name], 'rename',
+                          'instance %s' % name, json={'name': new_name})
+        except exception.LXDOperationGone:
+            # Its result is lost, its effect is not.
+            if self.get_container(new_name) is None or \
+                    self.get_container(name) is not None:
+                raise
+            LOG.debug('LXD forgot the rename of %s to %s; it was done',
+                      name, new_name)
 
     def copy_container(self, name, new_name, profiles):
         """A local copy of a stopped container, without its snapshots."""

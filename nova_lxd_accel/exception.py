@@ -66,6 +66,13 @@ class LXDObjectNotFound(LXDOperationFailed):
     msg_fmt = 'LXD has no %(target)s (while trying to %(action)s): %(reason)s'
 
 
+class LXDOperationGone(LXDObjectNotFound):
+    msg_fmt = ('LXD forgot its operation to %(action)s %(target)s before '
+               'its result was read (it keeps a finished operation 5 '
+               'seconds; the host may be overloaded): the outcome is '
+               'unknown')
+
+
 class AcceleratorUnavailable(LXDAccelException):
     msg_fmt = ('Cannot bind %(count)s %(resource_class)s of resource '
                'provider %(provider)s (%(device)s): only %(free)s free; '

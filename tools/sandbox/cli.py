@@ -65,6 +65,10 @@ class Terminal(object):
         self.out = os.fdopen(os.dup(1), 'w', buffering=1)
         self.err = os.fdopen(os.dup(2), 'w', buffering=1)
         self.t0 = time.monotonic()
+        # A step's prints and its children's output share the log: keep
+        # them in order.
+        if hasattr(sys.stdout, 'reconfigure'):
+            sys.stdout.reconfigure(line_buffering=True)
 
     def elapsed(self, since=None):
         seconds = time.monotonic() - (self.t0 if since is None else since)
@@ -606,7 +610,6 @@ def main(argv=None):
     environ = defaults(os.environ)
     script = environ.get('SANDBOX_SCRIPT') or 'tools/sandbox.sh'
     term = Terminal()
-    sys.stdout.reconfigure(line_buffering=True)
     args = parse(argv, script)
     if args is None:
         term.say(USAGE % {'script': script})

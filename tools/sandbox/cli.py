@@ -23,9 +23,11 @@ exists, and runs the venv's Python for what needs OpenStack.
 import argparse
 import datetime
 import os
+import shutil
 import subprocess
 import sys
 import time
+import traceback
 
 import bench
 import credentials
@@ -132,7 +134,6 @@ class Sandbox(object):
             except Exit as error:
                 status = error.status or 1
             except Exception:
-                import traceback
                 traceback.print_exc()
                 status = 1
             finally:
@@ -214,7 +215,6 @@ class Sandbox(object):
 
     def ensure_commands(self, commands, packages):
         """Install the Debian packages unless every command is on PATH."""
-        import shutil
         if all(shutil.which(command) for command in commands):
             return
         if self.environ.get('SANDBOX_APT', '1') != '1':
@@ -507,14 +507,12 @@ def sandbox_image_ids(sandbox):
 
 
 def cmd_clean(sandbox):
-    import shutil
     layout = sandbox.layout
     # The driver's cache of the sandbox's Glance images (nova-image-<id>
     # aliases in the daemon): their Glance images go away with the state.
     ids = sandbox_image_ids(sandbox)
+    # down stops the agents' dnsmasq and haproxy processes too
     cmd_down(sandbox)
-    # the dnsmasq and haproxy processes the agents started
-    processes.stop_network_helpers(layout)
     network.remove_plumbing()
     if ids and shutil.which(sandbox.daemon.cli_name):
         daemon_module.remove_image_aliases(sandbox.daemon, ids)

@@ -29,16 +29,14 @@ import layout as layout_module
 BACKENDS = ('lxd', 'incus')
 
 
-def _answers(cli, directory_variable, directory):
-    """Whether the daemon's CLI reaches a daemon at ``directory``."""
-    if not os.path.exists(os.path.join(directory, 'unix.socket')):
+def _answers(daemon):
+    """Whether the daemon's CLI reaches a daemon at its directory."""
+    if not os.path.exists(daemon.socket):
         return False
     try:
-        return subprocess.run(
-            [cli, 'info'], stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=dict(os.environ, **{directory_variable: directory}),
-            timeout=60).returncode == 0
+        return daemon.cli('info', stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=60
+                          ).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -66,9 +64,9 @@ def choose_backend(named, layout, environ, answers=_answers,
         backend = (layout_module.read_text(
             os.path.join(layout.dir, 'backend')) or '').strip()
     if not backend:
-        if answers('lxc', 'LXD_DIR', environ['LXD_DIR']):
+        if answers(Daemon('lxd', environ)):
             backend = 'lxd'
-        elif answers('incus', 'INCUS_DIR', environ['INCUS_DIR']):
+        elif answers(Daemon('incus', environ)):
             backend = 'incus'
         elif (debian() or 0) >= 13:
             backend = 'incus'

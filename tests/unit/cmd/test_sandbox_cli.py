@@ -118,7 +118,7 @@ class ChooseBackendTest(testtools.TestCase):
     def choose(self, named='', debian=12):
         return daemon.choose_backend(
             named, self.layout, self.environ,
-            answers=lambda cli, variable, directory: cli in self.running,
+            answers=lambda daemon: daemon.cli_name in self.running,
             debian=lambda: debian)
 
     def test_named_first(self):

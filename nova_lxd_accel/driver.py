@@ -30,13 +30,13 @@ from oslo_log import log as logging
 from nova_lxd_accel import accel
 from nova_lxd_accel.accel import binding as accel_binding
 from nova_lxd_accel.accel import cdi as accel_cdi
+from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import reconcile as accel_reconcile
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import events
-from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image as lxd_image
 from nova_lxd_accel import lifecycle
@@ -68,23 +68,28 @@ class LXDDriver(driver.ComputeDriver):
         self._images = lxd_image.ImageCache(self._client)
         self._network = network.Networking(self._client, CONF, virtapi)
         self._volumes = volumes.Volumes(self._client, CONF)
-        self._lifecycle = lifecycle.Lifecycle(
-            self._client, CONF, self._images, networking=self._network,
-            volumes=self._volumes)
+        self._nodename = CONF.host
         self._accelerators = accel.AcceleratorInventory(
             self._client.resources, conf=CONF,
             list_instances=self._client.list_all_instances,
             is_ours=lambda record: ownership.is_ours(
                 record, self._nodename, CONF.lxd.project))
-        self._lifecycle.host_devices = self._accelerators.all_devices
-        self._accelerators.gate = gpu_gate.GpuGate(
+        self._gate = gpu_gate.GpuGate(
             CONF, self._client.list_containers,
             self._accelerators.reported_gpus,
-            lambda: gpu_gate.nova_instance_projects(self._nodename))
+            lambda: gpu_gate.nova_instance_projects(self._nodename),
+            on_clean=self._report_released_gpus)
+        self._accelerators.gate = self._gate
+        # one claim for spawn, resize and migration; never a dirty unit
+        self._claims = accel_claims.Claims(
+            self._client, CONF, self._accelerators.device_for_provider,
+            self._accelerators.all_devices, self._gate.unavailable_units)
+        self._lifecycle = lifecycle.Lifecycle(
+            self._client, CONF, self._images, networking=self._network,
+            volumes=self._volumes, claims=self._claims, gpu_gate=self._gate)
         self._migration = migration.Migration(
-            self._client, CONF, self._lifecycle, self._accelerators,
+            self._client, CONF, self._lifecycle, self._claims,
             networking=self._network, volumes=self._volumes)
-        self._nodename = CONF.host
         self._server_info = {}
         self._resource = None
         self._profile_masks = None
@@ -154,6 +159,7 @@ class LXDDriver(driver.ComputeDriver):
                           'containers of %s failed', host)
 
     def cleanup_host(self, host):
+        self._gate.stop()
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
@@ -171,9 +177,19 @@ class LXDDriver(driver.ComputeDriver):
     def node_is_available(self, nodename):
         return nodename == self._nodename
 
+    def _report_released_gpus(self):
+        # A GPU unit released dirty turned clean after its delete ended
+        # (accel.gpu_gate's re-check): run nova's resource update now, as
+        # its periodic task would, so Placement offers it at once. nova's
+        # VirtAPI gives drivers no public way to ask for that update.
+        tracker = getattr(getattr(self.virtapi, '_compute', None), 'rt', None)
+        if tracker is not None:
+            tracker.update_available_resource(
+                nova_context.get_admin_context(), self._nodename)
+
     def get_available_resource(self, nodename):
         # outside nova's resource tracker lock: probe the GPUs here
-        self._accelerators.gate.maybe_refresh()
+        self._gate.maybe_refresh()
         # and read the host for update_provider_tree, which runs under
         # that lock (for every instance claim too) and reads nothing
         snapshot = self._accelerators.refresh()
@@ -304,9 +320,8 @@ class LXDDriver(driver.ComputeDriver):
         return self._lifecycle.guest(instance).record() is not None
 
     def get_info(self, instance, use_cache=True):
-        record = self._lifecycle.rescue_record(instance) or \
-            self._lifecycle.guest(instance).require_record()
-        return hardware.InstanceInfo(state=lxd_guest.power_state_of(record))
+        return hardware.InstanceInfo(
+            state=self._lifecycle.power_state(instance))
 
     # -- lifecycle --------------------------------------------------------
 
@@ -316,14 +331,11 @@ class LXDDriver(driver.ComputeDriver):
         self._lifecycle.spawn(
             context, instance, image_meta, injected_files, self._policy(),
             block_device_info, power_on, allocations=allocations,
-            device_for_provider=self._accelerators.device_for_provider,
             network_info=network_info)
 
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
-        # its GPUs stay reserved until verified clean (accel.gpu_gate)
-        self._accelerators.gate.note_destroy(
-            self._lifecycle.guest(instance).record)
+        # its GPUs are verified clean at release (accel.gpu_gate)
         self._lifecycle.destroy(instance)
         # Like libvirt's cleanup: a failed unplug is logged, never blocks
         # the deletion.

@@ -223,9 +223,10 @@ class LifecycleWatcher(object):
         LOG.warning('The container %(name)s of instance %(uuid)s is gone '
                     '(deleted on the daemon); reporting the instance '
                     'stopped', {'name': name, 'uuid': uuid})
-        if state != power_state.SHUTDOWN:
-            self._emit(virtevent.LifecycleEvent(
-                uuid, virtevent.EVENT_LIFECYCLE_STOPPED))
+        # whatever state it was last seen in: a poll may have missed its
+        # start, and nova ignores STOPPED for a server it has stopped
+        self._emit(virtevent.LifecycleEvent(
+            uuid, virtevent.EVENT_LIFECYCLE_STOPPED))
 
     def refresh(self, name, renamed_away=False):
         """Look at one container again; emit its change, if any."""
@@ -369,6 +370,12 @@ class LifecycleWatcher(object):
             name = lifecycle_event(previous.get(uuid, state), state)
             if name is not None:
                 self._emit(virtevent.LifecycleEvent(uuid, name))
+        for uuid, state in previous.items():
+            if uuid not in current:
+                # gone: deleted on the daemon (or by nova, which then
+                # ignores the event: its instance has a task or is deleted)
+                self._gone(lxd_config.container_name(self._prefix, uuid),
+                           uuid, state)
 
     def _poll(self):
         self.mode = 'poll'

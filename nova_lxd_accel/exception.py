@@ -53,6 +53,13 @@ class ContainerNotFound(nova_exception.InstanceNotFound):
                '%(container)s.')
 
 
+class ContainerGone(LXDAccelException):
+    msg_fmt = ('The LXD container %(container)s of instance %(instance_id)s '
+               'was deleted on the daemon, outside of Nova; what was in it '
+               'is lost. Rebuild the server from an image (openstack server '
+               'rebuild) or delete it.')
+
+
 class FlavorNotAllowed(LXDAccelException):
     msg_fmt = ('Flavor %(flavor)s asks for %(feature)s, which this compute '
                'host does not allow: %(how)s')

@@ -137,7 +137,12 @@ class Guest(object):
         self._client.change_state(self.name, 'start')
 
     def ensure_running(self):
-        status = self.status()
+        try:
+            status = self.status()
+        except exception.ContainerNotFound:
+            # not InstanceNotFound: nova records no fault for that one
+            raise exception.ContainerGone(container=self.name,
+                                          instance_id=self.instance.uuid)
         if status == 'Frozen':
             self.unpause()
         elif status != 'Running':

@@ -19,6 +19,7 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 import dataclasses
 import os
 
+from nova.compute import power_state
 from nova.compute import task_states
 from nova.compute import vm_states
 from nova import exception as nova_exception
@@ -26,7 +27,6 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
@@ -36,9 +36,10 @@ from nova_lxd_accel import image as lxd_image
 
 LOG = logging.getLogger(__name__)
 
-
-#: Serialises accelerator binding within this nova-compute process.
-BINDING_LOCK = accel_claims.CLAIM_LOCK
+#: vm_states in which a missing container means "deleted behind nova's
+#: back" (see Lifecycle.power_state)
+_SETTLED_STATES = (vm_states.ACTIVE, vm_states.STOPPED, vm_states.PAUSED,
+                   vm_states.SUSPENDED)
 
 
 def _wants_accelerators(allocations):
@@ -146,31 +147,36 @@ def _has_root_volume(block_device_info):
 
 
 class Lifecycle(object):
+    """Spawn, destroy, rescue and snapshot of one host's containers.
 
-    #: callable() -> the host's accelerator devices (set by the driver).
-    host_devices = tuple
+    :param claims: the host's :class:`.accel.claims.Claims` (None: a spawn
+        with accelerators in its allocations is refused).
+    :param gpu_gate: the host's :class:`.accel.gpu_gate.GpuGate`, told of
+        every container removed so that its GPU units are verified at
+        release, or None.
+    """
 
     def __init__(self, client, conf, image_cache, networking=None,
-                 volumes=None):
+                 volumes=None, claims=None, gpu_gate=None):
         self._client = client
         self._conf = conf
         self._images = image_cache
         self._network = networking
         self._volumes = volumes
+        self._claims = claims
+        self._gate = gpu_gate
 
     def guest(self, instance):
         return lxd_guest.Guest(self._client, self._conf, instance)
 
     def spawn(self, context, instance, image_meta, injected_files, policy,
               block_device_info=None, power_on=True, allocations=None,
-              device_for_provider=None, network_info=None):
+              network_info=None):
         """Create (and start) the instance's container.
 
         :param allocations: nova's ``{rp_uuid: {'resources': {...}}}``; the
             accelerator units they name are bound to exact host devices
             (see :mod:`nova_lxd_accel.accel.binding`).
-        :param device_for_provider: callable(rp_uuid) -> device last
-            reported under that provider, or None.
         :param network_info: nova's network info: one NIC per port.
         """
         try:
@@ -179,7 +185,7 @@ class Lifecycle(object):
             lxd_extra_specs.check_flavor(instance.flavor, policy)
             self._spawn(context, instance, image_meta, injected_files,
                         policy, block_device_info, power_on, allocations,
-                        device_for_provider, network_info)
+                        network_info)
         except Exception as exc:
             failure = build_failure(instance, exc)
             if failure is exc:
@@ -189,8 +195,7 @@ class Lifecycle(object):
             raise failure from exc
 
     def _spawn(self, context, instance, image_meta, injected_files, policy,
-               block_device_info, power_on, allocations, device_for_provider,
-               network_info):
+               block_device_info, power_on, allocations, network_info):
         if _has_root_volume(block_device_info):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)
@@ -206,8 +211,7 @@ class Lifecycle(object):
             self._create_with_host_side(context, instance, guest,
                                         image_meta, policy, host_side,
                                         alias, profiles, allocations,
-                                        device_for_provider, network_info,
-                                        block_device_info)
+                                        network_info, block_device_info)
             # User data byte for byte, as cloud-init's NoCloud seed.
             guest.push_files(lxd_config.cloud_init_seed(instance) +
                              list(injected_files or []))
@@ -217,7 +221,8 @@ class Lifecycle(object):
             with excutils.save_and_reraise_exception():
                 LOG.error('Spawn failed; removing the half-made container '
                           '%s', guest.name, instance=instance)
-                self._delete_quietly(guest)
+                self._release_gpus(guest.record, lambda: self._delete_quietly(
+                    guest))
                 self._undo_host_side(instance, network_info,
                                      block_device_info)
         LOG.info('Container %s created%s', guest.name,
@@ -246,8 +251,7 @@ class Lifecycle(object):
 
     def _create_with_host_side(self, context, instance, guest, image_meta,
                                policy, host_side, alias, profiles,
-                               allocations, device_for_provider,
-                               network_info, block_device_info):
+                               allocations, network_info, block_device_info):
         """Plug the host side (NICs, volumes), then create the container."""
         if self._network is not None:
             self._network.plug_vifs(instance, network_info)
@@ -261,13 +265,39 @@ class Lifecycle(object):
         if _wants_accelerators(allocations):
             # Read who holds what, pick, and record the pick in the stopped
             # container, under one lock that covers nothing else.
-            accel_claims.claim(self._client, guest.name, allocations,
-                               device_for_provider,
-                               host_devices=self.host_devices(),
-                               instance=instance,
-                               project=self._conf.lxd.project,
-                               share=accel_claims.share_request(
-                                   self._conf, instance))
+            if self._claims is None:
+                raise exception.AcceleratorNotBindable(
+                    resource_class='accelerators', provider='-',
+                    reason='this driver was set up without accelerators')
+            self._claims.claim(guest.name, allocations, instance)
+
+    def _release_gpus(self, read_record, remove):
+        """Run ``remove()``; verify the GPU units the container held.
+
+        The units are marked dirty before and probed right after the
+        container is gone (:mod:`.accel.gpu_gate`), so those found clean are
+        offered again by nova's update that follows.
+
+        :returns: what ``remove()`` returned.
+        """
+        if self._gate is None:
+            return remove()
+        released = self._gate.note_destroy(read_record)
+        try:
+            return remove()
+        finally:
+            # still there (the removal failed): the next probe, which
+            # finds it bound again, takes it off the dirty list
+            self._gate.verify_release(released)
+
+    def remove_container(self, name):
+        """Remove container ``name``, verifying its GPUs at release.
+
+        :returns: whether it existed.
+        """
+        return self._release_gpus(
+            lambda: self._client.get_container(name),
+            lambda: self._client.remove_container(name))
 
     def _delete_quietly(self, guest):
         try:
@@ -283,7 +313,7 @@ class Lifecycle(object):
     def destroy(self, instance):
         guest = self.guest(instance)
         try:
-            deleted = guest.delete()
+            deleted = self._release_gpus(guest.record, guest.delete)
         except exception.LXDUnreachable as exc:
             if not _is_interrupted_build(instance):
                 raise
@@ -323,7 +353,7 @@ class Lifecycle(object):
                 continue
             guest = self.guest(instance)
             try:
-                removed = guest.delete()
+                removed = self._release_gpus(guest.record, guest.delete)
             except exception.LXDAccelException as exc:
                 LOG.error('Cannot remove the container of the interrupted '
                           'build: %s', exc, instance=instance)
@@ -403,6 +433,31 @@ class Lifecycle(object):
         guest = self.guest(instance)
         self._client.remove_container(guest.rescue_name)
         guest.ensure_running()
+
+    def power_state(self, instance):
+        """The instance's power state, for nova's ``get_info``.
+
+        A container deleted on the daemon while nova had the server settled
+        (no task running) is reported SHUTDOWN, not "not found": nova
+        ignores NOSTATE, so the server would stay ACTIVE for good. With
+        SHUTDOWN the lifecycle event (or nova's power sync) stops the
+        server; ``server start`` then says that the container is gone.
+
+        :raises: ContainerNotFound for an instance in a task (building,
+            deleting, moving) whose container is missing.
+        """
+        record = self.rescue_record(instance) or \
+            self.guest(instance).record()
+        if record is not None:
+            return lxd_guest.power_state_of(record)
+        if getattr(instance, 'task_state', None) is None and getattr(
+                instance, 'vm_state', None) in _SETTLED_STATES:
+            LOG.warning('The container of this instance is gone from the '
+                        'daemon (deleted outside of Nova): reported shut '
+                        'down', instance=instance)
+            return power_state.SHUTDOWN
+        raise exception.ContainerNotFound(
+            instance_id=instance.uuid, container=self.guest(instance).name)
 
     def rescue_record(self, instance):
         return self._client.get_container(self.guest(instance).rescue_name)

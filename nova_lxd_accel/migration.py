@@ -52,16 +52,13 @@ import json
 
 from nova import exception as nova_exception
 from nova import objects
-from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from nova_lxd_accel import lifecycle as lxd_lifecycle
 
 LOG = logging.getLogger(__name__)
 
@@ -202,12 +199,19 @@ def resized(record, fragment, host, host_devices, bound):
 
 class Migration(object):
 
-    def __init__(self, client, conf, lifecycle, accelerators,
+    """Resize and cold migration of one host's containers.
+
+    :param lifecycle: the host's :class:`.lifecycle.Lifecycle` (containers
+        are removed through it, so their GPUs are verified at release).
+    :param claims: the host's :class:`.accel.claims.Claims`.
+    """
+
+    def __init__(self, client, conf, lifecycle, claims,
                  networking=None, volumes=None):
         self._client = client
         self._conf = conf
         self._lifecycle = lifecycle
-        self._accelerators = accelerators
+        self._claims = claims
         # The driver hands them to lifecycle; take them from there unless
         # given.
         self._network = networking or getattr(lifecycle, '_network', None)
@@ -351,7 +355,7 @@ class Migration(object):
             # A failed earlier attempt; this container is the original.
             LOG.warning('Removing container %s left by an earlier resize',
                         backup, instance=instance)
-            self._client.remove_container(backup)
+            self._lifecycle.remove_container(backup)
         record = guest.require_record()
         try:
             if same_host:
@@ -493,7 +497,7 @@ class Migration(object):
                       'name': guest.name, 'where': where},
                   instance=instance)
         try:
-            self._client.remove_container(guest.name)
+            self._lifecycle.remove_container(guest.name)
             self._release_host_side(instance, network_info,
                                     block_device_info)
             if same_host:
@@ -515,7 +519,7 @@ class Migration(object):
         :returns: whether nothing of the instance is left here.
         """
         _name, backup = self._names(instance)
-        if self._client.remove_container(backup):
+        if self._lifecycle.remove_container(backup):
             LOG.info('Removed %s, kept for a migration that failed',
                      backup, instance=instance)
         return True
@@ -526,19 +530,10 @@ class Migration(object):
         self._plug(instance, network_info)
         host_devices = self._host_devices(context, instance, network_info,
                                           block_device_info, host)
-        with lockutils.lock(lxd_lifecycle.BINDING_LOCK):
-            # held by anything on the daemon (see accel.claims)
-            records = self._client.list_all_instances()
-            exclude = (self._conf.lxd.project, guest.name)
-            held = binding.held_units(
-                records, exclude=exclude,
-                host_devices=self._accelerators.all_devices())
-            bound = binding.bind(
-                allocations, self._accelerators.device_for_provider, held,
-                share=accel_claims.with_projects(
-                    accel_claims.share_request(self._conf, instance),
-                    records, exclude))
 
+        def write(bound):
+            # under the claim's lock: the new config with the units picked,
+            # a read-modify-write with the container's ETag
             def resize(config, devices):
                 new_config, new_devices = resized(
                     dict(record, config=dict(config), devices=dict(devices)),
@@ -548,9 +543,11 @@ class Migration(object):
                 devices.clear()
                 devices.update(new_devices)
 
-            # read-modify-write with the container's ETag
-            self._client.modify_container(guest.name, resize)
-        binding.log_bound(LOG, bound, instance)
+            if self._client.modify_container(guest.name, resize) is None:
+                raise exception.ContainerNotFound(instance_id=instance.uuid,
+                                                  container=guest.name)
+
+        self._claims.claim(guest.name, allocations, instance, write=write)
         if power_on:
             guest.start()
         LOG.info('Container %(name)s now has flavor %(flavor)s on %(host)s',
@@ -561,7 +558,7 @@ class Migration(object):
 
     def confirm_migration(self, context, migration, instance, network_info):
         _name, backup = self._names(instance)
-        if not self._client.remove_container(backup):
+        if not self._lifecycle.remove_container(backup):
             LOG.info('Container %s is already gone', backup,
                      instance=instance)
             return
@@ -592,7 +589,7 @@ class Migration(object):
         else:
             # Same host, nova has not destroyed the resized copy (it does
             # in revert_resize): it is not the instance any more.
-            self._client.remove_container(name)
+            self._lifecycle.remove_container(name)
             self._client.rename_container(backup, name)
             self._restore(context, instance, dict(record, name=name), host,
                           network_info, block_device_info)

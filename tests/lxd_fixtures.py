@@ -299,16 +299,21 @@ class LXDProject(fixtures.Fixture):
         """stdout of ``sh -c command`` in container name; must exit 0."""
         return execute_ok(self.client, name, command, **kwargs)
 
+    def delete_instance(self, name):
+        """Stop (forcefully) and delete an instance, as `lxc delete -f`."""
+        record = self.instance(name)
+        node = self.client.api.instances[name]
+        if record['status'] != 'Stopped':
+            if record['status'] == 'Frozen':
+                node.state.put(json={'action': 'unfreeze'})
+            response = node.state.put(json={'action': 'stop',
+                                            'force': True})
+            self._wait(response)
+        self._wait(node.delete())
+
     def _remove(self):
         for record in self.instances():
-            node = self.client.api.instances[record['name']]
-            if record['status'] != 'Stopped':
-                if record['status'] == 'Frozen':
-                    node.state.put(json={'action': 'unfreeze'})
-                response = node.state.put(json={'action': 'stop',
-                                                'force': True})
-                self._wait(response)
-            self._wait(node.delete())
+            self.delete_instance(record['name'])
         for fingerprint in self.client.api.images.get().json()['metadata']:
             self._wait(self.client.api.images[
                 fingerprint.rsplit('/', 1)[-1]].delete())

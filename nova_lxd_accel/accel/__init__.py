@@ -177,12 +177,14 @@ class AcceleratorInventory(object):
         if mig_text is None or not options.report_mig:
             mig_text = self._mig_text(options)
         memory = self._gpu_memory() if options.shared_gpus else {}
+        names = self._gpu_names()
         inputs = (nodename, options, resources.get('gpu'),
                   resources.get('network'), mig_text,
-                  tuple(sorted(memory.items())))
+                  tuple(sorted(memory.items())), tuple(sorted(names.items())))
         if inputs == self._last_inputs:
             return self._last_desired
-        gpus, ib_cards = discovery.discover(resources, mig_text, options)
+        gpus, ib_cards = discovery.discover(resources, mig_text, options,
+                                            probed_names=names)
         gpus = [dataclasses.replace(g, memory_mib=memory.get(g.pci_address))
                 if g.shared_slots else g for g in gpus]
         for gpu in gpus:
@@ -194,6 +196,14 @@ class AcceleratorInventory(object):
         desired = accel_tree.desired_providers(nodename, gpus, ib_cards)
         self._last_inputs, self._last_desired = inputs, desired
         return desired
+
+    def _gpu_names(self):
+        """PCI address -> GPU name, from the GPU probe's last snapshot."""
+        snapshot = getattr(self.gate, 'last_snapshot', None)
+        if snapshot is None:
+            return {}
+        return {pci: facts.name for pci, facts in snapshot.gpus.items()
+                if facts.name}
 
     def _gpu_memory(self):
         """PCI address -> memory MiB, from the GPU probe's last snapshot.

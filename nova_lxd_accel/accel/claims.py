@@ -17,11 +17,18 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
 
 1. under :data:`CLAIM_LOCK`, read every instance of the daemon (all
    projects, containers and VMs, devices from profiles included: see
-   :func:`nova_lxd_accel.accel.binding.held_units`);
+   :func:`nova_lxd_accel.accel.binding.held_units`), and add the units
+   released but not yet verified clean (:meth:`nova_lxd_accel.accel.
+   gpu_gate.GpuGate.unavailable_units`): a claim picks by identity, never
+   a dirty unit, whatever Placement counts;
 2. pick free units (:func:`nova_lxd_accel.accel.binding.bind`);
 3. still under the lock, write the devices and their record
    (``user.nova_lxd_accel.devices``) into the already created, stopped
-   container on the daemon, guarded by its ETag.
+   container on the daemon, guarded by its ETag (a migration writes its
+   whole new config there instead); a write that finds no container
+   fails the claim.
+
+Spawn, resize and cold migration all claim through :class:`Claims`.
 
 So the daemon itself is the durable record of every claim: the next
 claim, in this process or in a nova-compute restarted in between, sees
@@ -79,7 +86,8 @@ def with_projects(share, records, exclude):
 
 
 def claim(client, name, allocations, device_for_provider,
-          host_devices=(), instance=None, project=None, share=None):
+          host_devices=(), instance=None, project=None, share=None,
+          unavailable=None, write=None):
     """Bind the units of ``allocations`` into the existing container.
 
     :param name: the container (created and stopped).
@@ -88,6 +96,12 @@ def claim(client, name, allocations, device_for_provider,
         GPU selector foreign instances use.
     :param share: a :class:`.binding.ShareRequest` (:func:`share_request`)
         for slots of shared GPUs.
+    :param unavailable: unit key -> reasons, units no claim may pick
+        (released and not yet verified clean), as
+        :meth:`.gpu_gate.GpuGate.unavailable_units` gives them.
+    :param write: callable(binding) that writes the result into the
+        container under the lock (a migration's whole new config); default
+        :func:`record`, only when a unit was bound.
     :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
     :raises: AcceleratorUnavailable, AcceleratorNotBindable,
         ContainerNotFound.
@@ -96,14 +110,46 @@ def claim(client, name, allocations, device_for_provider,
         records = client.list_all_instances()
         held = binding.held_units(records, exclude=(project, name),
                                   host_devices=host_devices)
+        for key, reasons in (unavailable or {}).items():
+            held[key] = list(held.get(key, ())) + list(reasons)
         bound = binding.bind(allocations, device_for_provider or
                              (lambda rp_uuid: None), held,
                              share=with_projects(share, records,
                                                  (project, name)))
-        if bound.units:
+        if write is not None:
+            write(bound)
+        elif bound.units:
             record(client, name, bound, instance)
     binding.log_bound(LOG, bound, instance)
     return bound
+
+
+class Claims(object):
+    """The host's one claim, wired once by the driver.
+
+    :param client: the :class:`nova_lxd_accel.client.LXDClient`.
+    :param conf: ConfigOpts with ``[lxd]`` and ``[lxd_accelerators]``.
+    :param device_for_provider: callable(rp_uuid) -> device reported there.
+    :param host_devices: zero-argument callable, the host's devices.
+    :param unavailable: zero-argument callable, see :func:`claim`.
+    """
+
+    def __init__(self, client, conf, device_for_provider,
+                 host_devices=tuple, unavailable=dict):
+        self._client = client
+        self._conf = conf
+        self._device_for_provider = device_for_provider
+        self._host_devices = host_devices
+        self._unavailable = unavailable
+
+    def claim(self, name, allocations, instance, write=None):
+        """See :func:`claim`: ``instance``'s allocations into ``name``."""
+        return claim(self._client, name, allocations,
+                     self._device_for_provider,
+                     host_devices=self._host_devices(), instance=instance,
+                     project=self._conf.lxd.project,
+                     share=share_request(self._conf, instance),
+                     unavailable=self._unavailable(), write=write)
 
 
 def record(client, name, bound, instance=None):

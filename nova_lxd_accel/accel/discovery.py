@@ -51,6 +51,48 @@ class Options:
             shared_gpus=tuple(group.shared_gpus or ()))
 
 
+def _matched(gpus, smi_gpus):
+    """(listed GPU, its LXD card or None) for each ``nvidia-smi -L`` GPU.
+
+    By ``nvidia.uuid`` when LXD gives it; otherwise by the index among the
+    NVIDIA cards sorted by PCI address (nvidia-smi's default order).
+    """
+    nvidia = sorted((g for g in gpus if g.is_nvidia),
+                    key=lambda g: g.pci_address)
+    by_uuid = {g.nvidia_uuid.lower(): g for g in nvidia if g.nvidia_uuid}
+    for smi in smi_gpus:
+        gpu = by_uuid.get(smi.uuid.lower())
+        if gpu is None and smi.index < len(nvidia):
+            candidate = nvidia[smi.index]
+            if candidate.nvidia_uuid is None:
+                gpu = candidate
+        yield smi, gpu
+
+
+def attach_models(gpus, probed_names=None, smi_gpus=()):
+    """Give each NVIDIA GPU LXD knows no model of the model nvidia-smi names.
+
+    LXD fills ``nvidia.model`` only when the NVIDIA container tools are on
+    the host, so two identical cards can differ there; the model trait and
+    the flavors that require it come from every source, in this order: LXD's
+    ``nvidia`` object, nvidia-smi's ``--query-gpu=name`` by PCI bus id (the
+    GPU probe), then ``nvidia-smi -L``.
+
+    :param probed_names: PCI address -> name from the GPU probe.
+    :param smi_gpus: list of :class:`nvidia_smi.SmiGpu`.
+    :returns: a new list of GPUs, same order.
+    """
+    names = {}
+    for smi, gpu in _matched(gpus, smi_gpus):
+        if gpu is not None and smi.name:
+            names[gpu.pci_address] = smi.name.strip()
+    names.update({pci: name.strip()
+                  for pci, name in (probed_names or {}).items() if name})
+    return [dataclasses.replace(g, model=names[g.pci_address])
+            if g.is_nvidia and not g.model and names.get(g.pci_address)
+            else g for g in gpus]
+
+
 def attach_mig(gpus, smi_gpus):
     """Give each NVIDIA GPU the MIG devices ``nvidia-smi -L`` lists for it.
 
@@ -63,18 +105,10 @@ def attach_mig(gpus, smi_gpus):
     :param smi_gpus: list of :class:`nvidia_smi.SmiGpu`.
     :returns: a new list of GPUs, same order.
     """
-    nvidia = sorted((g for g in gpus if g.is_nvidia),
-                    key=lambda g: g.pci_address)
-    by_uuid = {g.nvidia_uuid.lower(): g for g in nvidia if g.nvidia_uuid}
     migs = {}
-    for smi in smi_gpus:
+    for smi, gpu in _matched(gpus, smi_gpus):
         if not smi.mig_devices:
             continue
-        gpu = by_uuid.get(smi.uuid.lower())
-        if gpu is None and smi.index < len(nvidia):
-            candidate = nvidia[smi.index]
-            if candidate.nvidia_uuid is None:
-                gpu = candidate
         if gpu is None:
             LOG.warning('nvidia-smi lists GPU %(index)s (%(uuid)s) with MIG '
                         'devices that matches no GPU of LXD; its MIG devices '
@@ -108,18 +142,22 @@ def _shared(gpu, options):
                                vfs=())
 
 
-def discover(resources, mig_text, options):
+def discover(resources, mig_text, options, probed_names=None):
     """Devices to report.
 
     :param resources: metadata dict of ``GET /1.0/resources``.
     :param mig_text: ``nvidia-smi -L`` output ('' when none).
     :param options: :class:`Options`.
+    :param probed_names: PCI address -> GPU name from the GPU probe
+        (``nvidia-smi --query-gpu``), see :func:`attach_models`.
     :returns: ``(gpus, ib_cards)``, each sorted by PCI address.
     """
     excluded = options.excluded_pci_addresses
     gpus = lxd_resources.parse_gpus(resources)
-    if options.report_mig and mig_text:
-        gpus = attach_mig(gpus, nvidia_smi.parse_list(mig_text))
+    listed = nvidia_smi.parse_list(mig_text) if mig_text else []
+    gpus = attach_models(gpus, probed_names, listed)
+    if options.report_mig and listed:
+        gpus = attach_mig(gpus, listed)
     gpus = [_shared(_without_excluded_vfs(g, excluded), options)
             for g in gpus
             if g.vendor_id in options.gpu_vendor_ids

@@ -27,6 +27,8 @@ import typing
 
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import lxd_resources
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import sharing
@@ -303,7 +305,7 @@ def check_nova_conf(view):
                            'gpu_vendor_ids: not reported' % ', '.join(
                                ignored), 'add them to gpu_vendor_ids'))
     if view.nvidia_gpus() and group.report_mig and view.snapshot is not None \
-            and view.snapshot.error == 'no nvidia-smi: no GPU':
+            and view.snapshot.error == gpu_probe.NO_NVIDIA_SMI:
         out.append(Finding('nova-conf', ERROR, '[lxd_accelerators] '
                            'nvidia_smi_path %s does not exist' %
                            group.nvidia_smi_path,
@@ -324,7 +326,14 @@ def check_gpu_states(view):
             'bound', {}).values() if u.get('pci') == pci})
         on = ('; instances still on it: %s' % ', '.join(users)) if users \
             else ''
-        if hold.get('kind') == 'unhealthy':
+        if hold.get('kind') == gpu_state.KIND_UNPROBEABLE:
+            out.append(Finding('gpu-unprobeable', ERROR, 'GPU %s is not '
+                               'offered: %s%s' % (pci, hold.get('reason'), on),
+                               'make nvidia-smi answer on this host (install '
+                               'or repair the NVIDIA driver, or set '
+                               '[lxd_accelerators] nvidia_smi_path); the hold '
+                               'lifts at the next probe that answers'))
+        elif hold.get('kind') == gpu_state.KIND_UNHEALTHY:
             out.append(Finding('gpu-health', ERROR, 'GPU %s is unhealthy: %s'
                                '%s' % (pci, hold.get('reason'), on),
                                'repair or reset it (nvidia-smi -r -i %s), '

@@ -26,16 +26,30 @@ file (:mod:`.gpu_state`):
   ``unhealthy``) until an operator releases it (``nova-lxd-accel gpu
   release``); instances already on it are reported, not touched;
 * **verified release**: a unit bound at the last probe and no longer bound
-  now is *dirty*. It stays reserved until the probe shows it clean: for a
+  now, or one whose container the driver removes (:meth:`GpuGate.
+  note_destroy`), is *dirty*. When the driver removes a container it probes
+  its GPUs at once (:meth:`GpuGate.verify_release`), waiting up to
+  ``[lxd_accelerators] release_wait`` seconds for them to be clean, so a
+  clean unit is offered again by nova's update that ends the delete; a unit
+  still dirty then is re-checked every ``release_recheck_interval`` seconds
+  by a thread of its own, which runs nova's resource update when one turns
+  clean. A dirty unit stays reserved until the probe shows it clean: for a
   whole GPU no compute process and memory back to its baseline (plus
   ``[lxd_accelerators] release_memory_tolerance_mib``); for a MIG slice the
   slice still listed by ``nvidia-smi -L`` as it was, no compute process in
-  its GPU/compute instance and its memory back to its own baseline (both
-  from ``nvidia-smi -q``, since ``--query-compute-apps`` does not tell the
-  slices of one GPU apart); for a slot of a shared GPU, nothing while
-  another slot is still bound (the sharers' processes cannot be told apart),
-  and the whole-GPU check when the last slot is released. A GPU of another
-  vendor cannot be probed and is clean at once;
+  its GPU/compute instance and its memory back to its own baseline (both from
+  ``nvidia-smi -q``, since ``--query-compute-apps`` does not tell the slices
+  of one GPU apart); for a slot of a shared GPU, nothing while another slot
+  is still bound (the sharers' processes cannot be told apart), and the
+  whole-GPU check when the last slot is released. A GPU of another vendor
+  cannot be probed and is clean at once. No claim ever picks a dirty unit
+  (:meth:`GpuGate.unavailable_units`);
+* **unprobeable**: an NVIDIA GPU the probe cannot read (no nvidia-smi, or
+  ``probe_failures_before_hold`` failed or timed-out probes in a row)
+  could never be verified at release, so it is held (kind
+  ``unprobeable``, trait :data:`TRAIT_UNPROBEABLE`) until the probe
+  answers again. ``[lxd_accelerators] verified_release = false`` turns
+  this and the release check off;
 * **usage**: per instance and unit, the seconds allocated and the seconds
   the GPU had a compute process or non-zero utilisation;
 * **idle**: a unit of a running instance whose GPU showed no compute use
@@ -52,6 +66,7 @@ stops an allocation made before the hold).
 
 import dataclasses
 import os
+import threading
 import time
 
 from oslo_log import log as logging
@@ -65,6 +80,9 @@ from nova_lxd_accel import exception
 LOG = logging.getLogger(__name__)
 
 TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
+TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
+#: seconds between two probes while a release waits for its GPUs
+RELEASE_POLL = 0.5
 
 STATE_FREE = 'free'
 STATE_BOUND = 'bound'
@@ -76,6 +94,7 @@ STATES = (STATE_FREE, STATE_BOUND, STATE_DIRTY, STATE_HELD,
           STATE_UNHEALTHY, STATE_IDLE)
 
 _INSTANCE_KEY = 'user.nova_lxd_accel.instance_uuid'
+_NOT_YET = 'not yet verified'
 
 
 def _unit_gpu(record):
@@ -152,11 +171,17 @@ class GpuGate(object):
     :param probe: a :class:`gpu_probe.HostProbe` (default from ``conf``).
     :param store: a :class:`gpu_state.StateStore` (default from ``conf``).
     :param clock: zero-argument callable returning seconds.
+    :param on_clean: zero-argument callable run when the re-check thread
+        finds a released unit clean (the driver runs nova's resource
+        update with it), or None.
+    :param sleep: callable(seconds), for the release wait and re-checks.
+    :param monotonic: zero-argument callable, the release wait's clock.
     """
 
     def __init__(self, conf, list_containers, known_gpus,
                  instance_projects=None, probe=None, store=None,
-                 clock=time.time):
+                 clock=time.time, on_clean=None, sleep=time.sleep,
+                 monotonic=time.monotonic):
         self._conf = conf
         self._list_containers = list_containers
         self._known_gpus = known_gpus
@@ -164,9 +189,16 @@ class GpuGate(object):
         self._probe = probe or gpu_probe.HostProbe.from_conf(conf)
         self._store = store or gpu_state.StateStore.from_conf(conf)
         self._clock = clock
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self.on_clean = on_clean
         self._view = None
         self._warned = {}
         self.last_snapshot = None
+        self._recheck_lock = threading.Lock()
+        self._rechecker = None
+        self._recheck_again = False
+        self._stopping = threading.Event()
 
     @property
     def store(self):
@@ -223,40 +255,207 @@ class GpuGate(object):
             self._account(state, current, snapshot, now)
             self._verify_released(state, current, snapshot, known, now)
             self._health(state, current, snapshot, known, now)
+            failures = self._probe_health(state, snapshot, known, now)
             self._baseline(state, current, snapshot)
             state['probe'] = {'at': now, 'available': snapshot.available,
-                              'error': snapshot.error}
+                              'error': snapshot.error, 'failures': failures}
             result = dict(state)
         self._view = GateView(holds=dict(result['holds']),
                               dirty=dict(result['dirty']))
         self._report_idle(result, now)
         self._write_metrics(result, known, now)
+        if result['dirty']:
+            self._ensure_rechecker()
         return snapshot
+
+    def _verifying(self):
+        return self._conf.lxd_accelerators.verified_release
+
+    def _probe_health(self, state, snapshot, known, now):
+        """Hold or free the NVIDIA GPUs by whether the probe answers.
+
+        :returns: how many probes in a row have failed, this one included.
+        """
+        group = self._conf.lxd_accelerators
+        failures = 0 if snapshot.available else (
+            (state.get('probe') or {}).get('failures') or 0) + 1
+        if snapshot.available or not self._verifying():
+            for pci, hold in list(state['holds'].items()):
+                if hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
+                    continue
+                del state['holds'][pci]
+                why = ('the GPU probe answers again' if snapshot.available
+                       else 'verified release is turned off')
+                gpu_state.add_event(state, 'release', pci, why, now,
+                                    by='nova-compute')
+                LOG.info('GPU %(pci)s is offered again: %(why)s',
+                         {'pci': pci, 'why': why})
+            return failures
+        nvidia = sorted(pci for pci, gpu in known.items() if gpu.is_nvidia)
+        if not nvidia:
+            return failures
+        missing = snapshot.error == gpu_probe.NO_NVIDIA_SMI
+        if not missing and failures < group.probe_failures_before_hold:
+            LOG.warning('The GPU probe failed (%(error)s), %(n)d time(s) in '
+                        'a row; the NVIDIA GPUs are held after %(max)d',
+                        {'error': snapshot.error, 'n': failures,
+                         'max': group.probe_failures_before_hold})
+            return failures
+        if missing:
+            reason = ('%s does not exist: a unit bound here could never be '
+                      'verified clean at release' % group.nvidia_smi_path)
+        else:
+            reason = ('the GPU probe failed %d times in a row (last: %s): a '
+                      'unit bound here could never be verified clean at '
+                      'release' % (failures, snapshot.error))
+        for pci in nvidia:
+            hold = state['holds'].get(pci)
+            if hold is not None and \
+                    hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
+                continue        # an operator's or unhealthy hold stays
+            if hold is None:
+                gpu_state.add_event(state, 'hold', pci, reason, now,
+                                    kind=gpu_state.KIND_UNPROBEABLE)
+                LOG.error('GPU %(pci)s is not offered: %(reason)s. Make '
+                          'nvidia-smi answer on this host; the GPU is '
+                          'offered again at the first probe that answers',
+                          {'pci': pci, 'reason': reason})
+            state['holds'][pci] = {
+                'kind': gpu_state.KIND_UNPROBEABLE, 'reason': reason,
+                'since': (hold or {}).get('since', now), 'by': 'nova-compute'}
+        return failures
 
     def note_destroy(self, read_record):
         """Mark the GPU units of a container about to be deleted dirty.
 
-        Called by the driver's ``destroy`` so that a unit is verified even
-        when its instance lived between two probes. Never raises.
+        Called before the driver removes a container, so that a unit is
+        verified even when its instance lived between two probes. Never
+        raises.
 
         :param read_record: zero-argument callable returning the
             container's LXD record (or None).
+        :returns: the keys of the units marked (give them to
+            :meth:`verify_release` once the container is gone).
         """
         try:
             record = read_record()
             units = bound_units([record] if record else [])
             if not units:
-                return
+                return ()
             now = self._clock()
             with self._store.update() as state:
                 for key, unit in units.items():
                     state['bound'].pop(key, None)
-                    state['dirty'][key] = self._dirty_entry(unit, now)
+                    if self._verifying():
+                        state['dirty'][key] = self._dirty_entry(unit, now)
             self._view = GateView(holds=dict(state['holds']),
                                   dirty=dict(state['dirty']))
+            return tuple(units) if self._verifying() else ()
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
                           'container; the next probe finds them')
+            return ()
+
+    def verify_release(self, keys):
+        """Probe the GPUs of units just released; free the clean ones.
+
+        Called once the container that held ``keys`` is gone. Probes at
+        once and then every :data:`RELEASE_POLL` seconds, for at most
+        ``[lxd_accelerators] release_wait`` seconds, until every unit is
+        clean; those still dirty are left to the re-check thread. Never
+        raises.
+
+        :returns: the keys still dirty.
+        """
+        keys = set(keys or ())
+        if not keys:
+            return set()
+        deadline = self._monotonic() + \
+            self._conf.lxd_accelerators.release_wait
+        left = keys
+        try:
+            while True:
+                left, snapshot = self._verify_units(left)
+                if not left or not snapshot.available or \
+                        self._monotonic() + RELEASE_POLL > deadline:
+                    break
+                self._sleep(RELEASE_POLL)
+        except Exception:
+            LOG.exception('Verifying the released GPU units %s failed; '
+                          'they stay reserved until a probe finds them '
+                          'clean', ', '.join(sorted(left)))
+        if left:
+            self._ensure_rechecker()
+        return left
+
+    def _verify_units(self, keys):
+        """One probe of the dirty units ``keys``: (still dirty, snapshot)."""
+        snapshot = self._probe.snapshot()
+        known = {g.pci_address: g for g in (self._known_gpus() or ())}
+        current = bound_units(self._list_containers())
+        now = self._clock()
+        with self._store.update() as state:
+            self._verify_released(state, current, snapshot, known, now,
+                                  only=keys)
+            left = {k for k in keys if k in state['dirty']}
+        self._view = GateView(holds=dict(state['holds']),
+                              dirty=dict(state['dirty']))
+        return left, snapshot
+
+    def stop(self):
+        """End the re-check thread (nova-compute stops)."""
+        self._stopping.set()
+        with self._recheck_lock:
+            thread = self._rechecker
+        if thread is not None:
+            thread.join(5)
+
+    def _ensure_rechecker(self):
+        """Start the re-check thread unless it runs (then: once more)."""
+        with self._recheck_lock:
+            if self._stopping.is_set():
+                return
+            if self._rechecker is not None:
+                self._recheck_again = True
+                return
+            self._rechecker = threading.Thread(
+                target=self._recheck_loop, name='gpu-release-recheck',
+                daemon=True)
+            self._rechecker.start()
+
+    def _recheck_loop(self):
+        """Re-check dirty units until none is left; outside nova's lock."""
+        while True:
+            if self._stopping.wait(
+                    self._conf.lxd_accelerators.release_recheck_interval):
+                with self._recheck_lock:
+                    self._rechecker = None
+                return
+            with self._recheck_lock:
+                self._recheck_again = False
+            freed = False
+            left = None
+            try:
+                dirty = set(self._store.load()['dirty'])
+                if dirty:
+                    left, _snapshot = self._verify_units(dirty)
+                    freed = len(left) < len(dirty)
+                else:
+                    left = set()
+            except Exception:
+                LOG.exception('Re-checking the released GPU units failed; '
+                              'trying again')
+            if freed and self.on_clean is not None:
+                try:
+                    self.on_clean()
+                except Exception:
+                    LOG.exception('Reporting the GPU units verified clean '
+                                  'failed; nova\'s next periodic task '
+                                  'reports them')
+            with self._recheck_lock:
+                if left == set() and not self._recheck_again:
+                    self._rechecker = None
+                    return
 
     @staticmethod
     def _dirty_entry(unit, now):
@@ -266,7 +465,7 @@ class GpuGate(object):
                 'kind': unit.get('kind'),
                 'mig_uuid': unit.get('mig_uuid'),
                 'instance': unit.get('instance'),
-                'since': now, 'holding': 'not yet verified'}
+                'since': now, 'holding': _NOT_YET}
 
     def _account(self, state, current, snapshot, now):
         last = (state.get('probe') or {}).get('at')
@@ -299,6 +498,13 @@ class GpuGate(object):
             record['last'] = now
         for key, before in previous.items():
             if key not in current:
+                if not self._verifying():
+                    LOG.info('%(unit)s of GPU %(pci)s was released by '
+                             'instance %(instance)s: offered again at once '
+                             '(verified release is off)',
+                             {'unit': key, 'pci': before.get('pci'),
+                              'instance': before.get('instance')})
+                    continue
                 state['dirty'][key] = self._dirty_entry(before, now)
                 LOG.info('%(unit)s of GPU %(pci)s was released by instance '
                          '%(instance)s: reserved until it is verified clean',
@@ -370,21 +576,36 @@ class GpuGate(object):
                     '%d MiB)' % (used, uuid, baseline))
         return None
 
-    def _verify_released(self, state, current, snapshot, known, now):
+    def _verify_released(self, state, current, snapshot, known, now,
+                         only=None):
         for key in list(state['dirty']):
+            if only is not None and key not in only:
+                continue
             unit = state['dirty'][key]
             if key in current:
                 # bound again (by a migration's revert, for example)
                 del state['dirty'][key]
                 continue
-            holding = self._clean(unit, snapshot, known, state, current)
+            holding = None if not self._verifying() else self._clean(
+                unit, snapshot, known, state, current)
             if holding is None:
                 del state['dirty'][key]
+                waited = max(0.0, now - (unit.get('since') or now))
                 gpu_state.add_event(state, 'clean', unit.get('pci'),
-                                    'verified clean', now, unit=key)
-                LOG.info('%(unit)s of GPU %(pci)s is verified clean: '
-                         'schedulable again',
-                         {'unit': key, 'pci': unit.get('pci')})
+                                    'verified clean', now, unit=key,
+                                    waited_s=round(waited, 3))
+                if unit.get('holding') not in (None, _NOT_YET):
+                    LOG.info('%(unit)s of GPU %(pci)s is verified clean '
+                             '%(waited).1f s after its release (it was held '
+                             'by %(holding)s): schedulable again',
+                             {'unit': key, 'pci': unit.get('pci'),
+                              'waited': waited,
+                              'holding': unit.get('holding')})
+                else:
+                    LOG.info('%(unit)s of GPU %(pci)s is verified clean '
+                             '%(waited).1f s after its release: schedulable '
+                             'again', {'unit': key, 'pci': unit.get('pci'),
+                                       'waited': waited})
             elif holding != unit.get('holding'):
                 unit['holding'] = holding
                 LOG.warning('%(unit)s of GPU %(pci)s, released by instance '
@@ -568,9 +789,21 @@ class GpuGate(object):
             traits = want.traits
             if hold and hold.get('kind') == gpu_state.KIND_UNHEALTHY:
                 traits = traits | {TRAIT_UNHEALTHY}
+            if hold and hold.get('kind') == gpu_state.KIND_UNPROBEABLE:
+                traits = traits | {TRAIT_UNPROBEABLE}
             out[name] = dataclasses.replace(want, inventory=inventory,
                                             traits=frozenset(traits))
         return out
+
+    def unavailable_units(self):
+        """Unit key -> why no claim may pick it: released, not yet clean.
+
+        In the :func:`.binding.held_units` format, so a claim treats a dirty
+        unit as held, by identity, whatever Placement counts.
+        """
+        return {key: ['instance %s, released but not verified clean (%s)'
+                      % (unit.get('instance'), unit.get('holding'))]
+                for key, unit in self.view().dirty.items()}
 
     def check_bindable(self, device, rp_uuid):
         """Raise when ``device`` is a held or unhealthy GPU."""

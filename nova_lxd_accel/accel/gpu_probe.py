@@ -47,13 +47,13 @@ import io
 import os
 import re
 import stat
-import subprocess
 import time
 import typing
 
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import nvidia_smi
 
 LOG = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ _HANDLE_ERROR = re.compile(
     r'(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])'
     r'\s*:\s*(?P<error>.+)$')
 _NUMBER = re.compile(r'^\s*(-?\d+(?:\.\d+)?)')
+
+#: :attr:`Snapshot.error` when the nvidia-smi binary does not exist
+NO_NVIDIA_SMI = 'no nvidia-smi: no GPU'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -582,21 +585,6 @@ def _boot_id():
         return None
 
 
-def _run(path, args, timeout):
-    """(returncode, stdout, stderr); returncode None: binary absent."""
-    try:
-        proc = subprocess.run([path] + list(args), capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        return None, '', '%s not found' % path
-    except subprocess.TimeoutExpired:
-        return -1, '', '%s did not answer within %s seconds' % (path,
-                                                                timeout)
-    except OSError as exc:
-        return -1, '', 'cannot run %s: %s' % (path, exc)
-    return proc.returncode, proc.stdout or '', proc.stderr or ''
-
-
 class HostProbe(object):
     """Runs nvidia-smi and returns a :class:`Snapshot`.
 
@@ -606,9 +594,11 @@ class HostProbe(object):
     """
 
     def __init__(self, path='nvidia-smi', timeout=10, clock=time.time,
-                 kernel_log=None, uptime=_uptime, boot_id=_boot_id):
-        self._path = path
-        self._timeout = timeout
+                 kernel_log=None, uptime=_uptime, boot_id=_boot_id,
+                 conf=None):
+        self._fixed_path = path
+        self._fixed_timeout = timeout
+        self._conf = conf
         self._clock = clock
         self._fields = FIELDS
         self._kernel_log = kernel_log
@@ -618,9 +608,21 @@ class HostProbe(object):
 
     @classmethod
     def from_conf(cls, conf):
-        group = conf.lxd_accelerators
-        return cls(group.nvidia_smi_path, group.nvidia_smi_timeout,
-                   kernel_log=group.kernel_log or None)
+        """A probe reading its binary and timeout from ``conf`` each time."""
+        return cls(kernel_log=conf.lxd_accelerators.kernel_log or None,
+                   conf=conf)
+
+    @property
+    def _path(self):
+        if self._conf is not None:
+            return self._conf.lxd_accelerators.nvidia_smi_path
+        return self._fixed_path
+
+    @property
+    def _timeout(self):
+        if self._conf is not None:
+            return self._conf.lxd_accelerators.nvidia_smi_timeout
+        return self._fixed_timeout
 
     def _xids(self):
         """The Xid messages of the kernel log; () when it cannot be read.
@@ -649,7 +651,7 @@ class HostProbe(object):
         if not any((g.mig_mode or '').lower() == 'enabled'
                    for g in gpus.values()):
             return {}
-        rc, out, err = _run(self._path, ['-q'], self._timeout)
+        rc, out, err = nvidia_smi.run(self._path, ['-q'], self._timeout)
         if rc != 0:
             LOG.warning('%(path)s -q failed (%(error)s): the processes of '
                         'each MIG device are unknown this time',
@@ -659,7 +661,7 @@ class HostProbe(object):
         return parse_mig_query(out)
 
     def _query_gpu(self):
-        rc, out, err = _run(self._path, [
+        rc, out, err = nvidia_smi.run(self._path, [
             '--query-gpu=%s' % ','.join(self._fields), '--format=csv'],
             self._timeout)
         if rc and rc > 0 and 'not a valid field' in (out + err) and \
@@ -678,7 +680,7 @@ class HostProbe(object):
         now = self._clock()
         rc, out, err = self._query_gpu()
         if rc is None:
-            return Snapshot(now, False, {}, {}, 'no nvidia-smi: no GPU')
+            return Snapshot(now, False, {}, {}, NO_NVIDIA_SMI)
         snap = self._snapshot(now, rc, out, err)
         return dataclasses.replace(
             snap, mig=self._mig(snap.gpus) if snap.available else {},
@@ -686,6 +688,10 @@ class HostProbe(object):
             boot_id=self._boot_id())
 
     def _snapshot(self, now, rc, out, err):
+        if rc == nvidia_smi.FAILED_TO_RUN:
+            # timed out or could not be started: err says which
+            LOG.warning('%s', err)
+            return Snapshot(now, False, {}, {}, err)
         if 'No devices were found' in out + err:
             return Snapshot(now, True, {}, {})
         try:
@@ -700,7 +706,7 @@ class HostProbe(object):
             LOG.warning('%(path)s --query-gpu failed: %(error)s',
                         {'path': self._path, 'error': message})
             return Snapshot(now, False, {}, {}, message)
-        rc, out, err = _run(self._path, [
+        rc, out, err = nvidia_smi.run(self._path, [
             '--query-compute-apps=%s' % ','.join(APP_FIELDS),
             '--format=csv'], self._timeout)
         if rc != 0:

@@ -21,9 +21,10 @@ sees half a file and two writers never lose each other's change.
 Keys (all times are UNIX seconds):
 
 ``holds``
-    PCI address -> ``{"kind": "operator"|"unhealthy", "reason", "since",
-    "by"}``: the GPU is reserved in Placement and never bound until
-    ``nova-lxd-accel gpu release``.
+    PCI address -> ``{"kind": "operator"|"unhealthy"|"unprobeable",
+    "reason", "since", "by"}``: the GPU is reserved in Placement and never
+    bound until ``nova-lxd-accel gpu release`` (an ``unprobeable`` hold
+    lifts by itself when the probe answers again).
 ``bound``
     unit key (see :mod:`.binding`) -> who holds it now: ``instance``,
     ``project``, ``container``, ``pci``, ``resource_class``, ``provider``,
@@ -38,7 +39,8 @@ Keys (all times are UNIX seconds):
     instance uuid -> ``{"project", "units": {unit key: {"pci",
     "resource_class", "allocated_s", "busy_s", "first", "last"}}}``.
 ``probe``
-    ``{"at", "available", "error"}`` of the last probe.
+    ``{"at", "available", "error", "failures"}`` of the last probe
+    (``failures``: how many probes in a row failed).
 ``events``
     the last :data:`MAX_EVENTS` hold/release/clean events.
 """
@@ -55,6 +57,9 @@ LOCK_FILE = 'gpu-state.lock'
 MAX_EVENTS = 200
 KIND_OPERATOR = 'operator'
 KIND_UNHEALTHY = 'unhealthy'
+#: held by nova-compute because the probe cannot read the GPU; lifted by
+#: itself once it can
+KIND_UNPROBEABLE = 'unprobeable'
 
 
 def empty_state():

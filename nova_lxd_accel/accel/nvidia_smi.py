@@ -88,6 +88,38 @@ def parse_list(text):
     return gpus
 
 
+#: :func:`run`'s return code when nvidia-smi timed out or could not start
+FAILED_TO_RUN = -1
+
+
+def _timed_out(exc):
+    # eventlet's green Popen comes from a second copy of the subprocess
+    # module, whose TimeoutExpired is another class with the same name
+    return type(exc).__name__ == 'TimeoutExpired'
+
+
+def run(path, args, timeout):
+    """Run nvidia-smi: the one place the driver starts it.
+
+    :returns: ``(returncode, stdout, stderr)``; returncode None when the
+        binary does not exist, :data:`FAILED_TO_RUN` when it timed out
+        (its process is killed) or could not be started (stderr says why).
+    """
+    try:
+        proc = subprocess.run([path] + list(args), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return None, '', '%s not found' % path
+    except OSError as exc:
+        return FAILED_TO_RUN, '', 'cannot run %s: %s' % (path, exc)
+    except Exception as exc:
+        if not _timed_out(exc):
+            raise
+        return FAILED_TO_RUN, '', '%s did not answer within %s seconds' % (
+            path, timeout)
+    return proc.returncode, proc.stdout or '', proc.stderr or ''
+
+
 def run_list(path='nvidia-smi', timeout=10):
     """Run ``<path> -L`` and return its output.
 
@@ -96,24 +128,18 @@ def run_list(path='nvidia-smi', timeout=10):
         caller then keeps what it knew before rather than dropping every
         MIG device of the host for one bad run.
     """
-    try:
-        proc = subprocess.run([path, '-L'], capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except FileNotFoundError:
+    rc, out, err = run(path, ['-L'], timeout)
+    if rc is None:
         LOG.debug('%s not found: no MIG devices reported', path)
         return ''
-    except subprocess.TimeoutExpired:
-        LOG.warning('%s -L did not answer within %s seconds; keeping the '
-                    'MIG devices seen last', path, timeout)
+    if rc == FAILED_TO_RUN:
+        LOG.warning('%s -L: %s; keeping the MIG devices seen last', path,
+                    err)
         return None
-    except OSError as exc:
-        LOG.warning('Cannot run %s -L: %s', path, exc)
-        return None
-    if proc.returncode != 0:
-        if 'No devices were found' in (proc.stdout or '') + (
-                proc.stderr or ''):
+    if rc != 0:
+        if 'No devices were found' in out + err:
             return ''
-        LOG.warning('%s -L failed with status %s: %s', path,
-                    proc.returncode, (proc.stderr or proc.stdout).strip())
+        LOG.warning('%s -L failed with status %s: %s', path, rc,
+                    (err or out).strip())
         return None
-    return proc.stdout
+    return out

@@ -73,7 +73,7 @@ def recorded_view(conf, directory, now):
     apps = _read(os.path.join(directory, 'compute-apps.csv'))
     if query is None:
         snapshot = gpu_probe.Snapshot(now, False, {}, {},
-                                      'no nvidia-smi: no GPU')
+                                      gpu_probe.NO_NVIDIA_SMI)
     else:
         snapshot = gpu_probe.Snapshot(
             now, True, gpu_probe.parse_query_gpu(query),

@@ -187,6 +187,77 @@ Related options:
 
 * ``probe_interval``
 """),
+    cfg.BoolOpt('verified_release',
+                default=True,
+                help="""
+Whether a GPU unit (a whole GPU, a MIG device, a slot of a shared GPU) an
+instance releases is verified clean before it is offered again, and whether
+NVIDIA GPUs that cannot be probed are held back.
+
+When enabled (the default), a released unit stays ``reserved`` in Placement
+until the probe (``nvidia-smi``) shows no process and no memory of the last
+instance on it; the check runs as soon as the container is gone and waits up
+to ``release_wait`` seconds, so a clean unit is schedulable again when the
+delete ends. An NVIDIA GPU the probe cannot read (``nvidia-smi`` missing,
+failing or timing out ``probe_failures_before_hold`` times in a row) is
+held, with the trait ``CUSTOM_GPU_UNPROBEABLE``, until the probe answers
+again, because a unit given out there could never be verified at release.
+
+When disabled, released units are offered again at once and GPUs are
+offered whether or not they can be probed. This risks handing the next
+tenant a GPU that a leftover process still uses, with the previous
+tenant's data in its memory. Disable it only where ``nvidia-smi`` cannot
+run on the host and that risk is accepted.
+
+Related options:
+
+* ``release_wait``, ``release_recheck_interval``,
+  ``probe_failures_before_hold``
+"""),
+    cfg.FloatOpt('release_wait',
+                 default=5.0,
+                 min=0.0,
+                 help="""
+Seconds the driver waits, when it removes a container that held GPU units,
+for the container's processes to leave those GPUs. The probe runs right
+after the container is gone and again every half second until every unit
+is clean or this time is up. A clean unit is marked clean before the
+delete ends, so nova's update of Placement after the delete already offers
+it. A unit still in use after this wait stays reserved and is re-checked
+every ``release_recheck_interval`` seconds.
+
+Related options:
+
+* ``verified_release``, ``release_recheck_interval``
+"""),
+    cfg.FloatOpt('release_recheck_interval',
+                 default=5.0,
+                 min=0.5,
+                 help="""
+Seconds between two re-checks of released GPU units that were not clean
+when their container was removed. The re-check runs in its own thread,
+outside nova's resource tracker lock, only while some unit waits; when a
+unit turns clean nova's resource update runs at once, so the unit is
+offered again without waiting for nova's periodic task.
+
+Related options:
+
+* ``release_wait``
+"""),
+    cfg.IntOpt('probe_failures_before_hold',
+               default=3,
+               min=1,
+               help="""
+How many GPU probes in a row may fail (``nvidia-smi`` exits with an error,
+prints something unreadable or does not answer within
+``nvidia_smi_timeout``) before the host's NVIDIA GPUs are held as
+unprobeable. A missing ``nvidia-smi`` holds them at once. The hold lifts by
+itself at the first probe that answers again.
+
+Related options:
+
+* ``verified_release``, ``nvidia_smi_timeout``
+"""),
     cfg.IntOpt('idle_report_after',
                default=86400,
                min=0,

@@ -48,6 +48,10 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
     compute_driver = 'lxd_accel.LXDDriver'
     #: hosts to start nova-compute on
     compute_hosts = ('compute1',)
+    #: [lxd] lifecycle_poll_interval: 0, no lifecycle watcher
+    lifecycle_poll_interval = 0
+    #: [lxd] lifecycle_events (when the watcher runs)
+    lifecycle_events = True
 
     def setUp(self):
         paste = _api_paste_config()
@@ -57,8 +61,9 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         # The driver registers its options when loaded; register them now
         # so that flags() can set them before any compute starts.
         lxd_conf.register_opts(nova.conf.CONF)
-        self.flags(project=self.lxd.name, lifecycle_poll_interval=0,
-                   group='lxd')
+        self.flags(project=self.lxd.name,
+                   lifecycle_poll_interval=self.lifecycle_poll_interval,
+                   lifecycle_events=self.lifecycle_events, group='lxd')
         # each test has its own GPU state file (accel.gpu_state)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
                    group='lxd_accelerators')
@@ -71,6 +76,16 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         self.image_id = self._create_tiny_image()
         for host in self.compute_hosts:
             self._start_compute(host)
+        self.addCleanup(self._stop_driver_threads)
+
+    def _stop_driver_threads(self):
+        # nova's test services give their manager's graceful shutdown no
+        # time (manager_shutdown_timeout = 0): a driver's cleanup_host that
+        # still runs when the test's fixtures are gone would shut nova's
+        # process-wide executors down for every later test of the worker.
+        # Stop the driver's threads (lifecycle watcher, GPU re-check) first.
+        for service in self.computes.values():
+            service.manager.driver.cleanup_host(service.host)
 
     #: polls (0.5 s apart) before a wait for a server's state gives up: 2
     #: min. Nova's default, 10, suits its fake driver; here real daemons

@@ -23,7 +23,6 @@ refuses to start the container.
 
 import json
 import os
-import stat
 
 import nova.conf
 from nova.tests.functional.api import client as api_client
@@ -32,6 +31,7 @@ from oslo_utils import uuidutils
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
+from tests import fake_nvidia_smi
 from tests.functional import base
 from tests import lxd_proxy
 from tests.unit.accel import utils
@@ -88,15 +88,11 @@ class AccelTestBase(base.LXDFunctionalTestCase):
         self.compute = self.computes[HOST]
 
     def _fake_nvidia_smi(self, text):
-        directory = os.path.dirname(self.proxy.socket_path)
-        self.mig_file = os.path.join(directory, 'nvidia-smi-L.txt')
-        with open(self.mig_file, 'w') as f:
-            f.write(text)
-        path = os.path.join(directory, 'nvidia-smi')
-        with open(path, 'w') as f:
-            f.write('#!/bin/sh\ncat %s\n' % self.mig_file)
-        os.chmod(path, stat.S_IRWXU)
-        return path
+        # -L lists the MIG devices; the probe sees every NVIDIA GPU idle
+        self.smi = fake_nvidia_smi.FakeNvidiaSmi(
+            os.path.dirname(self.proxy.socket_path), listing=text,
+            gpu_rows=fake_nvidia_smi.idle_rows(self.proxy.resources))
+        return self.smi.path
 
     def flavor(self, **extra_spec):
         return self._create_flavor(memory_mb=128, vcpu=1, disk=0,

@@ -25,13 +25,13 @@ Placement by the default code path.
 import collections
 import json
 import os
-import stat
 
 import fixtures
 import nova.conf
 from nova.scheduler.client import report
 
 from nova_lxd_accel import conf as lxd_conf
+from tests import fake_nvidia_smi
 from tests.functional import base
 from tests import lxd_proxy
 
@@ -75,21 +75,18 @@ class TestAcceleratorInventory(base.LXDFunctionalTestCase):
                           'network': resources['network']}
         self.proxy = self.useFixture(lxd_proxy.LXDProxy(self.resources))
         self.flags(endpoint=self.proxy.socket_path, group='lxd')
-        self.mig_file = os.path.join(self.proxy.directory, 'smi-L.txt')
+        self.smi = fake_nvidia_smi.FakeNvidiaSmi(
+            self.proxy.directory,
+            gpu_rows=fake_nvidia_smi.idle_rows(self.resources))
         self.set_mig_text(_load('nvsmi-h100-80gb-mig-4slices-L.txt'))
-        smi = os.path.join(self.proxy.directory, 'nvidia-smi')
-        with open(smi, 'w') as f:
-            f.write('#!/bin/sh\ncat %s\n' % self.mig_file)
-        os.chmod(smi, stat.S_IRWXU)
-        self.flags(nvidia_smi_path=smi, group='lxd_accelerators')
+        self.flags(nvidia_smi_path=self.smi.path, group='lxd_accelerators')
         super().setUp()
         self.compute = self.computes[HOST]
         self.root_uuid = self._get_provider_uuid_by_host(HOST)
 
     def set_mig_text(self, text):
         self.mig_text = text
-        with open(self.mig_file, 'w') as f:
-            f.write(text)
+        self.smi.set_listing(text)
 
     def host_changed(self):
         self.proxy.set_resources(self.resources)

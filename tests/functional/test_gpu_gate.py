@@ -22,14 +22,19 @@ process lines are the recorded load capture's. nova-compute's periodic
 task runs the real probe and the real Placement gets the result.
 """
 
+import contextlib
+import io
 import os
 import stat
+import time
 
 import nova.conf
 
+from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.cmd import main as cli
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import exception
 from tests.functional import base
 from tests.functional import test_accel_inventory as inv
 from tests import lxd_proxy
@@ -85,10 +90,13 @@ class GpuHostTestCase(base.LXDFunctionalTestCase):
         self.write('smi-L.txt', inv._load('nvsmi-h100-80gb-mig-4slices-L.txt'))
         self.set_gpus(h100_row(), gt730_row())
         self.set_apps()
+        # the MIG devices' memory and processes (the H100 is in MIG mode)
+        self.set_q('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
         smi = os.path.join(self.dir, 'nvidia-smi')
         with open(smi, 'w') as f:
             f.write('#!/bin/sh\ncase "$1" in\n'
                     '  -L) cat %(d)s/smi-L.txt ;;\n'
+                    '  -q) cat %(d)s/q.txt ;;\n'
                     '  --query-gpu=*) cat %(d)s/query-gpu.csv ;;\n'
                     '  --query-compute-apps=*) cat %(d)s/apps.csv ;;\n'
                     '  *) exit 2 ;;\nesac\n' % {'d': self.dir})
@@ -109,6 +117,10 @@ class GpuHostTestCase(base.LXDFunctionalTestCase):
         with open(os.path.join(self.dir, name), 'w') as f:
             f.write(text)
 
+    def set_q(self, sample):
+        """What ``nvidia-smi -q`` prints: a recorded or hand-made sample."""
+        self.write('q.txt', inv._load(sample))
+
     def set_gpus(self, *rows):
         self.write('query-gpu.csv', '\n'.join((HEADER,) + rows) + '\n')
 
@@ -128,6 +140,13 @@ class GpuHostTestCase(base.LXDFunctionalTestCase):
     def cli(self, *argv):
         return cli.main(list(argv) + ['--state-dir',
                                       CONF.lxd_accelerators.state_dir])
+
+    def capture_cli(self, *argv):
+        """What a successful command printed."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(0, self.cli(*argv))
+        return out.getvalue()
 
     def flavor(self, **extra_spec):
         return self._create_flavor(memory_mb=128, vcpu=1, disk=0,
@@ -216,3 +235,188 @@ class TestGpuGate(GpuHostTestCase):
         self.periodic()
         self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
         self.boot(flavor)
+
+
+class TestReleaseAtDelete(GpuHostTestCase):
+    """A freed unit is offered again when its delete ends (issue 25).
+
+    No periodic task runs between a delete and the next boot: the driver
+    verifies the GPUs of a container right after removing it, so nova's
+    resource update at the end of the delete already reports them free.
+    """
+
+    IDLE_Q = 'nvsmi-h100-80gb-mig-4slices-idle-q.txt'
+    #: MIG device 2 (GI 9, CI 0) keeps a python3 process, pid 48211
+    SLICE2_BUSY_Q = 'handmade-nvsmi-h100-mig-slice2-busy-q.txt'
+
+    def delete(self, server):
+        """Delete; wait until nova has also dropped its allocations.
+
+        The API stops showing a server before nova's compute ends the
+        delete (resource update, then allocations removed).
+        """
+        self.api.delete_server(server['id'])
+        self._wait_until_deleted(server)
+        for _ in range(self.WAIT_POLLS):
+            if not self._get_allocations_by_server_uuid(server['id']):
+                return
+            time.sleep(0.5)
+        self.fail('the allocations of %s are still there' % server['id'])
+
+    def units(self, server):
+        return binding.recorded_units(self.container_of(server)['config'])
+
+    def provider_uuid(self, name):
+        for rp in self._get_all_rps_in_a_tree(self.root_uuid):
+            if rp['name'] == name:
+                return rp['uuid']
+        raise AssertionError('no provider %s' % name)
+
+    def test_freed_whole_gpu_and_mig_slice_are_bound_again_at_once(self):
+        pgpu = self.flavor(**{'resources:PGPU': '1'})
+        first = self.boot(pgpu)
+        self.delete(first)
+        self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
+        second = self.boot(pgpu)
+        self.assertEqual(['pci:' + GT730_PCI],
+                         [u['unit'] for u in self.units(second)])
+        # both 1g.10gb slices in use, one freed, booted again at once
+        mig = self.flavor(**{'resources:CUSTOM_MIG_1G_10GB': '1'})
+        a, b = self.boot(mig), self.boot(mig)
+        [freed] = [u['unit'] for u in self.units(a)]
+        self.delete(a)
+        c = self.boot(mig)
+        self.assertEqual([freed], [u['unit'] for u in self.units(c)])
+        self.assertIn('verified clean', self.stdlog.logger.output)
+        self.delete(b)
+        self.delete(c)
+        self.delete(second)
+        self.assertEqual({'CUSTOM_MIG_3G_40GB': (1, 0),
+                          'CUSTOM_MIG_2G_20GB': (1, 0),
+                          'CUSTOM_MIG_1G_10GB': (2, 0)},
+                         self.provider(H100)[0])
+
+    def test_dirty_slice_is_never_bound_and_returns_once_clean(self):
+        self.flags(release_wait=0.5, release_recheck_interval=0.5,
+                   group='lxd_accelerators')
+        mig = self.flavor(**{'resources:CUSTOM_MIG_1G_10GB': '1'})
+        a, b = self.boot(mig), self.boot(mig)
+        [dirty] = self.units(a)
+        [clean] = self.units(b)
+        self.assertEqual('MIG-00000002-0000-0000-0000-000000000002',
+                         dirty['mig_uuid'])
+        # a's process outlives its container on MIG device 2; b's slice
+        # is idle
+        self.set_q(self.SLICE2_BUSY_Q)
+        self.delete(a)
+        self.delete(b)
+        self.assertEqual((2, 1), self.provider(H100)[0]['CUSTOM_MIG_1G_10GB'])
+        # Placement offers one 1g slice: the claim takes the clean one
+        # although the dirty one comes first
+        c = self.boot(mig)
+        self.assertEqual([clean['unit']], [u['unit'] for u in self.units(c)])
+        # with only the dirty one left the claim refuses, naming it and why
+        driver = self.computes[HOST].driver
+        error = self.assertRaises(
+            exception.AcceleratorUnavailable, driver._claims.claim,
+            'nova-not-created', {self.provider_uuid(H100): {
+                'resources': {'CUSTOM_MIG_1G_10GB': 1}}}, None)
+        self.assertIn(dirty['unit'], str(error))
+        self.assertIn('released but not verified clean (compute processes '
+                      'python3 (pid 48211, 4090 MiB)', str(error))
+        # the process ends: the re-check frees the slice in Placement
+        # without nova's periodic task
+        self.set_q(self.IDLE_Q)
+        for _ in range(self.WAIT_POLLS):
+            if self.provider(H100)[0]['CUSTOM_MIG_1G_10GB'] == (2, 0):
+                break
+            time.sleep(0.5)
+        self.assertEqual((2, 0), self.provider(H100)[0]['CUSTOM_MIG_1G_10GB'])
+        self.assertIn('(it was held by compute processes python3 (pid 48211',
+                      self.stdlog.logger.output)
+        self.boot(mig)
+
+
+class TestUnprobeableGpus(GpuHostTestCase):
+    """An NVIDIA GPU that cannot be probed is never offered (issue 25).
+
+    A unit bound there could never be verified clean at release.
+    """
+
+    def script(self, name, body):
+        path = os.path.join(self.dir, name)
+        with open(path, 'w') as f:
+            f.write('#!/bin/sh\n%s\n' % body)
+        os.chmod(path, stat.S_IRWXU)
+        return path
+
+    def offered(self):
+        """{provider: (reserved == total for all, unprobeable trait)}."""
+        out = {}
+        for name in (H100, GT730):
+            inventory, traits = self.provider(name)
+            out[name] = (all(r == t for t, r in inventory.values()),
+                         gpu_gate.TRAIT_UNPROBEABLE in traits)
+        return out
+
+    def test_missing_failing_or_hanging_probe_holds_every_nvidia_gpu(self):
+        held = {H100: (True, True), GT730: (True, True)}
+        free = {H100: (False, False), GT730: (False, False)}
+        working = CONF.lxd_accelerators.nvidia_smi_path
+        pgpu = self.flavor(**{'resources:PGPU': '1'})
+        # missing: held at the first probe
+        self.flags(nvidia_smi_path=os.path.join(self.dir, 'no-such-smi'),
+                   group='lxd_accelerators')
+        self.periodic()
+        self.assertEqual(held, self.offered())
+        self.assertIn('no-such-smi does not exist', self.stdlog.logger.output)
+        out = self.capture_cli('gpu', 'list')
+        self.assertRegex(out, '%s +unprobeable .* does not exist' % GT730_PCI)
+        server = self.boot(pgpu, expected='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        # answers again: offered again at once
+        self.flags(nvidia_smi_path=working, group='lxd_accelerators')
+        self.periodic()
+        self.assertEqual(free, self.offered())
+        # failing: held after probe_failures_before_hold (3) in a row
+        self.flags(nvidia_smi_path=self.script(
+            'failing-smi', 'echo "NVIDIA-SMI has failed because it '
+            'couldn\'t communicate with the NVIDIA driver." >&2; exit 9'),
+            group='lxd_accelerators')
+        self.periodic()
+        self.periodic()
+        self.assertEqual(free, self.offered())
+        self.periodic()
+        self.assertEqual(held, self.offered())
+        self.assertIn('the GPU probe failed 3 times in a row',
+                      self.stdlog.logger.output)
+        self.flags(nvidia_smi_path=working, group='lxd_accelerators')
+        self.periodic()
+        self.assertEqual(free, self.offered())
+        # hanging: the same after as many timeouts
+        self.flags(nvidia_smi_path=self.script('hung-smi', 'exec sleep 60'),
+                   nvidia_smi_timeout=1, group='lxd_accelerators')
+        for _ in range(3):
+            self.assertEqual(free, self.offered())
+            self.periodic()
+        self.assertEqual(held, self.offered())
+        self.assertIn('did not answer within 1 seconds',
+                      self.stdlog.logger.output)
+
+    def test_verified_release_off_offers_and_frees_at_once(self):
+        self.flags(verified_release=False,
+                   nvidia_smi_path=os.path.join(self.dir, 'no-such-smi'),
+                   group='lxd_accelerators')
+        self.periodic()
+        self.assertEqual({H100: (False, False), GT730: (False, False)},
+                         self.offered())
+        pgpu = self.flavor(**{'resources:PGPU': '1'})
+        server = self.boot(pgpu)
+        self.api.delete_server(server['id'])
+        self._wait_until_deleted(server)
+        for _ in range(self.WAIT_POLLS):
+            if not self._get_allocations_by_server_uuid(server['id']):
+                break
+            time.sleep(0.5)
+        self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
+        self.boot(pgpu)

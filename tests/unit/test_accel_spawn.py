@@ -23,6 +23,7 @@ from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
@@ -62,15 +63,16 @@ class SpawnTest(testtools.TestCase):
         self.conf([], default_config_files=[])
         self.conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
         self.client = fake_lxd.FakeLXDClient()
-        self.lifecycle = lifecycle.Lifecycle(self.client, self.conf,
-                                             FakeImages())
+        self.lifecycle = lifecycle.Lifecycle(
+            self.client, self.conf, FakeImages(),
+            claims=accel_claims.Claims(self.client, self.conf,
+                                       {GPU_RP: GPU}.get))
         self.policy = lxd_config.HostPolicy(host='cmp1')
 
     def spawn(self, instance, allocations):
         self.lifecycle.spawn(
             None, instance, objects.ImageMeta.from_dict({}), [],
-            self.policy, allocations=allocations,
-            device_for_provider={GPU_RP: GPU}.get)
+            self.policy, allocations=allocations)
 
     def allocations(self):
         return {ROOT_RP: {'resources': {'VCPU': 1}},

@@ -205,6 +205,18 @@ class WatcherTest(testtools.TestCase):
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
                          self._events(emitted))
 
+    def test_polling_reports_a_deleted_container_stopped(self):
+        # even when no poll saw it running (deleted right after its start)
+        client = _daemon(_record(NAME, 'Stopped'), unsupported=True)
+        watcher, emitted = self._watcher(client)
+        watcher.poll_once()
+        del client.records[NAME]
+        watcher.poll_once()
+        self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         self._events(emitted))
+        self.assertIn('The container %s of instance %s is gone' % (
+            NAME, UUID), self.log.output)
+
     def test_thread_follows_the_stream_and_stops_promptly(self):
         client = _daemon(_record(NAME, 'Running'))
         watcher, emitted = self._watcher(client)

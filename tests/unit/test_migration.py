@@ -27,6 +27,7 @@ from oslo_config import fixture as config_fixture
 import testtools
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import config as lxd_config
@@ -227,6 +228,9 @@ class FakeLifecycle(object):
     def guest(self, instance):
         return lxd_guest.Guest(self._client, self._conf, instance)
 
+    def remove_container(self, name):
+        return self._client.remove_container(name)
+
 
 class _Base(testtools.TestCase):
 
@@ -243,12 +247,10 @@ class _Base(testtools.TestCase):
 
     def make(self, client):
         self.lifecycle = FakeLifecycle(client, self.conf)
-        accelerators = mock.Mock()
-        accelerators.all_devices.return_value = ()
-        accelerators.device_for_provider.side_effect = \
-            lambda rp: GPU if rp == GPU_RP else None
+        claims = accel_claims.Claims(
+            client, self.conf, lambda rp: GPU if rp == GPU_RP else None)
         return migration.Migration(client, self.conf, self.lifecycle,
-                                   accelerators)
+                                   claims)
 
     def mig(self, source, dest):
         mig = mock.Mock(source_compute=source, dest_compute=dest,

@@ -19,8 +19,10 @@ from nova.api.validation.extra_specs import validators
 from nova import exception
 import testtools
 
+from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import flavors
 from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel.cmd import flavors as flavors_cmd
 from nova_lxd_accel.cmd import gpu as gpu_cmd
 from tests.unit.accel import utils
@@ -96,9 +98,10 @@ class TestPropose(testtools.TestCase):
         for key, value in p.extra_specs.items():
             validators.validate(key, value)
 
-    def test_model_lxd_does_not_know_comes_from_the_probe(self):
-        # the recorded sandbox host: LXD names the A100 at 85:00.0 only by
-        # its product id (20b2); nvidia-smi knows it
+    def test_identical_cards_get_one_model_trait_and_one_flavor(self):
+        # the recorded sandbox host: LXD names its two A100s only by their
+        # product id (20b2); nvidia-smi names them. Both get the model
+        # trait, so the one flavor proposed for them lands on either.
         host = 'tools/sandbox/hardware/h100-mig-a100-ib/'
         with open(host + 'resources.json') as f:
             resources = json.load(f)
@@ -110,23 +113,33 @@ class TestPropose(testtools.TestCase):
         class Args(object):
             config_file = ['/dev/null']
             state_dir = None
-        gpus = flavors_cmd.discovered_gpus(
-            resources, mig_text, gpu_cmd.load_conf(Args()))
-        unknown = [g for g in gpus if not g.model]
-        self.assertEqual(['0000:85:00.0'],
-                         [g.pci_address for g in unknown])
-        names = {p.name for p in flavors.propose(unknown)}
-        self.assertEqual({'g1.20b2'}, names)
-        [p] = flavors.propose(unknown, names_by_pci={
-            pci: g.name for pci, g in probed.items()})
-        self.assertEqual('g1.a100-sxm4-80gb', p.name)
-        self.assertEqual('A100-SXM4-80GB',
-                         p.extra_specs['Accelerator:Model'])
-        self.assertIn('1 whole NVIDIA A100-SXM4-80GB GPU', p.description)
-        # the Placement request is what the inventory reports: no model
-        # trait LXD never published
-        self.assertFalse([k for k in p.extra_specs
-                          if k.startswith('trait:CUSTOM_GPU_MODEL')])
+        conf = gpu_cmd.load_conf(Args())
+        for listing, names in ((mig_text, None), ('', {
+                pci: g.name for pci, g in probed.items()})):
+            # from nvidia-smi -L, or from the probe's query by bus id
+            gpus, _ = discovery.discover(
+                resources, listing, discovery.Options.from_conf(conf),
+                probed_names=names)
+            a100 = [g for g in gpus if g.product_id == '20b2']
+            self.assertEqual(['0000:07:00.0', '0000:85:00.0'],
+                             [g.pci_address for g in a100])
+            self.assertFalse([g for g in a100 if g.nvidia_uuid])
+            self.assertEqual({'NVIDIA A100-SXM4-80GB'},
+                             {g.model for g in a100})
+            [proposal] = flavors.propose(a100)
+            self.assertEqual('g1.a100-sxm4-80gb', proposal.name)
+            required = {k.split(':', 1)[1]
+                        for k, v in proposal.extra_specs.items()
+                        if k.startswith('trait:') and v == 'required'}
+            self.assertEqual({'CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB'},
+                             required)
+            for gpu in a100:
+                self.assertLessEqual(required, accel_tree.gpu_traits(gpu))
+        # LXD's nvidia object wins over nvidia-smi's name
+        gpus, _ = discovery.discover(
+            resources, mig_text, discovery.Options.from_conf(conf),
+            probed_names={'0000:00:09.0': 'Something else'})
+        self.assertEqual('NVIDIA H100 80GB HBM3', gpus[0].model)
 
     def test_no_gpu(self):
         self.assertEqual([], flavors.propose([]))

@@ -19,6 +19,7 @@ prints recorded nvidia-smi outputs; the state file is real.
 import dataclasses
 import json
 import os
+import threading
 
 import fixtures
 from oslo_config import cfg
@@ -301,6 +302,154 @@ def mig_container(uuid, instance=INSTANCE):
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': 'Running',
             'config': config}
+
+
+class TestReleaseAtRemoval(GateTestCase):
+    """verify_release: probed once the container is gone, not next period."""
+
+    def setUp(self):
+        super().setUp()
+        self.clean = threading.Event()
+        self.monotonic = 0.0
+        self.slept = []
+        #: callables run after each wait of the release (the host changes)
+        self.after_wait = []
+        self.gate = gpu_gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            probe=gpu_probe.HostProbe(
+                os.path.join(self.smi_dir, 'nvidia-smi'),
+                clock=lambda: self.now),
+            clock=lambda: self.now, on_clean=self.clean.set,
+            sleep=self.sleep, monotonic=lambda: self.monotonic)
+        self.addCleanup(self.gate.stop)
+        self.gate.refresh()         # baseline: 0 MiB used while free
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.monotonic += seconds
+        if self.after_wait:
+            self.after_wait.pop(0)()
+
+    def busy(self):
+        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
+                  'nvsmi-h100-80gb-load-compute-apps.csv')
+
+    def idle(self):
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+
+    def test_clean_unit_is_free_when_the_removal_returns(self):
+        keys = self.gate.note_destroy(container)
+        self.assertEqual(('pci:' + H100,), keys)
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        self.assertEqual(set(), self.gate.verify_release(keys))
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        self.assertEqual([], self.slept)        # clean at once: no wait
+        event = self.gate.store.load()['events'][-1]
+        self.assertEqual(('clean', 'pci:' + H100), (event['event'],
+                                                    event['unit']))
+
+    def test_processes_leaving_within_the_wait(self):
+        keys = self.gate.note_destroy(container)
+        self.busy()
+        self.after_wait = [lambda: None, self.idle]
+        self.assertEqual(set(), self.gate.verify_release(keys))
+        self.assertEqual([gpu_gate.RELEASE_POLL] * 2, self.slept)
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+
+    def test_still_dirty_after_the_wait_is_rechecked_until_clean(self):
+        self.override('release_wait', 2.0)
+        self.override('release_recheck_interval', 0.5)
+        keys = self.gate.note_destroy(container)
+        self.busy()
+        self.assertEqual({'pci:' + H100}, self.gate.verify_release(keys))
+        self.assertLessEqual(sum(self.slept), 2.0)
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        self.assertIn('./gpu_burn (pid 11345', self.gate.unavailable_units()[
+            'pci:' + H100][0])
+        # the process ends: the re-check thread frees the unit and asks
+        # for nova's resource update
+        self.idle()
+        self.assertTrue(self.clean.wait(30))
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        self.assertEqual({}, self.gate.unavailable_units())
+
+    def test_dirty_unit_is_unavailable_to_every_claim(self):
+        self.gate.note_destroy(container)
+        self.assertEqual(
+            {'pci:' + H100: ['instance %s, released but not verified clean '
+                             '(not yet verified)' % INSTANCE]},
+            self.gate.unavailable_units())
+
+    def test_verified_release_off_frees_at_once(self):
+        self.override('verified_release', False)
+        self.busy()
+        self.assertEqual((), self.gate.note_destroy(container))
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        self.assertEqual({}, self.gate.unavailable_units())
+
+
+class TestUnprobeable(GateTestCase):
+    """An NVIDIA GPU that cannot be probed is held, and freed by itself."""
+
+    def traits(self):
+        out = self.gate.apply(self.desired())
+        return out[accel_tree.gpu_provider_name('cmp1', H100)].traits
+
+    def hold(self):
+        return self.gate.store.load()['holds'].get(H100)
+
+    def test_missing_nvidia_smi_holds_at_once(self):
+        os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
+        self.gate.refresh()
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        self.assertIn(gpu_gate.TRAIT_UNPROBEABLE, self.traits())
+        self.assertEqual(gpu_state.KIND_UNPROBEABLE, self.hold()['kind'])
+        self.assertIn('nvidia-smi does not exist', self.hold()['reason'])
+        self.assertRaises(exception.GpuHeld, self.gate.check_bindable,
+                          self.gpus[0], 'rp')
+        # it answers again: offered at the next probe
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.gate.refresh()
+        self.assertIsNone(self.hold())
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+        self.assertNotIn(gpu_gate.TRAIT_UNPROBEABLE, self.traits())
+
+    def test_failing_probe_holds_after_failures_in_a_row(self):
+        test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
+        self.gate.refresh()
+        self.gate.refresh()
+        self.assertIsNone(self.hold())
+        self.gate.refresh()
+        self.assertIn('the GPU probe failed 3 times in a row',
+                      self.hold()['reason'])
+        # one success resets the count
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.gate.refresh()
+        test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
+        self.gate.refresh()
+        self.assertIsNone(self.hold())
+
+    def test_operator_hold_stays_what_it_is(self):
+        gpu_state.hold(self.gate.store, H100, 'maintenance')
+        os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
+        self.gate.refresh()
+        self.assertEqual(gpu_state.KIND_OPERATOR, self.hold()['kind'])
+
+    def test_gpu_of_another_vendor_is_not_held(self):
+        self.gpus = [dataclasses.replace(h100(), vendor_id='1002')]
+        os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
+        self.gate.refresh()
+        self.assertIsNone(self.hold())
+
+    def test_verified_release_off_offers_them(self):
+        self.override('verified_release', False)
+        os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
+        self.gate.refresh()
+        self.assertIsNone(self.hold())
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
 
 
 class TestMigRelease(GateTestCase):

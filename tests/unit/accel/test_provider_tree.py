@@ -80,9 +80,19 @@ class TestApply(base.BaseTestCase):
         self.tree.add_traits(GPU, 'CUSTOM_RACK_7', 'COMPUTE_GREEN')
         self._update()
         self.assertIn('CUSTOM_RACK_7', self.tree.data(GPU).traits)
-        # LXD stops reporting the model and compute capability
+        # LXD stops reporting the model and compute capability: the
+        # compute capability trait goes; the model now comes from
+        # nvidia-smi -L (identical cards, identical traits)
         card = self.host.resources['gpu']['cards'][1]
         card['nvidia'] = {'brand': 'NVIDIA'}
+        self._update()
+        self.assertEqual(
+            {'OWNER_NOVA', 'CUSTOM_GPU_VENDOR_10DE',
+             'CUSTOM_GPU_PRODUCT_10DE_2330', 'CUSTOM_RACK_7',
+             'COMPUTE_GREEN', 'CUSTOM_GPU_MODEL_NVIDIA_H100_80GB_HBM3'},
+            self.tree.data(GPU).traits)
+        # and nvidia-smi no longer names it either: the model trait goes
+        self.host.mig_text = ''
         self._update()
         self.assertEqual(
             {'OWNER_NOVA', 'CUSTOM_GPU_VENDOR_10DE',

@@ -95,10 +95,12 @@ class TestSamples(base.BaseTestCase):
                       'mig-L-a100-sxm4-80gb-7x1g10gb.txt'))
 
     def test_a100_40gb_legacy_uuids_on_gtx970_card(self):
+        # LXD knows no model: nvidia-smi -L's name is the model trait
         self.assertEqual({
             'cmp1_gpu_0000_01_00_0': (
                 {'CUSTOM_MIG_1G_5GB': 7},
-                NV | {OWNER, 'CUSTOM_GPU_PRODUCT_10DE_13C2'}),
+                NV | {OWNER, 'CUSTOM_GPU_PRODUCT_10DE_13C2',
+                      'CUSTOM_GPU_MODEL_A100_SXM4_40GB'}),
         }, self._tree('handmade-lxd-6195-gtx970-from-text.json',
                       'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt'))
 

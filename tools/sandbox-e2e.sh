@@ -582,6 +582,54 @@ provider_usage() {
     printf '%s\n' "$rp"
 }
 
+# wait_allocations_gone ID: nova's delete ends after the API stops showing
+# the server (resource update, then its allocations removed).
+wait_allocations_gone() {
+    local i
+    for ((i = 0; i < TIMEOUT * 5; i++)); do
+        [ -z "$(openstack resource provider allocation show "$1" -f value \
+            -c resource_provider 2>/dev/null)" ] && return 0
+        sleep 0.2
+    done
+    fail "the allocations of $1 are still in Placement"
+}
+
+# bound_gpu: the PCI address of the whole GPU bound into $CONTAINER.
+bound_gpu() {
+    binding_record | grep -o '"pci": "[^"]*"' | head -n 1 | cut -d'"' -f4
+}
+
+# The recorded host's two identical A100s (one without LXD's nvidia
+# object) both take the whole-GPU flavor "flavors" proposed; one deleted
+# is bound again by the next boot at once, no periodic task in between.
+check_whole_gpus_identical_and_freed_at_once() {
+    local flavor first second third pci1 pci2 pci3 start
+    flavor=$(flavor_asking PGPU)
+    [ -n "$flavor" ] || fail "no whole-GPU flavor made from the simulated" \
+        "host: $(openstack flavor list -f value -c Name | tr '\n' ' ')"
+    boot_simulated "$flavor" "e2e-gpu1-$$"
+    first=$SERVER_ID pci1=$(bound_gpu)
+    boot_simulated "$flavor" "e2e-gpu2-$$"
+    second=$SERVER_ID pci2=$(bound_gpu)
+    if [ -z "$pci1" ] || [ -z "$pci2" ] || [ "$pci1" = "$pci2" ]; then
+        fail "two $flavor servers did not get two GPUs: '$pci1' '$pci2'"
+    fi
+    say "two $flavor servers ACTIVE, on $pci1 and $pci2"
+    start=$(date +%s%N)
+    openstack server delete --wait "$first" ||
+        fail "openstack server delete failed"
+    wait_allocations_gone "$first"
+    say "deleted $first, its allocations gone after $(since "$start")s"
+    boot_simulated "$flavor" "e2e-gpu3-$$"
+    third=$SERVER_ID pci3=$(bound_gpu)
+    [ "$pci3" = "$pci1" ] ||
+        fail "the boot after the delete got '$pci3', not the freed $pci1"
+    say "booted again at once: ACTIVE on the freed $pci1"
+    openstack server delete --wait "$second" "$third" ||
+        fail "openstack server delete failed"
+    SERVER_ID=
+}
+
 # up --hardware NAME, then with the real CLI: the host reports the
 # recorded GPUs, MIG devices and InfiniBand VFs; a MIG flavor and an
 # InfiniBand VF flavor boot; the server's diagnostics, the container's
@@ -640,6 +688,8 @@ main_hardware() {
     [ "$usage" = 0 ] || fail "$usage MIG units still used after delete"
     say "deleted: container gone, MIG usage 0 on $rp"
     SERVER_ID=
+
+    check_whole_gpus_identical_and_freed_at_once
 
     flavor=$(flavor_asking CUSTOM_INFINIBAND_VF)
     if [ -n "$flavor" ]; then

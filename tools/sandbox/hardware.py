@@ -43,7 +43,10 @@ RECORDED = (os.path.join(layout_module.HERE, 'hardware'),
 
 #: the recorded files a host may have
 RECORDED_FILES = ('resources.json', 'nvidia-smi-L.txt', 'nvidia-smi-q.txt',
-                  'query-gpu.csv', 'compute-apps.csv')
+                  'query-gpu.csv', 'compute-apps.csv',
+                  # nova-compute's [lxd_accelerators] options for this host
+                  # (``key = value`` lines), e.g. shared_gpus
+                  'lxd_accelerators.conf')
 
 NVIDIA_SMI = r'''#!/bin/sh
 # SIMULATED nvidia-smi of the nova-lxd-accel sandbox (up --hardware): it
@@ -127,6 +130,20 @@ def summary(directory):
     if infiniband:
         parts.append('%d InfiniBand ports and VFs' % infiniband)
     return ', '.join(parts)
+
+
+def options(layout):
+    """[(key, value)] of the simulated host's ``lxd_accelerators.conf``."""
+    path = os.path.join(layout.hardware, 'lxd_accelerators.conf')
+    if not os.path.isfile(path):
+        return []
+    out = []
+    with open(path) as handle:
+        for line in handle:
+            key, sep, value = line.partition('=')
+            if sep and not key.strip().startswith('#'):
+                out.append((key.strip(), value.strip()))
+    return out
 
 
 def prepare(layout, choice):

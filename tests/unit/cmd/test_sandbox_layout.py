@@ -322,6 +322,22 @@ class WriteTest(testtools.TestCase):
                          configs.simulated_host(self.layout))
 
 
+    def test_recorded_host_options_reach_nova_compute(self):
+        # a recorded host may carry [lxd_accelerators] options (the GPU
+        # release benchmark shares one A100 this way)
+        os.makedirs(self.layout.hardware)
+        with open(os.path.join(self.layout.hardware,
+                               'lxd_accelerators.conf'), 'w') as handle:
+            handle.write('# one A100 in two slots\n'
+                         'shared_gpus = 0000:85:00.0:2\n')
+        files = configs.build(_settings(self.layout, hardware='h100-mig'))
+        compute = _parse(files['etc/nova/nova-compute.conf'])
+        self.assertEqual('0000:85:00.0:2',
+                         compute['lxd_accelerators']['shared_gpus'])
+        self.assertFalse(_parse(files['etc/nova/nova.conf']).has_option(
+            'lxd_accelerators', 'shared_gpus'))
+
+
 class NoStrayPortsTest(testtools.TestCase):
     """No script or benchmark computes a sandbox port on its own."""
 

@@ -10,7 +10,9 @@
 #   - deleting the container makes the GPU verified clean within 2 s;
 #   - a CUDA process on the host keeps a released GPU reserved, named, and
 #     the claim refuses it; clean again once it ends;
-#   - MIG (no MIG changes on a lent machine) and MPS are SKIPped with why.
+#   - with nvidia-cuda-mps-control: two containers share the GPU through
+#     MPS with lxd:gpu_memory_mb 1024; 2048 MiB is refused, 512 given;
+#   - MIG (no MIG changes on a lent machine) is SKIPped with why.
 #
 # Usage: tools/gpu-acceptance.sh [--prepare DIR] [-- ARGS of gpu_acceptance.py]
 #   --prepare DIR   on a machine with PyPI: put the Python packages the

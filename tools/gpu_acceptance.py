@@ -390,14 +390,95 @@ def checks(args, report, host, work):
             report.check(not left, 'the host process gone: %s clean again'
                          % pci, str(left))
 
-    # 5. MPS quotas
+    # 5. MPS quotas on a shared GPU
     if not shutil.which('nvidia-cuda-mps-control'):
         report.skip('MPS memory quota between two containers',
                     'no nvidia-cuda-mps-control on this host')
-    else:
+    elif binary is None:
         report.skip('MPS memory quota between two containers',
-                    'not automated yet: it needs the MPS control daemon '
-                    'started per GPU as the admin guide says')
+                    'no CUDA program')
+    else:
+        check_mps(args, report, work, gpu, binary)
+
+
+class _Flavor(object):
+    def __init__(self, memory_mb):
+        self.extra_specs = {'lxd:gpu_memory_mb': str(memory_mb)}
+
+
+class _Instance(object):
+    """What the claim reads of an instance with a GPU memory quota."""
+
+    def __init__(self, memory_mb):
+        self.uuid = str(uuid.uuid4())
+        self.project_id = 'gpu-acceptance'
+        self.flavor = _Flavor(memory_mb)
+
+
+def check_mps(args, report, work, gpu, binary, quota_mib=1024):
+    """Two containers share the GPU through its MPS control daemon.
+
+    The GPU is shared in 2 slots (``shared_gpus``); each container gets the
+    driver's MPS devices and environment for ``lxd:gpu_memory_mb`` =
+    ``quota_mib``. The control daemon runs as the admin guide says: its
+    pipe directory, and its /dev/shm bound on the shm directory in a mount
+    namespace of its own.
+    """
+    pci = gpu.pci_address
+    conf = make_conf(args, os.path.join(work, 'state-mps'))
+    group = 'lxd_accelerators'
+    conf.set_override('shared_gpus', ['%s:2' % pci], group=group)
+    pipe = os.path.join(work, 'mps-pipe')
+    shm = os.path.join(work, 'mps-shm')
+    logs = os.path.join(work, 'mps-log')
+    for directory in (pipe, shm, logs):
+        os.makedirs(directory, mode=0o777, exist_ok=True)
+        os.chmod(directory, 0o777)
+    conf.set_override('mps_pipe_directory', pipe, group=group)
+    conf.set_override('mps_shm_directory', shm, group=group)
+    host = Host(args, conf)
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe,
+               CUDA_MPS_LOG_DIRECTORY=logs,
+               CUDA_VISIBLE_DEVICES=gpu.nvidia_uuid or '0')
+    subprocess.run(['unshare', '-m', 'sh', '-c',
+                    'mount --bind "$0" /dev/shm && '
+                    'exec nvidia-cuda-mps-control -d', shm],
+                   env=env, check=False)
+    try:
+        host.update()
+        shared = [rp for rp, g in host.providers()
+                  if g.pci_address == pci and g.shared_slots]
+        if not report.check(bool(shared), 'the inventory reports %s shared'
+                            % pci, 'not shared'):
+            return
+        allocation = {shared[0]: {'resources': {'CUSTOM_GPU_SHARE': 1}}}
+        outcomes = []
+        for mib in (quota_mib * 2, quota_mib // 2):
+            name = PREFIX + uuid.uuid4().hex[:8]
+            root = {'root': {'type': 'disk', 'path': '/',
+                             'pool': conf.lxd.storage_pool}}
+            host.client.create_container(
+                name, {'user.nova_lxd_accel.instance_uuid': name}, root, [],
+                source={'type': 'image', 'alias': args.image})
+            host.claims.claim(name, allocation, _Instance(quota_mib))
+            host.client.change_state(name, 'start')
+            holder = start_holder_in(host, name, binary, mib)
+            outcomes.append((mib, wait_holding(holder), holder))
+        (over, over_held, over_proc), (within, within_held, proc) = outcomes
+        why = '' if over_held or over_proc.poll() is None else \
+            over_proc.stderr.read()
+        # refused by the allocation itself, not by a failure to start
+        report.check(not over_held and 'cuMemAlloc' in why,
+                     'MPS refuses %d MiB to a client with lxd:gpu_memory_mb '
+                     '%d' % (over, quota_mib),
+                     'it holds them' if over_held else why)
+        report.check(within_held, 'MPS gives %d MiB to a client within its '
+                     'quota' % within, proc.stderr.read()
+                     if proc.poll() is not None else '')
+    finally:
+        host.cleanup()
+        subprocess.run(['nvidia-cuda-mps-control'], input='quit\n',
+                       text=True, env=env, check=False)
 
 
 def main(argv=None):

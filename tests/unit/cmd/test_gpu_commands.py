@@ -86,6 +86,28 @@ class TestDoctor(RecordedHost):
         self.assertIn('nova-lxd-accel gpu release 0000:07:00.0',
                       health['fix'])
 
+    def test_unprobeable_gpu_is_an_error_with_its_fix(self):
+        # nova-compute held the GPU: nvidia-smi did not answer
+        path = self.host('a100-unhealthy-no-cdi')
+        state = os.path.join(path, 'state', 'gpu-state.json')
+        with open(state) as f:
+            data = json.load(f)
+        data['holds'] = {'0000:07:00.0': {
+            'kind': 'unprobeable', 'since': 1784093000.0,
+            'by': 'nova-compute',
+            'reason': 'the GPU probe failed 3 times in a row (last: '
+                      'nvidia-smi did not answer within 10 seconds)'}}
+        with open(state, 'w') as f:
+            json.dump(data, f)
+        rc, status, found, data = self.doctor(path)
+        self.assertEqual((1, 'error'), (rc, status))
+        [finding] = [f for f in data['findings']
+                     if f['check'] == 'gpu-unprobeable']
+        self.assertIn('GPU 0000:07:00.0 is not offered: the GPU probe '
+                      'failed 3 times', finding['message'])
+        self.assertIn('make nvidia-smi answer', finding['fix'])
+        self.assertNotIn(('gpu-health', 'error'), found)
+
     def test_shared_gpu_slots_and_mps_directories(self):
         path = self.host('a100-unhealthy-no-cdi')
         conf = os.path.join(path, 'nova.conf')

@@ -23,6 +23,7 @@ refuses to start the container.
 
 import json
 import os
+import time
 
 import nova.conf
 from nova.tests.functional.api import client as api_client
@@ -198,6 +199,24 @@ class BindingTest(AccelTestBase):
                          self.accel_devices(server))
         self._delete_server(server)
         self.assert_released(server)
+
+    def test_freed_ib_vf_is_bound_again_at_once(self):
+        # all four VFs in use, one freed: the next boot gets it with no
+        # periodic task in between
+        flavor = self.flavor(**{'resources:CUSTOM_INFINIBAND_VF': '1'})
+        servers = [self.boot(flavor) for _ in range(4)]
+        parents = [self.accel_devices(s)['nova-ib0']['parent']
+                   for s in servers]
+        self.assertEqual(4, len(set(parents)))
+        self.api.delete_server(servers[1]['id'])
+        self._wait_until_deleted(servers[1])
+        for _ in range(self.WAIT_POLLS):
+            if not self._get_allocations_by_server_uuid(servers[1]['id']):
+                break
+            time.sleep(0.5)
+        again = self.boot(flavor)
+        self.assertEqual(parents[1],
+                         self.accel_devices(again)['nova-ib0']['parent'])
 
     def test_two_gpus_in_groups_plus_ib_vf(self):
         server = self.boot(self.flavor(**{

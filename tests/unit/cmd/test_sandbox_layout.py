@@ -321,7 +321,6 @@ class WriteTest(testtools.TestCase):
         self.assertEqual('h100-mig-a100-ib',
                          configs.simulated_host(self.layout))
 
-
     def test_recorded_host_options_reach_nova_compute(self):
         # a recorded host may carry [lxd_accelerators] options (the GPU
         # release benchmark shares one A100 this way)

@@ -65,6 +65,9 @@ DEBIAN_PACKAGES = (
     ('haproxy', 'haproxy'),
     ('conntrack', 'conntrack'),
     ('arping', 'iputils-arping'),
+    # the README's first commands ping a floating IP from sandbox-outside
+    # (a fresh Debian 12 has no ping)
+    ('ping', 'iputils-ping'),
 )
 
 #: the project's tree that the venv's build of it comes from

@@ -17,6 +17,7 @@
 #    ICMP rule stops that and restoring it brings it back, the metadata
 #    service answers from inside, and delete leaves no port, OVS port,
 #    bridge or container;
+#  - runs the README's first commands, parsed from README.rst, as written;
 #  - checks that bad lxd: flavor properties are refused with HTTP 400, and
 #    that servers booted from broken images (not an LXD image; an LXD image
 #    with no init) end in ERROR with a fault naming the cause and leave no
@@ -630,6 +631,48 @@ check_whole_gpus_identical_and_freed_at_once() {
     SERVER_ID=
 }
 
+# The README's first commands, parsed from README.rst and run as they are
+# written (the floating IP put in for "<the floating IP>"; ping tried again
+# while the new floating IP's route settles), on the running sandbox: a
+# new user's first minutes.
+check_readme_quick_start() {
+    local lines line before fips fip i
+    mapfile -t lines < <(awk '/^       tools\/sandbox.sh up$/ { on = 1 }
+        on && /^       [^ ]/ { sub(/^       /, ""); print; next }
+        on { exit }' "$SCRIPT_DIR/../README.rst")
+    [ "${#lines[@]}" -ge 5 ] ||
+        fail "README.rst: the quick start's command block was not found"
+    ! openstack server show s1 >/dev/null 2>&1 ||
+        fail "a server s1 exists already: the README's commands would clash"
+    MADE_SERVERS+=(s1)
+    before=$(openstack floating ip list -f value -c "Floating IP Address" |
+        sort)
+    for line in "${lines[@]}"; do
+        fips=$(openstack floating ip list -f value \
+            -c "Floating IP Address" | sort)
+        fip=$(comm -13 <(echo "$before") <(echo "$fips") | head -n 1)
+        if [[ $line == *"<the floating IP>"* ]]; then
+            [ -n "$fip" ] || fail "README: no floating IP was created"
+            line=${line//<the floating IP>/$fip}
+        fi
+        say "README: $line"
+        for ((i = 0; i < 10; i++)); do
+            if (cd "$SCRIPT_DIR/.." && eval "$line") >"$WORK/readme.out" \
+                2>&1; then
+                break
+            fi
+            [[ $line == *" ping "* ]] || i=10
+            sleep 3
+        done
+        [ "$i" -lt 10 ] || fail "the README's '$line' failed:" \
+            "$(tail -n 5 "$WORK/readme.out")"
+    done
+    [ -z "$fip" ] || MADE_FIPS+=("$fip")
+    openstack server delete --wait s1 || fail "openstack server delete s1"
+    [ -z "$fip" ] || openstack floating ip delete "$fip"
+    say "the README's ${#lines[@]} first commands ran as written"
+}
+
 # up --hardware NAME, then with the real CLI: the host reports the
 # recorded GPUs, MIG devices and InfiniBand VFs; a MIG flavor and an
 # InfiniBand VF flavor boot; the server's diagnostics, the container's
@@ -878,6 +921,7 @@ main() {
 
     check_bad_flavor
     check_networking
+    check_readme_quick_start
     check_broken_image
     placement_idle
     say "Placement: no usage left"

@@ -674,7 +674,8 @@ class InstallTest(testtools.TestCase):
         self.assertEqual(['lxd', 'lxd-client', 'busybox-static',
                           'mariadb-server', 'rabbitmq-server', 'iptables',
                           'dnsmasq-base', 'haproxy', 'conntrack',
-                          'iputils-arping', 'python3-venv'], nothing)
+                          'iputils-arping', 'iputils-ping', 'python3-venv'],
+                         nothing)
         # Incus comes from tools/incus-up.sh, not from here
         self.assertNotIn('lxd', install.missing_debian_packages(
             'incus', 'python3', which=lambda name: None,

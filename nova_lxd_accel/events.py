@@ -215,11 +215,11 @@ class LifecycleWatcher(object):
         for name, (uuid, state) in current.items():
             if name in previous:
                 self._send(uuid, previous[name][1], state)
-        for name, (uuid, state) in previous.items():
+        for name, (uuid, _state) in previous.items():
             if name not in current:
-                self._gone(name, uuid, state)
+                self._gone(name, uuid)
 
-    def _gone(self, name, uuid, state):
+    def _gone(self, name, uuid):
         LOG.warning('The container %(name)s of instance %(uuid)s is gone '
                     '(deleted on the daemon); reporting the instance '
                     'stopped', {'name': name, 'uuid': uuid})
@@ -237,7 +237,7 @@ class LifecycleWatcher(object):
             if known is not None:
                 del self._known[name]
                 if record is None and not renamed_away:
-                    self._gone(name, *known)
+                    self._gone(name, known[0])
             return
         self._known[name] = mine
         if known is not None and known[0] == mine[0]:
@@ -272,7 +272,7 @@ class LifecycleWatcher(object):
     def refresh_gone(self, name):
         known = self._known.pop(name, None)
         if known is not None:
-            self._gone(name, *known)
+            self._gone(name, known[0])
 
     def _run(self):
         backoff = self._min_backoff
@@ -370,12 +370,12 @@ class LifecycleWatcher(object):
             name = lifecycle_event(previous.get(uuid, state), state)
             if name is not None:
                 self._emit(virtevent.LifecycleEvent(uuid, name))
-        for uuid, state in previous.items():
+        for uuid in previous:
             if uuid not in current:
                 # gone: deleted on the daemon (or by nova, which then
                 # ignores the event: its instance has a task or is deleted)
                 self._gone(lxd_config.container_name(self._prefix, uuid),
-                           uuid, state)
+                           uuid)
 
     def _poll(self):
         self.mode = 'poll'

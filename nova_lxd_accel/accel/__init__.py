@@ -176,8 +176,9 @@ class AcceleratorInventory(object):
         resources = resources or {}
         if mig_text is None or not options.report_mig:
             mig_text = self._mig_text(options)
-        memory = self._gpu_memory() if options.shared_gpus else {}
-        names = self._gpu_names()
+        memory = self._probed('memory_total_mib') if options.shared_gpus \
+            else {}
+        names = self._probed('name')
         inputs = (nodename, options, resources.get('gpu'),
                   resources.get('network'), mig_text,
                   tuple(sorted(memory.items())), tuple(sorted(names.items())))
@@ -197,25 +198,18 @@ class AcceleratorInventory(object):
         self._last_inputs, self._last_desired = inputs, desired
         return desired
 
-    def _gpu_names(self):
-        """PCI address -> GPU name, from the GPU probe's last snapshot."""
-        snapshot = getattr(self.gate, 'last_snapshot', None)
-        if snapshot is None:
-            return {}
-        return {pci: facts.name for pci, facts in snapshot.gpus.items()
-                if facts.name}
+    def _probed(self, fact):
+        """PCI address -> one fact of each GPU (its memory MiB, its name).
 
-    def _gpu_memory(self):
-        """PCI address -> memory MiB, from the GPU probe's last snapshot.
-
-        Read from memory: the probe runs outside nova's lock (``gate``).
+        From the GPU probe's last snapshot, read from memory: the probe runs
+        outside nova's lock (``gate``). GPUs without the fact are left out.
         """
         snapshot = getattr(self.gate, 'last_snapshot', None)
         if snapshot is None:
             return {}
-        return {pci: facts.memory_total_mib
+        return {pci: getattr(facts, fact)
                 for pci, facts in snapshot.gpus.items()
-                if facts.memory_total_mib}
+                if getattr(facts, fact)}
 
     def update_provider_tree(self, provider_tree, nodename,
                              allocations=None, resources=None,

@@ -149,6 +149,11 @@ class GateView:
     holds: dict
     dirty: dict
 
+    @classmethod
+    def of(cls, state):
+        """The view of a state (copies: the state may change after)."""
+        return cls(holds=dict(state['holds']), dirty=dict(state['dirty']))
+
     def reserved_for(self, pci):
         """(hold or None, {rc: dirty count}) of one GPU."""
         counts = {}
@@ -174,7 +179,7 @@ class GpuGate(object):
     :param on_clean: zero-argument callable run when the re-check thread
         finds a released unit clean (the driver runs nova's resource
         update with it), or None.
-    :param sleep: callable(seconds), for the release wait and re-checks.
+    :param sleep: callable(seconds), between the release wait's probes.
     :param monotonic: zero-argument callable, the release wait's clock.
     """
 
@@ -260,8 +265,7 @@ class GpuGate(object):
             state['probe'] = {'at': now, 'available': snapshot.available,
                               'error': snapshot.error, 'failures': failures}
             result = dict(state)
-        self._view = GateView(holds=dict(result['holds']),
-                              dirty=dict(result['dirty']))
+        self._view = GateView.of(result)
         self._report_idle(result, now)
         self._write_metrics(result, known, now)
         if result['dirty']:
@@ -348,8 +352,7 @@ class GpuGate(object):
                     state['bound'].pop(key, None)
                     if self._verifying():
                         state['dirty'][key] = self._dirty_entry(unit, now)
-            self._view = GateView(holds=dict(state['holds']),
-                                  dirty=dict(state['dirty']))
+            self._view = GateView.of(state)
             return tuple(units) if self._verifying() else ()
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
@@ -398,8 +401,7 @@ class GpuGate(object):
             self._verify_released(state, current, snapshot, known, now,
                                   only=keys)
             left = {k for k in keys if k in state['dirty']}
-        self._view = GateView(holds=dict(state['holds']),
-                              dirty=dict(state['dirty']))
+        self._view = GateView.of(state)
         return left, snapshot
 
     def stop(self):

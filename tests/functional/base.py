@@ -19,6 +19,7 @@ Neutron are nova's in-process fixtures. Each test has its own LXD project.
 
 import os
 import sys
+import time
 import uuid
 
 import fixtures
@@ -99,6 +100,21 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         return super(LXDFunctionalTestCase, self)._wait_for_server_parameter(
             server, expected_params, max(max_retries, self.WAIT_POLLS),
             api=api, wait_for_fault_key=wait_for_fault_key)
+
+    def delete_and_wait_for_allocations(self, server):
+        """Delete; wait until nova has also dropped its allocations.
+
+        The API stops showing a server before nova's compute ends the
+        delete (resource update, then allocations removed): a boot right
+        after the 404 can still race nova itself.
+        """
+        self.api.delete_server(server['id'])
+        self._wait_until_deleted(server)
+        for _ in range(self.WAIT_POLLS):
+            if not self._get_allocations_by_server_uuid(server['id']):
+                return
+            time.sleep(0.5)
+        self.fail('the allocations of %s are still there' % server['id'])
 
     def _create_tiny_image(self, data=None, **meta):
         image = {'id': str(uuid.uuid4()), 'name': 'tiny-lxd',

@@ -23,7 +23,6 @@ refuses to start the container.
 
 import json
 import os
-import time
 
 import nova.conf
 from nova.tests.functional.api import client as api_client
@@ -208,12 +207,7 @@ class BindingTest(AccelTestBase):
         parents = [self.accel_devices(s)['nova-ib0']['parent']
                    for s in servers]
         self.assertEqual(4, len(set(parents)))
-        self.api.delete_server(servers[1]['id'])
-        self._wait_until_deleted(servers[1])
-        for _ in range(self.WAIT_POLLS):
-            if not self._get_allocations_by_server_uuid(servers[1]['id']):
-                break
-            time.sleep(0.5)
+        self.delete_and_wait_for_allocations(servers[1])
         again = self.boot(flavor)
         self.assertEqual(parents[1],
                          self.accel_devices(again)['nova-ib0']['parent'])

@@ -249,20 +249,6 @@ class TestReleaseAtDelete(GpuHostTestCase):
     #: MIG device 2 (GI 9, CI 0) keeps a python3 process, pid 48211
     SLICE2_BUSY_Q = 'handmade-nvsmi-h100-mig-slice2-busy-q.txt'
 
-    def delete(self, server):
-        """Delete; wait until nova has also dropped its allocations.
-
-        The API stops showing a server before nova's compute ends the
-        delete (resource update, then allocations removed).
-        """
-        self.api.delete_server(server['id'])
-        self._wait_until_deleted(server)
-        for _ in range(self.WAIT_POLLS):
-            if not self._get_allocations_by_server_uuid(server['id']):
-                return
-            time.sleep(0.5)
-        self.fail('the allocations of %s are still there' % server['id'])
-
     def units(self, server):
         return binding.recorded_units(self.container_of(server)['config'])
 
@@ -275,7 +261,7 @@ class TestReleaseAtDelete(GpuHostTestCase):
     def test_freed_whole_gpu_and_mig_slice_are_bound_again_at_once(self):
         pgpu = self.flavor(**{'resources:PGPU': '1'})
         first = self.boot(pgpu)
-        self.delete(first)
+        self.delete_and_wait_for_allocations(first)
         self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
         second = self.boot(pgpu)
         self.assertEqual(['pci:' + GT730_PCI],
@@ -284,13 +270,13 @@ class TestReleaseAtDelete(GpuHostTestCase):
         mig = self.flavor(**{'resources:CUSTOM_MIG_1G_10GB': '1'})
         a, b = self.boot(mig), self.boot(mig)
         [freed] = [u['unit'] for u in self.units(a)]
-        self.delete(a)
+        self.delete_and_wait_for_allocations(a)
         c = self.boot(mig)
         self.assertEqual([freed], [u['unit'] for u in self.units(c)])
         self.assertIn('verified clean', self.stdlog.logger.output)
-        self.delete(b)
-        self.delete(c)
-        self.delete(second)
+        self.delete_and_wait_for_allocations(b)
+        self.delete_and_wait_for_allocations(c)
+        self.delete_and_wait_for_allocations(second)
         self.assertEqual({'CUSTOM_MIG_3G_40GB': (1, 0),
                           'CUSTOM_MIG_2G_20GB': (1, 0),
                           'CUSTOM_MIG_1G_10GB': (2, 0)},
@@ -308,8 +294,8 @@ class TestReleaseAtDelete(GpuHostTestCase):
         # a's process outlives its container on MIG device 2; b's slice
         # is idle
         self.set_q(self.SLICE2_BUSY_Q)
-        self.delete(a)
-        self.delete(b)
+        self.delete_and_wait_for_allocations(a)
+        self.delete_and_wait_for_allocations(b)
         self.assertEqual((2, 1), self.provider(H100)[0]['CUSTOM_MIG_1G_10GB'])
         # Placement offers one 1g slice: the claim takes the clean one
         # although the dirty one comes first
@@ -412,11 +398,6 @@ class TestUnprobeableGpus(GpuHostTestCase):
                          self.offered())
         pgpu = self.flavor(**{'resources:PGPU': '1'})
         server = self.boot(pgpu)
-        self.api.delete_server(server['id'])
-        self._wait_until_deleted(server)
-        for _ in range(self.WAIT_POLLS):
-            if not self._get_allocations_by_server_uuid(server['id']):
-                break
-            time.sleep(0.5)
+        self.delete_and_wait_for_allocations(server)
         self.assertEqual({'PGPU': (1, 0)}, self.provider(GT730)[0])
         self.boot(pgpu)

@@ -49,15 +49,17 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'tools', 'sandbox'))
-import layout  # noqa: E402  (tools/sandbox/layout.py, stdlib only)
+sys.path.insert(0, REPO)
+# the sandbox's package: standard library only
+from tools.sandbox import catalogue  # noqa: E402
+from tools.sandbox import layout  # noqa: E402
 SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
 LAYOUT = layout.Layout.from_environ()
 RECORDED = os.path.join(REPO, 'tools', 'sandbox', 'hardware',
                         'h100-mig-a100-ib')
 #: the A100 that LXD names only by its product id: shared in 2 slots
 SHARED = '0000:85:00.0:2'
-IMAGE = layout.IMAGE_NAME
+IMAGE = catalogue.IMAGE_NAME
 #: kind -> (resource class, extra specs of the bench's own flavor)
 KINDS = {
     'whole GPU': ('PGPU', {'resources:PGPU': '1'}),

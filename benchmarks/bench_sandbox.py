@@ -43,18 +43,21 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'tools', 'sandbox'))
-import layout  # noqa: E402  (tools/sandbox/layout.py, stdlib only)
-import memory  # noqa: E402  (tools/sandbox/memory.py, stdlib only)
+sys.path.insert(0, REPO)
+# the sandbox's package: standard library only
+from tools.sandbox import catalogue  # noqa: E402
+from tools.sandbox import layout  # noqa: E402
+from tools.sandbox import memory  # noqa: E402
+from tools.sandbox import services  # noqa: E402
 SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
 LAYOUT = layout.Layout.from_environ()
 SANDBOX_DIR = LAYOUT.dir
 # the cloud's services, and the fake nova-compute that "bench" adds
-SERVICES = tuple(service.name for service in layout.SERVICES) + (
+SERVICES = tuple(service.name for service in services.SERVICES) + (
     'nova-compute-fake',)
 HELPERS_ROW = 'helpers (privsep daemons, dnsmasq, haproxy)'
-IMAGE = layout.IMAGE_NAME
-FLAVOR = layout.PLAIN_FLAVOR
+IMAGE = catalogue.IMAGE_NAME
+FLAVOR = catalogue.PLAIN_FLAVOR
 
 
 # --- orchestration (any Python 3, stdlib only) ------------------------------

@@ -27,22 +27,17 @@ from nova.virt import driver
 from nova.virt import hardware
 from oslo_log import log as logging
 
-from nova_lxd_accel import accel
-from nova_lxd_accel.accel import binding as accel_binding
-from nova_lxd_accel.accel import cdi as accel_cdi
-from nova_lxd_accel.accel import claims as accel_claims
-from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel import nova_lookups
 from nova_lxd_accel.accel import reconcile as accel_reconcile
-from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import events
 from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image as lxd_image
-from nova_lxd_accel import lifecycle
 from nova_lxd_accel import migration
 from nova_lxd_accel import network
-from nova_lxd_accel import ownership
+from nova_lxd_accel import parts as lxd_parts
+from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.spec import identity
 from nova_lxd_accel import volumes
 
 LOG = logging.getLogger(__name__)
@@ -64,56 +59,36 @@ class LXDDriver(driver.ComputeDriver):
     def __init__(self, virtapi, read_only=False):
         super(LXDDriver, self).__init__(virtapi)
         lxd_conf.register_opts(CONF)
-        self._client = lxd_client.LXDClient(CONF)
-        self._images = lxd_image.ImageCache(self._client)
-        self._network = network.Networking(self._client, CONF, virtapi)
-        self._volumes = volumes.Volumes(self._client, CONF)
-        self._nodename = CONF.host
-        self._accelerators = accel.AcceleratorInventory(
-            self._client.resources, conf=CONF,
-            list_instances=self._client.list_all_instances,
-            is_ours=lambda record: ownership.is_ours(
-                record, self._nodename, CONF.lxd.project))
-        self._gate = gpu_gate.GpuGate(
-            CONF, self._client.list_containers,
-            self._accelerators.reported_gpus,
-            lambda: gpu_gate.nova_instance_projects(self._nodename),
-            on_clean=self._report_released_gpus)
-        self._accelerators.gate = self._gate
-        # one claim for spawn, resize and migration; never a dirty unit
-        self._claims = accel_claims.Claims(
-            self._client, CONF, self._accelerators.device_for_provider,
-            self._accelerators.all_devices, self._gate.unavailable_units)
-        self._lifecycle = lifecycle.Lifecycle(
-            self._client, CONF, self._images, networking=self._network,
-            volumes=self._volumes, claims=self._claims, gpu_gate=self._gate)
-        self._migration = migration.Migration(
-            self._client, CONF, self._lifecycle, self._claims,
-            networking=self._network, volumes=self._volumes)
+        # nova-compute passes CONF.host to init_host; built again there if
+        # it passes another name
+        self._parts = lxd_parts.Parts.build(CONF, virtapi, CONF.host)
         self._server_info = {}
         self._resource = None
         self._profile_masks = None
         self._watcher = None
 
+    @property
+    def _nodename(self):
+        return self._parts.owner.host
+
     # -- host -------------------------------------------------------------
 
     def init_host(self, host):
-        self._nodename = host
-        self._server_info = lxd_host.check_lxd(self._client, CONF)
-        self._profile_masks = lxd_host.check_profiles(self._client, CONF)
+        if host != self._nodename:
+            self._parts = lxd_parts.Parts.build(CONF, self.virtapi, host,
+                                                client=self._parts.client)
+        self._server_info = lxd_host.check_lxd(self._parts.client, CONF)
+        self._profile_masks = lxd_host.check_profiles(self._parts.client, CONF)
         lxd_image.clean_download_dir(CONF)
-        daemon = self._client.daemon_info()
-        accel_cdi.set_host_mode(accel_cdi.resolve(
-            CONF.lxd_accelerators.nvidia_binding, daemon))
+        daemon = self._parts.client.daemon_info()
         LOG.info('%s', lxd_host.startup_line(daemon, CONF))
         self._remove_interrupted_builds(host)
         self._reconcile_accelerators(host)
         if self._watcher is not None:   # init_host called again
             self._watcher.stop()
         self._watcher = events.LifecycleWatcher(
-            self._client, host, CONF.lxd.lifecycle_poll_interval,
-            self.emit_event, project=CONF.lxd.project,
-            prefix=CONF.lxd.container_name_prefix,
+            self._parts.client, self._parts.owner,
+            CONF.lxd.lifecycle_poll_interval, self.emit_event,
             use_events=CONF.lxd.lifecycle_events,
             max_backoff=CONF.lxd.lifecycle_events_max_backoff)
         self._watcher.start()
@@ -130,7 +105,7 @@ class LXDDriver(driver.ComputeDriver):
                         'a restart are not removed this time',
                         {'host': host, 'exc': exc})
             return
-        for instance, fault in self._lifecycle.remove_interrupted_builds(
+        for instance, fault in self._parts.lifecycle.remove_interrupted_builds(
                 instances, host):
             try:
                 compute_utils.add_instance_fault_from_exc(
@@ -143,7 +118,7 @@ class LXDDriver(driver.ComputeDriver):
         # LXD's container configs say who holds which device; compare them
         # with nova and Placement after a restart (see accel.reconcile).
         try:
-            uuids = accel_reconcile.nova_instance_uuids(host)
+            uuids = nova_lookups.nova_instance_uuids(host)
         except Exception as exc:
             LOG.warning('Cannot list the instances nova has on %(host)s '
                         '(%(exc)s): accelerator bindings of deleted '
@@ -152,21 +127,21 @@ class LXDDriver(driver.ComputeDriver):
             uuids = None
         try:
             accel_reconcile.reconcile(
-                self._client, host, uuids,
-                accel_reconcile.placement_allocations)
+                self._parts.client, host, uuids,
+                nova_lookups.placement_allocations)
         except Exception:
             LOG.exception('Checking the accelerator bindings of the '
                           'containers of %s failed', host)
 
     def cleanup_host(self, host):
-        self._gate.stop()
+        self._parts.gate.stop()
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
 
     def _policy(self):
         extensions = self._server_info.get('api_extensions', [])
-        return lxd_config.HostPolicy.from_conf(
+        return container_spec.HostPolicy.from_conf(
             CONF, host=self._nodename,
             cloud_init_keys='cloud_init' in extensions,
             profile_masks=self._profile_masks)
@@ -177,35 +152,25 @@ class LXDDriver(driver.ComputeDriver):
     def node_is_available(self, nodename):
         return nodename == self._nodename
 
-    def _report_released_gpus(self):
-        # A GPU unit released dirty turned clean after its delete ended
-        # (accel.gpu_gate's re-check): run nova's resource update now, as
-        # its periodic task would, so Placement offers it at once. nova's
-        # VirtAPI gives drivers no public way to ask for that update.
-        tracker = getattr(getattr(self.virtapi, '_compute', None), 'rt', None)
-        if tracker is not None:
-            tracker.update_available_resource(
-                nova_context.get_admin_context(), self._nodename)
-
     def get_available_resource(self, nodename):
         # outside nova's resource tracker lock: probe the GPUs here
-        self._gate.maybe_refresh()
+        self._parts.gate.maybe_refresh()
         # and read the host for update_provider_tree, which runs under
         # that lock (for every instance claim too) and reads nothing
-        snapshot = self._accelerators.refresh()
+        snapshot = self._parts.inventory.refresh()
         self._resource = self._available_resource(nodename,
                                                   snapshot.resources)
         return self._resource
 
     def _available_resource(self, nodename, resources):
         return lxd_host.available_resource(
-            self._client, CONF, nodename, self._server_info or
-            self._client.server_info(), resources)
+            self._parts.client, CONF, nodename, self._server_info or
+            self._parts.client.server_info(), resources)
 
     def update_provider_tree(self, provider_tree, nodename, allocations=None):
         # Under nova's resource tracker lock: no read of the host here,
         # only what get_available_resource read last (accel.Snapshot).
-        snapshot = self._accelerators.snapshot()
+        snapshot = self._parts.inventory.snapshot()
         resource = self._resource or self._available_resource(
             nodename, snapshot.resources)
         inventory = lxd_host.root_inventory(
@@ -216,8 +181,8 @@ class LXDDriver(driver.ComputeDriver):
         merged.update(inventory)
         provider_tree.update_inventory(nodename, merged)
         lxd_host.apply_daemon_traits(provider_tree, nodename,
-                                     self._client.daemon_info())
-        self._accelerators.update_provider_tree(
+                                     self._parts.client.daemon_info())
+        self._parts.inventory.update_provider_tree(
             provider_tree, nodename, allocations, snapshot=snapshot)
 
     def get_host_ip_addr(self):
@@ -229,38 +194,39 @@ class LXDDriver(driver.ComputeDriver):
     # -- volumes ----------------------------------------------------------
 
     def get_volume_connector(self, instance):
-        return self._volumes.connector(instance)
+        return self._parts.volumes.connector(instance)
 
     def attach_volume(self, context, connection_info, instance, mountpoint,
                       disk_bus=None, device_type=None, encryption=None):
-        self._volumes.attach(context, connection_info, instance, mountpoint,
-                             disk_bus, device_type, encryption)
+        self._parts.volumes.attach(context, connection_info, instance,
+                                   mountpoint, disk_bus, device_type,
+                                   encryption)
 
     def detach_volume(self, context, connection_info, instance, mountpoint,
                       encryption=None):
-        self._volumes.detach(context, connection_info, instance, mountpoint,
-                             encryption)
+        self._parts.volumes.detach(context, connection_info, instance,
+                                   mountpoint, encryption)
 
     # -- networking -------------------------------------------------------
 
     def plug_vifs(self, instance, network_info):
-        self._network.plug_vifs(instance, network_info)
+        self._parts.networking.plug_vifs(instance, network_info)
 
     def unplug_vifs(self, instance, network_info):
-        self._network.unplug_vifs(instance, network_info)
+        self._parts.networking.unplug_vifs(instance, network_info)
 
     def attach_interface(self, context, instance, image_meta, vif):
-        self._network.attach_interface(instance, vif)
+        self._parts.networking.attach_interface(instance, vif)
 
     def detach_interface(self, context, instance, vif):
-        self._network.detach_interface(instance, vif)
+        self._parts.networking.detach_interface(instance, vif)
 
     # -- resize and migration ---------------------------------------------
 
     def migrate_disk_and_power_off(self, context, instance, dest, flavor,
                                    network_info, block_device_info=None,
                                    timeout=0, retry_interval=0):
-        return self._migration.migrate_disk_and_power_off(
+        return self._parts.migration.migrate_disk_and_power_off(
             context, instance, dest, flavor, network_info,
             block_device_info, timeout, retry_interval)
 
@@ -268,7 +234,7 @@ class LXDDriver(driver.ComputeDriver):
                          network_info, image_meta, resize_instance,
                          allocations, block_device_info=None, power_on=True,
                          share_info=None):
-        self._migration.finish_migration(
+        self._parts.migration.finish_migration(
             context, migration, instance, disk_info, network_info,
             image_meta, resize_instance, allocations, block_device_info,
             power_on)
@@ -276,16 +242,16 @@ class LXDDriver(driver.ComputeDriver):
     def delete_instance_files(self, instance):
         # nova calls this on the source of a failed migration once the
         # server is deleted: its kept original container is all there is.
-        return self._migration.delete_kept_original(instance)
+        return self._parts.migration.delete_kept_original(instance)
 
     def confirm_migration(self, context, migration, instance, network_info):
-        self._migration.confirm_migration(context, migration, instance,
-                                          network_info)
+        self._parts.migration.confirm_migration(context, migration, instance,
+                                                network_info)
 
     def finish_revert_migration(self, context, instance, network_info,
                                 migration, block_device_info=None,
                                 power_on=True, share_info=None):
-        self._migration.finish_revert_migration(
+        self._parts.migration.finish_revert_migration(
             context, instance, network_info, migration, block_device_info,
             power_on)
 
@@ -304,31 +270,28 @@ class LXDDriver(driver.ComputeDriver):
 
     # -- inventory of instances -------------------------------------------
 
-    def _owned_records(self):
-        return ownership.instances(self._client.list_containers(),
-                                   self._nodename)
-
     def list_instances(self):
-        return [record['name'] for record in self._owned_records()]
+        records = self._parts.client.list_containers()
+        return [record['name']
+                for record in self._parts.owner.instances(records)]
 
     def list_instance_uuids(self):
-        return [record['config'][lxd_config.KEY_INSTANCE_UUID]
-                for record in self._owned_records()
-                if lxd_config.KEY_INSTANCE_UUID in record['config']]
+        return self._parts.owner.instance_uuids(
+            self._parts.client.list_containers())
 
     def instance_exists(self, instance):
-        return self._lifecycle.guest(instance).record() is not None
+        return self._parts.lifecycle.guest(instance).record() is not None
 
     def get_info(self, instance, use_cache=True):
         return hardware.InstanceInfo(
-            state=self._lifecycle.power_state(instance))
+            state=self._parts.lifecycle.power_state(instance))
 
     # -- lifecycle --------------------------------------------------------
 
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
-        self._lifecycle.spawn(
+        self._parts.lifecycle.spawn(
             context, instance, image_meta, injected_files, self._policy(),
             block_device_info, power_on, allocations=allocations,
             network_info=network_info)
@@ -336,11 +299,12 @@ class LXDDriver(driver.ComputeDriver):
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
         # its GPUs are verified clean at release (accel.gpu_gate)
-        self._lifecycle.destroy(instance)
+        self._parts.lifecycle.destroy(instance)
         # Like libvirt's cleanup: a failed unplug is logged, never blocks
         # the deletion.
-        self._network.unplug_vifs(instance, network_info, ignore_errors=True)
-        self._volumes.disconnect_all(instance, block_device_info)
+        self._parts.networking.unplug_vifs(
+            instance, network_info, ignore_errors=True)
+        self._parts.volumes.disconnect_all(instance, block_device_info)
 
     def cleanup(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, migrate_data=None, destroy_vifs=True,
@@ -353,11 +317,12 @@ class LXDDriver(driver.ComputeDriver):
                accel_info=None, share_info=None):
         if reboot_type == 'HARD':
             # A hard reboot also repairs the host side of the NICs.
-            self._network.plug_vifs(instance, network_info)
-        self._lifecycle.guest(instance).reboot(hard=reboot_type == 'HARD')
+            self._parts.networking.plug_vifs(instance, network_info)
+        self._parts.lifecycle.guest(instance).reboot(
+            hard=reboot_type == 'HARD')
 
     def power_off(self, instance, timeout=0, retry_interval=0):
-        guest = self._lifecycle.guest(instance)
+        guest = self._parts.lifecycle.guest(instance)
         # The next start empties LXD's console buffer (see Guest).
         guest.keep_console()
         guest.stop(timeout, retry_interval)
@@ -366,26 +331,26 @@ class LXDDriver(driver.ComputeDriver):
                  block_device_info=None, accel_info=None, share_info=None):
         # After a host reboot the per-port bridges are gone; LXD cannot
         # start a NIC whose parent is missing.
-        self._network.plug_vifs(instance, network_info)
-        self._lifecycle.guest(instance).ensure_running()
+        self._parts.networking.plug_vifs(instance, network_info)
+        self._parts.lifecycle.guest(instance).ensure_running()
 
     def pause(self, instance):
-        self._lifecycle.guest(instance).pause()
+        self._parts.lifecycle.guest(instance).pause()
 
     def unpause(self, instance):
-        self._lifecycle.guest(instance).unpause()
+        self._parts.lifecycle.guest(instance).unpause()
 
     def suspend(self, context, instance):
-        self._lifecycle.guest(instance).suspend()
+        self._parts.lifecycle.guest(instance).suspend()
 
     def resume(self, context, instance, network_info, block_device_info=None,
                share_info=None):
-        self._lifecycle.guest(instance).resume()
+        self._parts.lifecycle.guest(instance).resume()
 
     def resume_state_on_host_boot(self, context, instance, network_info,
                                   share_info, block_device_info=None):
-        self._network.plug_vifs(instance, network_info)
-        self._lifecycle.guest(instance).ensure_running()
+        self._parts.networking.plug_vifs(instance, network_info)
+        self._parts.lifecycle.guest(instance).ensure_running()
 
     def get_diagnostics(self, instance):
         """State, limits and the accelerators bound into the container.
@@ -395,12 +360,12 @@ class LXDDriver(driver.ComputeDriver):
         ``nova-gpu0: gpu pci=0000:07:00.0 (PGPU of provider ...)``. The
         2.48+ format (get_instance_diagnostics) has no field for devices.
         """
-        record = self._lifecycle.guest(instance).require_record()
+        record = self._parts.lifecycle.guest(instance).require_record()
         config = record.get('config') or {}
         out = {'state': record.get('status'),
                'limits.cpu': config.get('limits.cpu'),
                'limits.memory': config.get('limits.memory')}
-        for unit in accel_binding.recorded_units(config):
+        for unit in identity.recorded_units(config):
             what = ' '.join('%s=%s' % (k, unit[k]) for k in (
                 'pci', 'mig_uuid', 'mig_profile', 'netdev', 'vf_pci')
                 if unit.get(k))
@@ -411,34 +376,35 @@ class LXDDriver(driver.ComputeDriver):
 
     def get_instance_diagnostics(self, instance):
         """API microversion 2.48+ diagnostics (see Guest.diagnostics)."""
-        return self._lifecycle.guest(instance).diagnostics()
+        return self._parts.lifecycle.guest(instance).diagnostics()
 
     def get_console_output(self, context, instance):
-        return self._lifecycle.guest(instance).console_tail(
+        return self._parts.lifecycle.guest(instance).console_tail(
             CONF.lxd.console_log_max_bytes)
 
     def manage_image_cache(self, context, all_instances):
         if not CONF.image_cache.remove_unused_base_images:
             return
-        self._images.prune(
+        self._parts.images.prune(
             {instance.image_ref for instance in all_instances},
             CONF.image_cache.remove_unused_original_minimum_age_seconds)
 
     def cache_image(self, context, image_id):
         image_meta = objects.ImageMeta.from_image_ref(
-            context, self._images.image_api, image_id)
-        return self._images.cache(context, image_meta)
+            context, self._parts.images.image_api, image_id)
+        return self._parts.images.cache(context, image_meta)
 
     def snapshot(self, context, instance, image_id, update_task_state):
-        self._lifecycle.snapshot(context, instance, image_id,
-                                 update_task_state)
+        self._parts.lifecycle.snapshot(context, instance, image_id,
+                                       update_task_state)
 
     def rescue(self, context, instance, network_info, image_meta,
                rescue_password, block_device_info, share_info):
-        self._lifecycle.rescue(context, instance, image_meta, self._policy())
+        self._parts.lifecycle.rescue(
+            context, instance, image_meta, self._policy())
 
     def unrescue(self, context, instance):
-        self._lifecycle.unrescue(instance)
+        self._parts.lifecycle.unrescue(instance)
 
     def power_update_event(self, instance, target_power_state):
         # Ironic-only hook; containers report their own power state.

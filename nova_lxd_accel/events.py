@@ -27,8 +27,8 @@ When the stream drops (the daemon restarts) the watcher reconnects with
 exponential backoff, then lists the containers once and emits what changed
 meanwhile. Only a daemon without the events API is polled (one listing per
 ``[lxd] lifecycle_poll_interval``). Which containers are ours is
-:mod:`nova_lxd_accel.ownership`'s answer; events of other projects, other
-hosts and containers Nova did not make are never emitted.
+:meth:`nova_lxd_accel.spec.identity.Owner.instances`'s answer; events of other
+projects, other hosts and containers Nova did not make are never emitted.
 """
 
 import threading
@@ -38,10 +38,9 @@ from nova.compute import power_state
 from nova.virt import event as virtevent
 from oslo_log import log as logging
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest
-from nova_lxd_accel import ownership
+from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -65,8 +64,8 @@ def lifecycle_event(old_state, new_state):
 
 def owned_states(records, host):
     """{instance uuid: power state} of the containers this host owns."""
-    return {ownership.instance_uuid(record): guest.power_state_of(record)
-            for record in ownership.instances(records, host)}
+    return {identity.instance_uuid(record): guest.power_state_of(record)
+            for record in identity.instances(records, host)}
 
 
 #: Lifecycle actions that may change an instance's power state or name.
@@ -115,22 +114,21 @@ def event_instances(event):
 class LifecycleWatcher(object):
     """A daemon thread turning the daemon's events into Nova's.
 
+    :param owner: the host's :class:`.spec.identity.Owner`: whose
+        containers' events become nova's.
     :param interval: ``[lxd] lifecycle_poll_interval``: 0 turns the
         watcher off; otherwise the poll interval used only when the daemon
         has no events API.
     :param use_events: False polls whatever the daemon offers.
     """
 
-    def __init__(self, client, host, interval, emit, project=None,
-                 prefix='nova-', use_events=True, max_backoff=30.0,
-                 min_backoff=0.5, read_timeout=0.5, burst=0.05,
-                 max_burst=200):
+    def __init__(self, client, owner, interval, emit, use_events=True,
+                 max_backoff=30.0, min_backoff=0.5, read_timeout=0.5,
+                 burst=0.05, max_burst=200):
         self._client = client
-        self._host = host
+        self._owner = owner
         self._interval = interval
         self._emit = emit
-        self._project = project
-        self._prefix = prefix
         self._use_events = use_events
         self._max_backoff = max(max_backoff, min_backoff)
         self._min_backoff = min_backoff
@@ -155,8 +153,9 @@ class LifecycleWatcher(object):
         if self._interval <= 0 or self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name='lxd-lifecycle-%s' % self._host)
+        self._thread = threading.Thread(
+            target=self._run, daemon=True,
+            name='lxd-lifecycle-%s' % self._owner.host)
         self._thread.start()
 
     def stop(self):
@@ -181,12 +180,12 @@ class LifecycleWatcher(object):
         """``(uuid, power state)`` of our instance's container, or None."""
         if record is None or record.get('type', 'container') != 'container':
             return None
-        if not ownership.instances([record], self._host, self._project):
+        if not self._owner.instances([record]):
             return None
-        uuid = ownership.instance_uuid(record)
+        uuid = identity.instance_uuid(record)
         # The container standing for the instance, not a kept original
         # of a resize (nova-resize-<uuid>) or a rescue container.
-        expected = lxd_config.container_name(self._prefix, uuid)
+        expected = self._owner.container_name(uuid)
         if record.get('name') != expected:
             return None
         return uuid, guest.power_state_of(record)
@@ -252,7 +251,8 @@ class LifecycleWatcher(object):
         names, renamed_away = [], set()
         for event in events:
             project = event.get('project')
-            if project and self._project and project != self._project:
+            if project and self._owner.project and \
+                    project != self._owner.project:
                 continue
             metadata = event.get('metadata') or {}
             old = None
@@ -359,7 +359,7 @@ class LifecycleWatcher(object):
     def poll_once(self):
         try:
             current = owned_states(self._client.list_containers(),
-                                   self._host)
+                                   self._owner.host)
         except exception.LXDAccelException as exc:
             LOG.debug('Lifecycle poll skipped: %s', exc)
             return
@@ -374,7 +374,7 @@ class LifecycleWatcher(object):
             if uuid not in current:
                 # gone: deleted on the daemon (or by nova, which then
                 # ignores the event: its instance has a task or is deleted)
-                self._gone(lxd_config.container_name(self._prefix, uuid),
+                self._gone(self._owner.container_name(uuid),
                            uuid)
 
     def _poll(self):

@@ -56,31 +56,26 @@ class LXDExtraSpecValidator(base.ExtraSpecValidator):
                     self.value.get('description', self.value['type'])))
 
 
+def _flag(name, description):
+    """A validator of a true/false extra spec."""
+    return LXDExtraSpecValidator(
+        name=name, description=description,
+        value={'type': bool, 'description': 'true or false'})
+
+
 EXTRA_SPEC_VALIDATORS = [
-    LXDExtraSpecValidator(
-        name='lxd:privileged',
-        description=(
-            'Run the container privileged (container root is host root). '
-            'Refused at boot unless the compute host sets [lxd] '
-            'allow_privileged_containers = true.'),
-        value={'type': bool, 'description': 'true or false'},
-    ),
-    LXDExtraSpecValidator(
-        name='lxd:nesting',
-        description=(
-            'Allow containers inside the container (LXD security.nesting). '
-            'Refused at boot unless the compute host sets [lxd] '
-            'allow_nesting = true.'),
-        value={'type': bool, 'description': 'true or false'},
-    ),
-    LXDExtraSpecValidator(
-        name='lxd:isolated_idmap',
-        description=(
-            'Give the container a user-id range of its own '
-            '(LXD security.idmap.isolated), so its root cannot touch files '
-            'of other containers.'),
-        value={'type': bool, 'description': 'true or false'},
-    ),
+    _flag('lxd:privileged', (
+        'Run the container privileged (container root is host root). '
+        'Refused at boot unless the compute host sets [lxd] '
+        'allow_privileged_containers = true.')),
+    _flag('lxd:nesting', (
+        'Allow containers inside the container (LXD security.nesting). '
+        'Refused at boot unless the compute host sets [lxd] '
+        'allow_nesting = true.')),
+    _flag('lxd:isolated_idmap', (
+        'Give the container a user-id range of its own '
+        '(LXD security.idmap.isolated), so its root cannot touch files '
+        'of other containers.')),
     LXDExtraSpecValidator(
         name='lxd:processes',
         description='Largest number of processes in the container '
@@ -145,7 +140,7 @@ def check_flavor(flavor, policy):
     Spawn calls this first, before anything is created, whatever
     microversion made the flavor: every ``lxd:`` key must be known and
     valid, and the operator-gated ones allowed by ``policy`` (a
-    :class:`nova_lxd_accel.config.HostPolicy`).
+    :class:`nova_lxd_accel.spec.container.HostPolicy`).
 
     :raises: FlavorExtraSpecInvalid naming the key, its value and why;
         FlavorNotAllowed for a valid key the operator forbids.

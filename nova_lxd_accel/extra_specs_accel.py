@@ -22,6 +22,15 @@ convention.
 
 from nova_lxd_accel.extra_specs import LXDExtraSpecValidator
 
+
+def _name(name, description, longest):
+    """A validator of a name of 1 to ``longest`` characters."""
+    return LXDExtraSpecValidator(
+        name=name, description=description,
+        value={'type': str, 'pattern': r'\S.{0,%d}' % (longest - 1),
+               'description': 'a name of 1 to %d characters' % longest})
+
+
 EXTRA_SPEC_VALIDATORS = [
     LXDExtraSpecValidator(
         name='Accelerator:Type',
@@ -30,20 +39,10 @@ EXTRA_SPEC_VALIDATORS = [
         value={'type': str, 'enum': ['GPU', 'FPGA', 'TPU', 'NPU', 'other'],
                'description': 'GPU, FPGA, TPU, NPU or other'},
     ),
-    LXDExtraSpecValidator(
-        name='Accelerator:Vendor',
-        description='Accelerator vendor, e.g. NVIDIA.',
-        value={'type': str, 'pattern': r'\S.{0,63}',
-               'description': 'a name of 1 to 64 characters'},
-    ),
-    LXDExtraSpecValidator(
-        name='Accelerator:Model',
-        description='Accelerator model without the vendor, e.g. '
-                    '"A100-SXM4-80GB" or, for a MIG slice, '
-                    '"A100-SXM4-80GB MIG 1g.10gb".',
-        value={'type': str, 'pattern': r'\S.{0,127}',
-               'description': 'a name of 1 to 128 characters'},
-    ),
+    _name('Accelerator:Vendor', 'Accelerator vendor, e.g. NVIDIA.', 64),
+    _name('Accelerator:Model',
+          'Accelerator model without the vendor, e.g. "A100-SXM4-80GB" or, '
+          'for a MIG slice, "A100-SXM4-80GB MIG 1g.10gb".', 128),
     LXDExtraSpecValidator(
         name='Accelerator:Number',
         description='How many accelerators (whole GPUs, or MIG slices for '

@@ -21,8 +21,8 @@ from nova.objects import diagnostics as diagnostics_obj
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def power_state_of(record):
         return power_state.NOSTATE
     state = _POWER_STATES.get(record.get('status'), power_state.NOSTATE)
     if state == power_state.PAUSED and \
-            record.get('config', {}).get(lxd_config.KEY_SUSPENDED) == 'true':
+            record.get('config', {}).get(identity.KEY_SUSPENDED) == 'true':
         return power_state.SUSPENDED
     return state
 
@@ -70,9 +70,9 @@ class Guest(object):
         self._conf = conf
         self.instance = instance
         prefix = conf.lxd.container_name_prefix
-        self.name = lxd_config.container_name(prefix, instance.uuid)
-        self.rescue_name = lxd_config.rescue_container_name(
-            prefix, instance.uuid)
+        self.name = identity.container_name(prefix, instance.uuid)
+        self.rescue_name = identity.container_name(
+            prefix, instance.uuid, identity.ROLE_RESCUE)
 
     def record(self):
         return self._client.get_container(self.name)
@@ -211,12 +211,12 @@ class Guest(object):
     def suspend(self):
         # Containers cannot be saved to disk without CRIU; a suspended
         # container is frozen and marked, so get_info says SUSPENDED.
-        self._set_config(lxd_config.KEY_SUSPENDED, 'true')
+        self._set_config(identity.KEY_SUSPENDED, 'true')
         self.pause()
 
     def resume(self):
         self.ensure_running()
-        self._set_config(lxd_config.KEY_SUSPENDED, None)
+        self._set_config(identity.KEY_SUSPENDED, None)
 
     def _set_config(self, key, value):
         """Set (or with None remove) one key, ETag-guarded."""

@@ -16,7 +16,6 @@ These steps touch more than one container or image, and each undoes its
 own partial work when it fails, so a failed call leaves LXD as it was.
 """
 
-import dataclasses
 import os
 
 from nova.compute import power_state
@@ -27,12 +26,14 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import plumbing as lxd_plumbing
+from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -62,13 +63,13 @@ HOST_LOCAL_REASONS = (
     # 11 item 13, not reproduced): LXD's fault, not the request's; nova
     # retries the build with a fresh container.
     'failed to handle idmapped storage',
-    # An accelerator bound from this host's allocation that LXD cannot
-    # find here: a GPU gone from this host, not a bad request.
-    'failed to detect requested gpu device', '"nova-gpu', '"nova-mig',
-    '"nova-ib',
     # A host-side link (veth, tap) of the same name already exists here
     # (RTNETLINK "File exists"): a leftover of this host, not the request.
-    'file exists')
+    'file exists',
+    # An accelerator bound from this host's allocation that LXD cannot
+    # find here: a GPU gone from this host, not a bad request.
+    'failed to detect requested gpu device') + tuple(
+        '"' + prefix for prefix in identity.ACCEL_DEVICE_PREFIXES)
 
 
 def _classes(*names):
@@ -149,6 +150,8 @@ def _has_root_volume(block_device_info):
 class Lifecycle(object):
     """Spawn, destroy, rescue and snapshot of one host's containers.
 
+    :param plumbing: the host's :class:`.plumbing.HostPlumbing` (None: no
+        ports, no volumes).
     :param claims: the host's :class:`.accel.claims.Claims` (None: a spawn
         with accelerators in its allocations is refused).
     :param gpu_gate: the host's :class:`.accel.gpu_gate.GpuGate`, told of
@@ -156,13 +159,12 @@ class Lifecycle(object):
         release, or None.
     """
 
-    def __init__(self, client, conf, image_cache, networking=None,
-                 volumes=None, claims=None, gpu_gate=None):
+    def __init__(self, client, conf, image_cache, plumbing=None,
+                 claims=None, gpu_gate=None):
         self._client = client
         self._conf = conf
         self._images = image_cache
-        self._network = networking
-        self._volumes = volumes
+        self._plumbing = plumbing or lxd_plumbing.HostPlumbing()
         self._claims = claims
         self._gate = gpu_gate
 
@@ -200,66 +202,41 @@ class Lifecycle(object):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)
         # Pure and cheap: refuse a bad flavor or port before touching LXD.
-        host_side = lxd_config.HostSide(network_info=tuple(
-            network_info or ()) if self._network is not None else ())
-        lxd_config.build_container(instance, instance.flavor, image_meta,
-                                   policy, host_side)
+        container_spec.build_container(instance, instance.flavor,
+                                       image_meta, policy,
+                                       self._plumbing.planned(network_info))
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
         profiles = list(self._conf.lxd.profiles)
         try:
             self._create_with_host_side(context, instance, guest,
-                                        image_meta, policy, host_side,
-                                        alias, profiles, allocations,
-                                        network_info, block_device_info)
+                                        image_meta, policy, alias, profiles,
+                                        allocations, network_info,
+                                        block_device_info)
             # User data byte for byte, as cloud-init's NoCloud seed.
-            guest.push_files(lxd_config.cloud_init_seed(instance) +
+            guest.push_files(container_spec.cloud_init_seed(instance) +
                              list(injected_files or []))
             if power_on:
-                self._start(guest, network_info)
+                self._plumbing.wait_for_plugged(instance, network_info,
+                                                guest.start)
         except Exception:
             with excutils.save_and_reraise_exception():
                 LOG.error('Spawn failed; removing the half-made container '
                           '%s', guest.name, instance=instance)
                 self._release_gpus(guest.record, lambda: self._delete_quietly(
                     guest))
-                self._undo_host_side(instance, network_info,
-                                     block_device_info)
+                self._plumbing.release(instance, network_info,
+                                       block_device_info, quiet=True)
         LOG.info('Container %s created%s', guest.name,
                  ' and started' if power_on else '', instance=instance)
 
-    def _start(self, guest, network_info):
-        if self._network is None:
-            guest.start()
-            return
-        with self._network.wait_for_plugged(guest.instance, network_info,
-                                            power_on=True):
-            guest.start()
-
-    def _undo_host_side(self, instance, network_info, block_device_info):
-        steps = []
-        if self._network is not None:
-            steps.append((self._network.unplug_vifs, network_info))
-        if self._volumes is not None:
-            steps.append((self._volumes.disconnect_all, block_device_info))
-        for undo, info in steps:
-            try:
-                undo(instance, info)
-            except Exception:
-                LOG.exception('Cleaning up after a failed spawn failed',
-                              instance=instance)
-
     def _create_with_host_side(self, context, instance, guest, image_meta,
-                               policy, host_side, alias, profiles,
-                               allocations, network_info, block_device_info):
+                               policy, alias, profiles, allocations,
+                               network_info, block_device_info):
         """Plug the host side (NICs, volumes), then create the container."""
-        if self._network is not None:
-            self._network.plug_vifs(instance, network_info)
-        if self._volumes is not None:
-            host_side = dataclasses.replace(
-                host_side, volumes=self._volumes.connect_boot_volumes(
-                    context, instance, block_device_info))
-        guest.create(lxd_config.build_container(
+        host_side = self._plumbing.connect(context, instance, network_info,
+                                           block_device_info)
+        guest.create(container_spec.build_container(
             instance, instance.flavor, image_meta, policy, host_side),
             alias, profiles)
         if _wants_accelerators(allocations):
@@ -395,7 +372,7 @@ class Lifecycle(object):
         guest = self.guest(instance)
         rootfs = self._rootfs_path(guest)
         alias = self._images.ensure(context, rescue_image_meta)
-        container = lxd_config.rescue_container(
+        container = container_spec.rescue_container(
             instance, rescue_image_meta, policy, guest.name, rootfs)
         was_running = guest.status() != 'Stopped'
         guest.stop(timeout=self._conf.shutdown_timeout)

@@ -14,10 +14,10 @@
 
 One model serves both: until the user confirms or reverts, the source host
 keeps the instance's original container, stopped, under another name
-(:func:`backup_name`, ``nova-resize-<uuid>``), exactly as it was (config,
-devices, root file system; on the same host without its NICs, whose MACs
-the working container uses); the destination has the working container
-under the usual name.
+(``nova-resize-<uuid>``, :meth:`.spec.identity.Owner.backup_name`),
+exactly as it was (config, devices, root file system; on the same host
+without its NICs, whose MACs the working container uses); the destination
+has the working container under the usual name.
 
 * ``migrate_disk_and_power_off`` (source): check the new flavor fits,
   stop the container, then
@@ -28,11 +28,11 @@ under the usual name.
     daemon, see :mod:`nova_lxd_accel.conf.migration`), then rename the
     source container to the backup name.
 
-  The backup carries :data:`KEY_BACKUP_OF` instead of the host key, so
-  the driver does not list it as an instance, while its accelerator
+  The backup carries :data:`.spec.identity.KEY_BACKUP_OF` instead of the host
+  key, so the driver does not list it as an instance, while its accelerator
   devices still count as held (Placement still holds the old flavor's
-  allocation for the migration); then the NICs are unplugged and the
-  volumes disconnected, as the libvirt driver does.
+  allocation for the migration); then the NICs are unplugged and the volumes
+  disconnected, as the libvirt driver does.
 * ``finish_migration`` (destination): the new flavor's limits, the NICs
   and volumes of this host, and accelerators bound afresh from the
   destination's allocation (never the source's devices: the hosts'
@@ -47,7 +47,6 @@ Live migration is not supported (:func:`refuse_live_migration`).
 """
 
 import copy
-import dataclasses
 import json
 
 from nova import exception as nova_exception
@@ -55,10 +54,11 @@ from nova import objects
 from oslo_log import log as logging
 from oslo_utils import excutils
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.spec import identity
+from nova_lxd_accel.spec import records
 
 LOG = logging.getLogger(__name__)
 
@@ -71,21 +71,11 @@ CAPABILITIES = {
     'supports_evacuate': True,
 }
 
-#: Config key marking a kept original: the host it belongs to.
-KEY_BACKUP_OF = lxd_config.KEY_PREFIX + 'resize_backup_of'
-
-#: Names the accelerator binding gives its devices.
-ACCEL_DEVICE_PREFIXES = ('nova-gpu', 'nova-mig', 'nova-ib')
-
 LIVE_MIGRATION_REFUSED = (
     'nova-lxd-accel cannot live-migrate containers: LXD moves a running '
     'container only with CRIU, which cannot checkpoint GPU, MIG or '
     'InfiniBand devices. Use cold migration (openstack server migrate) or '
     'resize instead.')
-
-
-def backup_name(prefix, instance_uuid):
-    return '%sresize-%s' % (prefix, instance_uuid)
 
 
 def refuse_live_migration():
@@ -98,131 +88,30 @@ def refuse_live_migration():
         reason=LIVE_MIGRATION_REFUSED)
 
 
-# -- pure parts ------------------------------------------------------------
-
-def accelerator_device_names(record):
-    """Names of the container's devices that come from a binding."""
-    config = record.get('config') or {}
-    names = {unit.get('name') for unit in binding.recorded_units(config)}
-    names.update(name for name in record.get('devices') or {}
-                 if name.startswith(ACCEL_DEVICE_PREFIXES))
-    names.discard(None)
-    return names
-
-
-def is_host_side_device(name, device):
-    """NICs and volumes: made again from nova's data on each host."""
-    kind = device.get('type')
-    if kind in ('nic', 'unix-block'):
-        return True
-    return (kind == 'disk' and name != 'root' and
-            str(device.get('source', '')).startswith('/dev/'))
-
-
-def without_accelerators(record):
-    """config and devices of ``record`` without any accelerator binding."""
-    names = accelerator_device_names(record)
-    config = dict(record.get('config') or {})
-    config.pop(binding.DEVICES_KEY, None)
-    if names:
-        # the binding adds the NVIDIA runtime for MIG devices; the flavor
-        # may ask for it again (config.gpu_runtime)
-        config.pop('nvidia.runtime', None)
-    devices = {name: dict(device) for name, device in
-               (record.get('devices') or {}).items() if name not in names}
-    return config, devices
-
-
-def backup_config(config, host):
-    """The kept original's config: marked, and not listed as an instance."""
-    config = dict(config)
-    config.pop(lxd_config.KEY_HOST, None)
-    config[KEY_BACKUP_OF] = host
-    return config
-
-
-def with_volatile(config, current):
-    """``config`` with the ``volatile.*`` keys LXD set on ``current``."""
-    out = {k: v for k, v in config.items() if not k.startswith('volatile.')}
-    out.update((k, v) for k, v in current.items()
-               if k.startswith('volatile.'))
-    return out
-
-
-def restored_config(config, host):
-    config = dict(config)
-    config.pop(KEY_BACKUP_OF, None)
-    config[lxd_config.KEY_HOST] = host
-    return config
-
-
-def transfer_record(record, dest_host):
-    """What the destination daemon creates: no host-side or bound devices."""
-    config, devices = without_accelerators(record)
-    config = restored_config(config, dest_host)
-    devices = {name: device for name, device in devices.items()
-               if not is_host_side_device(name, device)}
-    config = {key: value for key, value in config.items()
-              if not key.startswith('volatile.')}
-    return {'architecture': record['architecture'], 'config': config,
-            'devices': devices, 'profiles': record.get('profiles') or []}
-
-
-#: Keys a flavor may set or not; removed before the new flavor's are set.
-#: Declared by the flavor's parts of the spec (config.FLAVOR_PARTS).
-FLAVOR_KEYS = lxd_config.flavor_config_keys()
-
-
-def resized(record, fragment, host, host_devices, bound):
-    """The container after a resize or migration, as config and devices.
-
-    :param record: the container as it is (copied or migrated).
-    :param fragment: :func:`nova_lxd_accel.config.resize_fragment` of the
-        new flavor.
-    :param host: the host that owns it now.
-    :param host_devices: this host's NIC and volume devices.
-    :param bound: the :class:`binding.Binding` of the new allocation.
-    """
-    config, devices = without_accelerators(record)
-    for key in FLAVOR_KEYS:
-        config.pop(key, None)
-    config.update(fragment.get('config', {}))
-    config = restored_config(config, host)
-    devices = {name: device for name, device in devices.items()
-               if not is_host_side_device(name, device)}
-    devices.update(fragment.get('devices', {}))
-    devices.update(host_devices)
-    container = lxd_config.with_accelerators(
-        {'config': config, 'devices': devices}, bound)
-    return container['config'], container['devices']
-
-
 class Migration(object):
 
     """Resize and cold migration of one host's containers.
 
+    :param owner: the host's :class:`.spec.identity.Owner` (names).
     :param lifecycle: the host's :class:`.lifecycle.Lifecycle` (containers
         are removed through it, so their GPUs are verified at release).
     :param claims: the host's :class:`.accel.claims.Claims`.
+    :param plumbing: the host's :class:`.plumbing.HostPlumbing`.
     """
 
-    def __init__(self, client, conf, lifecycle, claims,
-                 networking=None, volumes=None):
+    def __init__(self, client, conf, owner, lifecycle, claims, plumbing):
         self._client = client
         self._conf = conf
+        self._owner = owner
         self._lifecycle = lifecycle
         self._claims = claims
-        # The driver hands them to lifecycle; take them from there unless
-        # given.
-        self._network = networking or getattr(lifecycle, '_network', None)
-        self._volumes = volumes or getattr(lifecycle, '_volumes', None)
+        self._plumbing = plumbing
 
     # -- helpers ----------------------------------------------------------
 
     def _names(self, instance):
-        prefix = self._conf.lxd.container_name_prefix
-        return (lxd_config.container_name(prefix, instance.uuid),
-                backup_name(prefix, instance.uuid))
+        return (self._owner.container_name(instance.uuid),
+                self._owner.backup_name(instance.uuid))
 
     @staticmethod
     def _migration_of(context, instance):
@@ -230,36 +119,28 @@ class Migration(object):
             context, instance.migration_context.migration_id, instance.uuid)
 
     def _policy(self, host):
-        return lxd_config.HostPolicy.from_conf(self._conf, host=host)
+        return container_spec.HostPolicy.from_conf(self._conf, host=host)
 
     def _fragment(self, instance, flavor, image_meta, host):
-        return lxd_config.resize_fragment(instance, flavor, image_meta,
-                                          self._policy(host))
+        return container_spec.resize_fragment(instance, flavor, image_meta,
+                                              self._policy(host))
 
     def _host_devices(self, context, instance, network_info,
-                      block_device_info, host):
-        """This host's NICs and volumes, connected here (config.HOST_PARTS)."""
-        host_side = lxd_config.HostSide(
-            network_info=tuple(network_info or ())
-            if self._network is not None else ())
-        if self._volumes is not None:
-            host_side = dataclasses.replace(
-                host_side, volumes=self._volumes.connect_boot_volumes(
-                    context, instance, block_device_info))
-        return lxd_config.host_fragment(instance, self._policy(host),
-                                        host_side)['devices']
+                      block_device_info, host, plug_ports=True):
+        """This host's NICs and volumes, made here (container.HOST_PARTS)."""
+        host_side = self._plumbing.connect(context, instance, network_info,
+                                           block_device_info, plug_ports)
+        return container_spec.host_fragment(instance, self._policy(host),
+                                            host_side)['devices']
 
-    def _release_host_side(self, instance, network_info, block_device_info):
-        if self._network is not None:
-            self._network.unplug_vifs(instance, network_info)
-        if self._volumes is not None:
-            self._volumes.disconnect_all(instance, block_device_info)
-
-    def _rewrite(self, name, make):
+    def _rewrite(self, name, make, instance=None):
         """Replace a container's whole config and devices.
 
-        :param make: callable(current config) -> (config, devices) to
-            write; it may be called again after a concurrent change.
+        :param make: callable(current config, current devices) ->
+            (config, devices) to write; it may be called again after a
+            concurrent change.
+        :param instance: whose container it is: a missing one raises
+            ContainerNotFound (else LXDObjectNotFound).
 
         A read-modify-write with the container's ETag, as every change to
         an instance (:meth:`nova_lxd_accel.client.LXDClient.
@@ -267,20 +148,19 @@ class Migration(object):
         is not overwritten unseen.
         """
         def rewrite(config, devices):
-            new_config, new_devices = make(dict(config))
+            new_config, new_devices = make(dict(config), dict(devices))
             config.clear()
             config.update(copy.deepcopy(new_config))
             devices.clear()
             devices.update(copy.deepcopy(new_devices))
 
         if self._client.modify_container(name, rewrite) is None:
+            if instance is not None:
+                raise exception.ContainerNotFound(
+                    instance_id=instance.uuid, container=name)
             raise exception.LXDObjectNotFound(
                 action='update', target='instance %s' % name,
                 reason='it is gone')
-
-    def _plug(self, instance, network_info):
-        if self._network is not None:
-            self._network.plug_vifs(instance, network_info)
 
     def _destination(self, migration, dest_ip):
         conf = self._conf.lxd_migration
@@ -374,9 +254,9 @@ class Migration(object):
             if same_host:
                 devices = {key: device for key, device in devices.items()
                            if device.get('type') != 'nic'}
-            self._rewrite(backup, lambda current: (with_volatile(
-                backup_config(record['config'], source_host), current),
-                devices))
+            self._rewrite(backup, lambda current, _devices: (
+                records.with_volatile(records.backup_config(
+                    record['config'], source_host), current), devices))
         except Exception as exc:
             LOG.error('Moving the container to %(dest)s failed: %(exc)s; '
                       'the instance stays here', {
@@ -384,7 +264,7 @@ class Migration(object):
                       instance=instance)
             self._undo_park(instance, name, backup, record, was_running)
             raise nova_exception.InstanceFaultRollback(inner_exception=exc)
-        self._release_host_side(instance, network_info, block_device_info)
+        self._plumbing.release(instance, network_info, block_device_info)
         LOG.info('Container %(name)s kept as %(backup)s until the %(what)s '
                  'is confirmed or reverted', {
                      'name': name, 'backup': backup,
@@ -399,7 +279,7 @@ class Migration(object):
             if self._client.get_container(name) is None and \
                     self._client.get_container(backup) is not None:
                 self._client.rename_container(backup, name)
-                self._rewrite(name, lambda current: (
+                self._rewrite(name, lambda current, _devices: (
                     record.get('config') or {}, record.get('devices') or {}))
             elif self._client.get_container(backup) is not None:
                 self._client.delete_container(backup)
@@ -415,8 +295,7 @@ class Migration(object):
         remote = self._destination(migration, dest_ip)
         stale = remote.get_container(name)
         if stale is not None:
-            uuid = (stale.get('config') or {}).get(
-                lxd_config.KEY_INSTANCE_UUID)
+            uuid = identity.instance_uuid(stale)
             if uuid != instance.uuid:
                 raise exception.MigrationFailed(
                     instance_id=instance.uuid, dest=migration.dest_compute,
@@ -435,8 +314,9 @@ class Migration(object):
         timeout = self._conf.lxd_migration.timeout
         try:
             remote.create_from_migration(
-                name, transfer_record(record, migration.dest_compute), url,
-                certificate, secrets, timeout=timeout)
+                name, records.transfer_record(record,
+                                              migration.dest_compute),
+                url, certificate, secrets, timeout=timeout)
             self._client.wait_operation(operation_id, 'migrate',
                                         'instance %s' % name,
                                         timeout=timeout)
@@ -498,8 +378,8 @@ class Migration(object):
                   instance=instance)
         try:
             self._lifecycle.remove_container(guest.name)
-            self._release_host_side(instance, network_info,
-                                    block_device_info)
+            self._plumbing.release(instance, network_info,
+                                   block_device_info)
             if same_host:
                 record = self._client.get_container(backup)
                 if record is not None:
@@ -527,27 +407,14 @@ class Migration(object):
     def _finish(self, context, instance, guest, record, host, network_info,
                 image_meta, allocations, block_device_info, power_on):
         fragment = self._fragment(instance, instance.flavor, image_meta, host)
-        self._plug(instance, network_info)
         host_devices = self._host_devices(context, instance, network_info,
                                           block_device_info, host)
-
-        def write(bound):
+        with self._claims.holding(guest.name, allocations, instance) as bound:
             # under the claim's lock: the new config with the units picked,
             # a read-modify-write with the container's ETag
-            def resize(config, devices):
-                new_config, new_devices = resized(
-                    dict(record, config=dict(config), devices=dict(devices)),
-                    fragment, host, host_devices, bound)
-                config.clear()
-                config.update(new_config)
-                devices.clear()
-                devices.update(new_devices)
-
-            if self._client.modify_container(guest.name, resize) is None:
-                raise exception.ContainerNotFound(instance_id=instance.uuid,
-                                                  container=guest.name)
-
-        self._claims.claim(guest.name, allocations, instance, write=write)
+            self._rewrite(guest.name, lambda config, devices: records.resized(
+                dict(record, config=config, devices=devices), fragment, host,
+                host_devices, bound), instance)
         if power_on:
             guest.start()
         LOG.info('Container %(name)s now has flavor %(flavor)s on %(host)s',
@@ -576,7 +443,7 @@ class Migration(object):
                 raise exception.ResizeBackupMissing(instance_id=instance.uuid,
                                                     container=backup)
             current = self._client.get_container(name)
-            if KEY_BACKUP_OF in (current.get('config') or {}):
+            if identity.KEY_BACKUP_OF in (current.get('config') or {}):
                 # An earlier revert renamed the backup and stopped before
                 # restoring its config: finish that restore.
                 self._restore(context, instance, current, host,
@@ -593,7 +460,7 @@ class Migration(object):
             self._client.rename_container(backup, name)
             self._restore(context, instance, dict(record, name=name), host,
                           network_info, block_device_info)
-        self._plug(instance, network_info)
+        self._plumbing.plug_ports(instance, network_info)
         if power_on:
             self._lifecycle.guest(instance).ensure_running()
         LOG.info('Container %s restored as it was before the resize or '
@@ -603,11 +470,12 @@ class Migration(object):
                  block_device_info):
         """The kept original's config and this host's NICs and volumes."""
         devices = {k: v for k, v in record['devices'].items()
-                   if not is_host_side_device(k, v)}
+                   if not records.is_host_side_device(k, v)}
         devices.update(self._host_devices(
-            context, instance, network_info, block_device_info, host))
-        self._rewrite(record['name'], lambda current: (
-            restored_config(record['config'], host), devices))
+            context, instance, network_info, block_device_info, host,
+            plug_ports=False))
+        self._rewrite(record['name'], lambda current, _devices: (
+            records.restored_config(record['config'], host), devices))
 
     # -- live migration ---------------------------------------------------
 

@@ -65,8 +65,9 @@ from os_vif import exception as osv_exception
 from oslo_log import log as logging
 from oslo_utils import excutils
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
+from nova_lxd_accel.spec import nic
 
 LOG = logging.getLogger(__name__)
 
@@ -75,13 +76,6 @@ CAPABILITIES = {
     'supports_attach_interface': True,
 }
 
-#: Prefix of the LXD device name of a port's NIC.
-DEVICE_PREFIX = 'nova-port-'
-#: VIF types this module plugs, and the LXD nictype each becomes.
-NICTYPES = {
-    network_model.VIF_TYPE_OVS: 'bridged',
-    network_model.VIF_TYPE_TAP: 'p2p',
-}
 #: Tasks during which ``plug_vifs`` starts waiting for Neutron's events
 #: (the container is started right after).
 _SPAWN_TASKS = (task_states.SPAWNING, task_states.REBUILD_SPAWNING)
@@ -98,63 +92,6 @@ def _initialize_os_vif():
             _OS_VIF_READY = True
 
 
-def device_name(vif):
-    """The LXD device name of a port's NIC."""
-    return DEVICE_PREFIX + vif['id']
-
-
-def host_name(vif):
-    """The host end of the container's veth: nova's devname for the port."""
-    return vif.get('devname') or \
-        ('tap' + vif['id'])[:network_model.NIC_NAME_LEN]
-
-
-def hybrid_bridge_name(vif):
-    """The per-port Linux bridge of the OVS hybrid plug (os-vif's name)."""
-    return ('qbr' + vif['id'])[:network_model.NIC_NAME_LEN]
-
-
-def _mtu(vif):
-    network = vif.get('network') or {}
-    meta = network.get('meta') or {}
-    return meta.get('mtu')
-
-
-def _check_supported(vif):
-    vif_type = vif.get('type')
-    vnic_type = vif.get('vnic_type') or network_model.VNIC_TYPE_NORMAL
-    if vif_type not in NICTYPES or \
-            vnic_type != network_model.VNIC_TYPE_NORMAL:
-        raise exception.VIFNotSupported(
-            port_id=vif.get('id'), vif_type=vif_type, vnic_type=vnic_type,
-            supported=', '.join(sorted(NICTYPES)))
-
-
-def nic_device(vif, ifname):
-    """The LXD ``nic`` device for one port, named ``ifname`` inside."""
-    _check_supported(vif)
-    nictype = NICTYPES[vif['type']]
-    device = {'type': 'nic', 'nictype': nictype, 'name': ifname,
-              'host_name': host_name(vif)}
-    if nictype == 'bridged':
-        device['parent'] = hybrid_bridge_name(vif)
-    if vif.get('address'):
-        device['hwaddr'] = vif['address']
-    mtu = _mtu(vif)
-    if mtu:
-        device['mtu'] = str(mtu)
-    return device
-
-
-def _free_ifname(devices):
-    taken = {device.get('name') for device in devices.values()
-             if device.get('type') == 'nic'}
-    index = 0
-    while 'eth%d' % index in taken:
-        index += 1
-    return 'eth%d' % index
-
-
 def plugged_events(network_info):
     """The network-vif-plugged events to wait for (ports not yet active).
 
@@ -168,6 +105,8 @@ def plugged_events(network_info):
 
 class Networking(object):
 
+    """The host side of an instance's ports, and their hot-plug."""
+
     def __init__(self, client, conf, virtapi):
         self._client = client
         self._conf = conf
@@ -177,7 +116,7 @@ class Networking(object):
         self._waits_lock = threading.Lock()
 
     def _container_name(self, instance):
-        return lxd_config.container_name(
+        return identity.container_name(
             self._conf.lxd.container_name_prefix, instance.uuid)
 
     # -- host side ----------------------------------------------------------
@@ -191,7 +130,7 @@ class Networking(object):
         return os_vif_util.nova_to_osvif_vif(forced)
 
     def _plug(self, instance, vif):
-        _check_supported(vif)
+        nic.check_supported(vif)
         if vif['type'] != network_model.VIF_TYPE_OVS:
             return
         _initialize_os_vif()
@@ -202,7 +141,7 @@ class Networking(object):
             raise exception.VIFPlugFailed(port_id=vif['id'],
                                           action='plug', reason=exc)
         LOG.debug('Plugged port %(port)s: bridge %(bridge)s',
-                  {'port': vif['id'], 'bridge': hybrid_bridge_name(vif)},
+                  {'port': vif['id'], 'bridge': nic.hybrid_bridge_name(vif)},
                   instance=instance)
 
     def _unplug(self, instance, vif):
@@ -338,9 +277,9 @@ class Networking(object):
         def add_nic(config, devices):
             taken = dict(from_profiles)
             taken.update(devices)
-            taken.pop(device_name(vif), None)
-            added['nic'] = nic_device(vif, _free_ifname(taken))
-            devices[device_name(vif)] = added['nic']
+            taken.pop(nic.device_name(vif), None)
+            added['nic'] = nic.nic_device(vif, nic.free_ifname(taken))
+            devices[nic.device_name(vif)] = added['nic']
 
         try:
             # only this NIC's key, read-modify-write with the ETag
@@ -368,9 +307,9 @@ class Networking(object):
         found = []
 
         def remove_nic(config, devices):
-            if device_name(vif) not in devices:
+            if nic.device_name(vif) not in devices:
                 return False
-            del devices[device_name(vif)]
+            del devices[nic.device_name(vif)]
             found.append(True)
 
         try:

@@ -38,7 +38,6 @@ at spawn by :mod:`nova_lxd_accel.lifecycle`).
 """
 
 import os
-import re
 import stat
 
 from nova import exception as nova_exception
@@ -48,9 +47,9 @@ from os_brick.initiator import connector as brick_connector
 from oslo_log import log as logging
 from oslo_utils import excutils
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
+from nova_lxd_accel.spec import volume as volume_spec
 
 LOG = logging.getLogger(__name__)
 
@@ -64,49 +63,10 @@ CAPABILITIES = {
     'supports_extend_volume': False,
 }
 
-#: Prefix of the LXD devices that carry Cinder volumes.
-DEVICE_PREFIX = 'vol-'
-
 
 def devices_lock_name(instance):
     """Lock held while a container's device list is read and rewritten."""
     return 'lxd-accel-devices-%s' % instance.uuid
-
-
-def volume_id_of(connection_info):
-    data = connection_info.get('data') or {}
-    return (connection_info.get('serial') or data.get('volume_id') or
-            connection_info.get('volume_id'))
-
-
-def device_name(connection_info, mountpoint=None):
-    """The LXD device name of a volume: ``vol-<volume id>``.
-
-    Without a volume id (old connection_info), the mount point names it.
-    """
-    volume_id = volume_id_of(connection_info)
-    if volume_id:
-        return DEVICE_PREFIX + str(volume_id)
-    if mountpoint:
-        return DEVICE_PREFIX + re.sub(r'[^A-Za-z0-9_.-]', '_',
-                                      mountpoint.strip('/'))
-    raise nova_exception.VolumeAttachFailed(
-        volume_id='?', reason='connection_info names no volume')
-
-
-def lxd_device(host_path, mountpoint, name):
-    """The LXD device that shows ``host_path`` at ``mountpoint``."""
-    if not mountpoint:
-        mountpoint = '/dev/%s' % name
-    if mountpoint.startswith('/dev/'):
-        return {'type': 'unix-block', 'source': host_path,
-                'path': mountpoint}
-    if mountpoint.startswith('/') and '..' not in mountpoint.split('/'):
-        return {'type': 'disk', 'source': host_path, 'path': mountpoint}
-    raise nova_exception.VolumeAttachFailed(
-        volume_id=name[len(DEVICE_PREFIX):],
-        reason='mount point %r is neither a /dev path nor an absolute '
-               'directory' % mountpoint)
 
 
 def _not_a_block_device(path):
@@ -149,7 +109,7 @@ class Volumes(object):
         protocol = connection_info.get('driver_volume_type')
         if not protocol:
             raise nova_exception.VolumeAttachFailed(
-                volume_id=volume_id_of(connection_info),
+                volume_id=volume_spec.volume_id_of(connection_info),
                 reason='connection_info has no driver_volume_type')
         protocol = protocol.upper()
         if protocol not in self._connectors:
@@ -161,7 +121,7 @@ class Volumes(object):
                         device_scan_attempts=5)
             except ValueError as exc:
                 raise nova_exception.VolumeAttachFailed(
-                    volume_id=volume_id_of(connection_info),
+                    volume_id=volume_spec.volume_id_of(connection_info),
                     reason='os-brick cannot connect %s volumes: %s' %
                     (protocol, exc))
         return self._connectors[protocol]
@@ -171,7 +131,7 @@ class Volumes(object):
 
         :returns: (host block device path, os-brick's device_info)
         """
-        volume_id = volume_id_of(connection_info)
+        volume_id = volume_spec.volume_id_of(connection_info)
         if _is_encrypted(connection_info, encryption):
             raise nova_exception.VolumeEncryptionNotSupported(
                 volume_type=connection_info.get('driver_volume_type'),
@@ -202,7 +162,8 @@ class Volumes(object):
             self._disconnect(connection_info, device_info)
         except Exception:
             LOG.exception('Could not disconnect volume %s from this host',
-                          volume_id_of(connection_info), instance=instance)
+                          volume_spec.volume_id_of(connection_info),
+                          instance=instance)
 
     # -- spawn and destroy ------------------------------------------------
 
@@ -211,8 +172,8 @@ class Volumes(object):
 
         If one fails, the ones connected so far are disconnected again.
 
-        :returns: a :class:`nova_lxd_accel.config.ConnectedVolume` each,
-            for :func:`nova_lxd_accel.config.volumes`.
+        :returns: a :class:`.spec.volume.ConnectedVolume` each, for
+            :func:`.spec.container.volumes`.
         """
         connected = []
         try:
@@ -222,9 +183,10 @@ class Volumes(object):
                     # lifecycle.spawn refuses root volumes before this.
                     continue
                 connection_info = bdm['connection_info']
-                name = device_name(connection_info, bdm.get('mount_device'))
+                name = volume_spec.device_name(connection_info,
+                                               bdm.get('mount_device'))
                 path, _info = self._connect(connection_info)
-                connected.append((connection_info, lxd_config.ConnectedVolume(
+                connected.append((connection_info, volume_spec.ConnectedVolume(
                     name=name, host_path=path,
                     mountpoint=bdm.get('mount_device'))))
         except Exception:
@@ -257,14 +219,14 @@ class Volumes(object):
         """
         guest = lxd_guest.Guest(self._client, self._conf, instance)
         guest.require_record()
-        name = device_name(connection_info, mountpoint)
+        name = volume_spec.device_name(connection_info, mountpoint)
         path, device_info = self._connect(connection_info, encryption)
-        device = lxd_device(path, mountpoint, name)
+        device = volume_spec.lxd_device(path, mountpoint, name)
 
         def add_volume(config, devices):
             if name in devices:
                 raise nova_exception.VolumeAttachFailed(
-                    volume_id=volume_id_of(connection_info),
+                    volume_id=volume_spec.volume_id_of(connection_info),
                     reason='container %s already has device %s' %
                     (guest.name, name))
             devices[name] = device
@@ -276,15 +238,16 @@ class Volumes(object):
         except exception.LXDOperationFailed as exc:
             self._disconnect_quietly(connection_info, instance, device_info)
             raise nova_exception.VolumeAttachFailed(
-                volume_id=volume_id_of(connection_info), reason=str(exc))
+                volume_id=volume_spec.volume_id_of(connection_info),
+                reason=str(exc))
         except Exception:
             with excutils.save_and_reraise_exception():
                 self._disconnect_quietly(connection_info, instance,
                                          device_info)
         LOG.info('Attached volume %(volume)s (%(path)s) as LXD %(type)s '
                  'device %(name)s at %(mount)s',
-                 {'volume': volume_id_of(connection_info), 'path': path,
-                  'type': device['type'], 'name': name,
+                 {'volume': volume_spec.volume_id_of(connection_info),
+                  'path': path, 'type': device['type'], 'name': name,
                   'mount': device['path']}, instance=instance)
 
     def _find_device(self, devices, name, connection_info, mountpoint):
@@ -292,7 +255,7 @@ class Volumes(object):
             return name
         # Attached under another name (e.g. by hand): match the path.
         for other, device in devices.items():
-            if other.startswith(DEVICE_PREFIX) and mountpoint and \
+            if other.startswith(volume_spec.DEVICE_PREFIX) and mountpoint and \
                     device.get('path') == mountpoint:
                 return other
         return None
@@ -301,7 +264,7 @@ class Volumes(object):
                encryption=None):
         """Remove the volume's device from the container, then disconnect."""
         guest = lxd_guest.Guest(self._client, self._conf, instance)
-        name = device_name(connection_info, mountpoint)
+        name = volume_spec.device_name(connection_info, mountpoint)
         removed = []
 
         def remove_volume(config, devices):
@@ -322,13 +285,13 @@ class Volumes(object):
         if removed:
             LOG.info('Removed LXD device %(name)s (volume %(volume)s)',
                      {'name': removed[0],
-                      'volume': volume_id_of(connection_info)},
+                      'volume': volume_spec.volume_id_of(connection_info)},
                      instance=instance)
         else:
             LOG.warning('Container %(container)s has no device for '
                         'volume %(volume)s; disconnecting it from the '
                         'host only', {'container': guest.name,
-                                      'volume': volume_id_of(
+                                      'volume': volume_spec.volume_id_of(
                                           connection_info)},
                         instance=instance)
         self._disconnect(connection_info)

@@ -24,9 +24,19 @@ compound operations are the real ones, run on these primitives:
 ``stop_now`` and ``remove_container``. ``test_client_contract`` runs the
 contract's steps on it too.
 
-Tests read :attr:`records` (name -> record) for outcomes; :attr:`calls`
-lists the writes in order, as ``(method, name, ...)``. :meth:`fail` makes
-a method raise what the daemon would.
+Like a daemon, it keeps projects apart: every instance belongs to one
+project (:attr:`projects`, project -> name -> record; a record given to the
+constructor goes to its ``project`` key, else to the client's), and the
+client sees its own project (:attr:`project`) the way an ``LXDClient`` of
+that ``[lxd] project`` does: every per-instance method and
+``list_containers`` work there only, ``list_all_instances`` lists every
+project's instances, each record carrying its ``project`` and
+``expanded_devices`` as the daemons answer.
+
+Tests read :attr:`records` (name -> record, the client's project) for
+outcomes; :attr:`calls` lists the writes in order, as
+``(method, name, ...)``. :meth:`fail` makes a method raise what the daemon
+would.
 """
 
 import copy
@@ -63,14 +73,24 @@ class FakeEventStream(object):
 
 
 class FakeLXDClient(object):
-    """Instances of one daemon in memory, behind the seam's methods."""
+    """Instances of one daemon in memory, behind the seam's methods.
+
+    :param records: instance records; each goes to its ``project`` (the
+        client's own when it has none).
+    :param project: the client's project (its ``[lxd] project``).
+    """
 
     endpoint = '/var/lib/lxd/unix.socket'
     project = 'default'
 
     def __init__(self, *records, address='127.0.0.1:8443', endpoint=None,
-                 events=True):
-        self.records = {r['name']: copy.deepcopy(r) for r in records}
+                 events=True, project=None):
+        if project is not None:
+            self.project = project
+        #: project -> {name -> record}: every instance of the daemon.
+        self.projects = {}
+        for record in records:
+            self.add_instance(record)
         if endpoint is not None:
             self.endpoint = endpoint
         self.address = address
@@ -91,6 +111,17 @@ class FakeLXDClient(object):
         self._lock = threading.RLock()
 
     # -- test controls ------------------------------------------------------
+
+    @property
+    def records(self):
+        """name -> record of the instances of the client's project."""
+        return self.projects.setdefault(self.project, {})
+
+    def add_instance(self, record, project=None):
+        """Put an instance into ``project`` (else its own, else ours)."""
+        project = project or record.get('project') or self.project
+        self.projects.setdefault(project, {})[record['name']] = \
+            copy.deepcopy(record)
 
     def fail(self, method, exc, when=None):
         """Make ``method`` raise ``exc`` (while ``when(*args)`` is true).
@@ -133,12 +164,31 @@ class FakeLXDClient(object):
     def get_state(self, name):
         return {'status': self._record(name, 'read')['status']}
 
+    @staticmethod
+    def _listed(project, record):
+        """A record as the daemons list it.
+
+        With its project and type, and the devices its profiles add (none
+        here) in ``expanded_devices``.
+        """
+        listed = copy.deepcopy(record)
+        listed['project'] = project
+        listed.setdefault('type', 'container')
+        listed.setdefault('expanded_devices',
+                          copy.deepcopy(record.get('devices') or {}))
+        return listed
+
     def list_containers(self):
+        """The containers of the client's project only."""
         self.listings += 1
-        return [copy.deepcopy(r) for r in self.records.values()]
+        return [self._listed(self.project, r) for r in self.records.values()
+                if r.get('type', 'container') == 'container']
 
     def list_all_instances(self):
-        return [copy.deepcopy(r) for r in self.records.values()]
+        """Every instance of every project, containers and VMs."""
+        return [self._listed(project, r)
+                for project, records in list(self.projects.items())
+                for r in records.values()]
 
     def get_container_etag(self, name):
         with self._lock:

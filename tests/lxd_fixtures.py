@@ -139,10 +139,10 @@ def client_key():
 class DaemonEnvironment(fixtures.Fixture):
     """The environment that points everything at the run's daemon.
 
-    The driver with no ``[lxd] endpoint``, and the helper processes tests
-    start (tests/lxd_proxy.py), find the local daemon through $LXD_DIR
-    (and, on Incus, $INCUS_DIR); both name the chosen daemon during the
-    test, whatever else the environment held.
+    The driver with no ``[lxd] endpoint``, and the helper processes tests start
+    (tools/sandbox/venv/lxd_proxy.py), find the local daemon through $LXD_DIR
+    (and, on Incus, $INCUS_DIR); both name the chosen daemon during the test,
+    whatever else the environment held.
     """
 
     def _setUp(self):

@@ -50,10 +50,10 @@ sys.path.insert(0, REPO)
 
 from nova.compute import provider_tree  # noqa: E402
 
-from nova_lxd_accel import accel  # noqa: E402
 from nova_lxd_accel.accel import claims as accel_claims  # noqa: E402
 from nova_lxd_accel.accel import devices  # noqa: E402
 from nova_lxd_accel.accel import gpu_gate  # noqa: E402
+from nova_lxd_accel.accel import inventory as accel_inventory  # noqa: E402
 from nova_lxd_accel import client as lxd_client  # noqa: E402
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel import exception  # noqa: E402
@@ -139,12 +139,13 @@ class Host(object):
         self.args = args
         self.conf = conf
         self.client = lxd_client.LXDClient(conf)
-        self.inventory = accel.AcceleratorInventory(
-            self.client.resources, conf=conf,
-            list_instances=self.client.list_all_instances)
+        reported = accel_inventory.ReportedGpus()
         self.gate = gpu_gate.GpuGate(
-            conf, self.client.list_containers, self.inventory.reported_gpus)
-        self.inventory.gate = self.gate
+            conf, self.client.list_containers, reported.gpus)
+        self.inventory = accel_inventory.AcceleratorInventory(
+            self.client.resources, conf=conf,
+            list_instances=self.client.list_all_instances, gate=self.gate,
+            reported=reported)
         self.claims = accel_claims.Claims(
             self.client, conf, self.inventory.device_for_provider,
             self.inventory.all_devices, self.gate.unavailable_units)

@@ -39,23 +39,22 @@ if [ "${1:-}" = "--incus" ]; then
     backend=incus
     shift
 fi
+# The same settings for either daemon, under its own names: $LXD_DIR,
+# $LXD_PEER_DIR, ... or $INCUS_DIR, $INCUS_PEER_DIR, ...
 if [ "$backend" = incus ]; then
-    MAIN_DIR=${INCUS_DIR:-/var/lib/incus}
-    PEER_DIR=${INCUS_PEER_DIR:-/var/lib/incus-peer}
-    MAIN_ADDRESS=${INCUS_MAIN_ADDRESS:-127.0.0.1:8445}
-    PEER_ADDRESS=${INCUS_PEER_ADDRESS:-127.0.0.1:8446}
-    dir_var=INCUS_DIR
-    cli=incus
-    up=incus-up.sh
+    prefix=INCUS cli=incus main_port=8445
 else
-    MAIN_DIR=${LXD_DIR:-/var/lib/lxd}
-    PEER_DIR=${LXD_PEER_DIR:-/var/lib/lxd-peer}
-    MAIN_ADDRESS=${LXD_MAIN_ADDRESS:-127.0.0.1:8443}
-    PEER_ADDRESS=${LXD_PEER_ADDRESS:-127.0.0.1:8444}
-    dir_var=LXD_DIR
-    cli=lxc
-    up=lxd-up.sh
+    prefix=LXD cli=lxc main_port=8443
 fi
+dir_var=${prefix}_DIR
+up=$backend-up.sh
+peer_dir_var=${prefix}_PEER_DIR
+main_address_var=${prefix}_MAIN_ADDRESS
+peer_address_var=${prefix}_PEER_ADDRESS
+MAIN_DIR=${!dir_var:-/var/lib/$backend}
+PEER_DIR=${!peer_dir_var:-/var/lib/$backend-peer}
+MAIN_ADDRESS=${!main_address_var:-127.0.0.1:$main_port}
+PEER_ADDRESS=${!peer_address_var:-127.0.0.1:$((main_port + 1))}
 
 # main|peer COMMAND...: the daemon's client ($cli) on that daemon.
 main() { env "$dir_var=$MAIN_DIR" "$cli" "$@"; }

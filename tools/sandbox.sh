@@ -38,7 +38,7 @@
 #   INCUS_DIR               Incus daemon directory (default /var/lib/incus)
 #
 # The commands and their steps are Python (standard library only, any
-# Python 3): tools/sandbox/cli.py and the modules beside it (README.md
+# Python 3): the package tools/sandbox (python3 -m tools.sandbox; README.md
 # there: "How it is built"). This script only finds python3.
 set -eu
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,4 +46,4 @@ if ! command -v python3 >/dev/null 2>&1; then
     echo "sandbox: python3 is needed (Debian: apt-get install python3)" >&2
     exit 1
 fi
-SANDBOX_SCRIPT=$0 exec python3 "$SCRIPT_DIR/sandbox/cli.py" "$@"
+SANDBOX_SCRIPT=$0 exec python3 "$SCRIPT_DIR/sandbox" "$@"

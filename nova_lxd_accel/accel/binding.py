@@ -19,10 +19,10 @@ containers already hold, and returns the LXD device dicts pinned to them
 plus a compact record of the choice.
 
 The record is written into the container's own config under
-:data:`DEVICES_KEY` (JSON), so LXD's instance configs are the one source
-of truth for who holds what: a restarted nova-compute reads them back with
-:func:`held_units` (see :mod:`nova_lxd_accel.accel.reconcile`). Units held
-by containers the driver did not make are found from their devices.
+:data:`.spec.identity.KEY_DEVICES` (JSON), so LXD's instance configs are
+the one source of truth for who holds what: a restarted nova-compute reads them
+back with :func:`held_units` (see :mod:`nova_lxd_accel.accel.reconcile`). Units
+held by containers the driver did not make are found from their devices.
 
 What a container can take (LXD 5.0 ``lxd/device/gpu_physical.go``,
 ``gpu_mig.go``, ``infiniband_physical.go``):
@@ -55,9 +55,7 @@ from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception
-
-#: Container config key holding the binding record (JSON list).
-DEVICES_KEY = 'user.nova_lxd_accel.devices'
+from nova_lxd_accel.spec import identity
 
 KIND_PGPU = 'pgpu'
 KIND_MIG = 'mig'
@@ -65,9 +63,11 @@ KIND_IB_VF = 'ib_vf'
 KIND_IB_PORT = 'ib_port'
 KIND_SHARE = 'gpu_share'
 
-_NAME_PREFIX = {KIND_PGPU: 'nova-gpu', KIND_MIG: 'nova-mig',
-                KIND_IB_VF: 'nova-ib', KIND_IB_PORT: 'nova-ib',
-                KIND_SHARE: 'nova-gpushare'}
+_NAME_PREFIX = {KIND_PGPU: identity.GPU_DEVICE_PREFIX,
+                KIND_MIG: identity.MIG_DEVICE_PREFIX,
+                KIND_IB_VF: identity.IB_DEVICE_PREFIX,
+                KIND_IB_PORT: identity.IB_DEVICE_PREFIX,
+                KIND_SHARE: identity.SHARE_DEVICE_PREFIX}
 
 #: Resource classes only this driver's child providers offer (a shared
 #: GPU's CUSTOM_GPU_MEMORY_MB is counted by Placement, not bound).
@@ -135,7 +135,7 @@ class Binding:
         """Container config the binding needs (record, NVIDIA runtime)."""
         if not self.units:
             return {}
-        config = {DEVICES_KEY: json.dumps(
+        config = {identity.KEY_DEVICES: json.dumps(
             [u.record() for u in self.units], sort_keys=True)}
         if any(u.detail.get('cdi_id') for u in self.units):
             # LXD refuses a CDI id while any nvidia.* option is true (a
@@ -331,25 +331,13 @@ def holder_name(record):
     return record.get('name')
 
 
-def recorded_units(config):
-    """The binding record of a container config (list of dicts)."""
-    raw = (config or {}).get(DEVICES_KEY)
-    if not raw:
-        return []
-    try:
-        records = json.loads(raw)
-    except ValueError:
-        return []
-    return [r for r in records if isinstance(r, dict) and r.get('unit')]
-
-
 def record_unit_keys(record, host_devices=()):
     """Every unit one LXD instance record holds.
 
     Its binding record and all its devices, those from profiles included
     (``expanded_devices``), whatever made it and whatever its type.
     """
-    units = recorded_units(record.get('config'))
+    units = identity.recorded_units(record.get('config'))
     keys = {r['unit'] for r in units}
     # a slot of a shared GPU holds that slot, not the whole GPU
     slots = {r.get('name') for r in units if r.get('kind') == KIND_SHARE}
@@ -402,7 +390,7 @@ def share_projects(records, exclude=None):
                 exclude == name or
                 exclude == (record.get('project'), name)):
             continue
-        for unit in recorded_units(record.get('config')):
+        for unit in identity.recorded_units(record.get('config')):
             if unit.get('kind') == KIND_SHARE and unit.get('pci'):
                 out.setdefault(unit['pci'], set()).add(
                     unit.get('project_id'))
@@ -626,15 +614,15 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
         or None (the root provider, or a provider this host does not know).
     :param held: unit key -> holders, from :func:`held_units`.
     :param nvidia: :class:`.cdi.NvidiaBinding`: by CDI id or with
-        ``nvidia.runtime``; default: the mode nova-compute chose for its
-        daemon at start (:func:`.cdi.host_mode`).
+        ``nvidia.runtime`` (the default), as the claim found the daemon
+        (:func:`.cdi.for_client`).
     :param share: a :class:`ShareRequest` for shared GPU slots.
     :returns: a :class:`Binding`.
     :raises: AcceleratorUnavailable when too few units are free;
         AcceleratorNotBindable when an allocation cannot be honoured.
     """
     held = dict(held or {})
-    nvidia = nvidia or cdi.host_mode()
+    nvidia = nvidia or cdi.RUNTIME
     counters = {}
     units = []
     for rp_uuid in sorted(allocations or {}):

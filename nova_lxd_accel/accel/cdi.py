@@ -71,20 +71,6 @@ class NvidiaBinding:
 
 RUNTIME = NvidiaBinding()
 
-# The mode of this process's daemon, chosen once when nova-compute starts
-# (one driver, one daemon per process); binding reads it when its caller
-# gives none.
-_host_mode = RUNTIME
-
-
-def set_host_mode(mode):
-    global _host_mode
-    _host_mode = mode or RUNTIME
-
-
-def host_mode():
-    return _host_mode
-
 
 def problem(option, daemon):
     """Why ``[lxd_accelerators] nvidia_binding`` cannot work here, or None.

@@ -22,13 +22,14 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
    gpu_gate.GpuGate.unavailable_units`): a claim picks by identity, never
    a dirty unit, whatever Placement counts;
 2. pick free units (:func:`nova_lxd_accel.accel.binding.bind`);
-3. still under the lock, write the devices and their record
-   (``user.nova_lxd_accel.devices``) into the already created, stopped
-   container on the daemon, guarded by its ETag (a migration writes its
-   whole new config there instead); a write that finds no container
-   fails the claim.
+3. still under the lock (the body of :func:`claiming`), write the
+   devices and their record (the binding record key) into the already created,
+   stopped container on the daemon, guarded by its ETag (a migration writes its
+   whole new config there instead); a write that finds no container fails the
+   claim.
 
-Spawn, resize and cold migration all claim through :class:`Claims`.
+Spawn, unshelve, evacuation, resize and cold migration all claim through
+:meth:`Claims.holding`, the one context manager.
 
 So the daemon itself is the durable record of every claim: the next
 claim, in this process or in a nova-compute restarted in between, sees
@@ -36,12 +37,14 @@ it. The lock covers only these three steps, never the image download or
 import, the container's creation or its start.
 """
 
+import contextlib
 import dataclasses
 
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import cdi
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
@@ -85,10 +88,16 @@ def with_projects(share, records, exclude):
         share, projects=binding.share_projects(records, exclude=exclude))
 
 
-def claim(client, name, allocations, device_for_provider,
-          host_devices=(), instance=None, project=None, share=None,
-          unavailable=None, write=None):
-    """Bind the units of ``allocations`` into the existing container.
+@contextlib.contextmanager
+def claiming(client, name, allocations, device_for_provider,
+             host_devices=(), instance=None, project=None, share=None,
+             unavailable=None, nvidia=cdi.RUNTIME):
+    """Pick the units of ``allocations``; the body writes them, locked.
+
+    Yields the :class:`~nova_lxd_accel.accel.binding.Binding`; the body of
+    the ``with`` runs under :data:`CLAIM_LOCK` and writes the binding into
+    the container (:func:`record`, or a migration's whole new config). A
+    body that raises fails the claim and writes nothing else.
 
     :param name: the container (created and stopped).
     :param device_for_provider: callable(rp_uuid) -> device reported there.
@@ -99,12 +108,8 @@ def claim(client, name, allocations, device_for_provider,
     :param unavailable: unit key -> reasons, units no claim may pick
         (released and not yet verified clean), as
         :meth:`.gpu_gate.GpuGate.unavailable_units` gives them.
-    :param write: callable(binding) that writes the result into the
-        container under the lock (a migration's whole new config); default
-        :func:`record`, only when a unit was bound.
-    :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
-    :raises: AcceleratorUnavailable, AcceleratorNotBindable,
-        ContainerNotFound.
+    :param nvidia: the :class:`.cdi.NvidiaBinding` of the daemon.
+    :raises: AcceleratorUnavailable, AcceleratorNotBindable.
     """
     with lockutils.lock(CLAIM_LOCK):
         records = client.list_all_instances()
@@ -113,25 +118,36 @@ def claim(client, name, allocations, device_for_provider,
         for key, reasons in (unavailable or {}).items():
             held[key] = list(held.get(key, ())) + list(reasons)
         bound = binding.bind(allocations, device_for_provider or
-                             (lambda rp_uuid: None), held,
+                             (lambda rp_uuid: None), held, nvidia=nvidia,
                              share=with_projects(share, records,
                                                  (project, name)))
-        if write is not None:
-            write(bound)
-        elif bound.units:
-            record(client, name, bound, instance)
+        yield bound
     binding.log_bound(LOG, bound, instance)
+
+
+def claim(client, name, allocations, device_for_provider, host_devices=(),
+          **kwargs):
+    """:func:`claiming` that records the binding in the container.
+
+    :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
+    :raises: as :func:`claiming`, and ContainerNotFound.
+    """
+    instance = kwargs.get('instance')
+    with claiming(client, name, allocations, device_for_provider,
+                  host_devices, **kwargs) as bound:
+        if bound.units:
+            record(client, name, bound, instance)
     return bound
 
 
 class Claims(object):
-    """The host's one claim, wired once by the driver.
+    """The host's one claim, built once with the host's parts.
 
     :param client: the :class:`nova_lxd_accel.client.LXDClient`.
     :param conf: ConfigOpts with ``[lxd]`` and ``[lxd_accelerators]``.
     :param device_for_provider: callable(rp_uuid) -> device reported there.
     :param host_devices: zero-argument callable, the host's devices.
-    :param unavailable: zero-argument callable, see :func:`claim`.
+    :param unavailable: zero-argument callable, see :func:`claiming`.
     """
 
     def __init__(self, client, conf, device_for_provider,
@@ -142,14 +158,29 @@ class Claims(object):
         self._host_devices = host_devices
         self._unavailable = unavailable
 
-    def claim(self, name, allocations, instance, write=None):
-        """See :func:`claim`: ``instance``'s allocations into ``name``."""
-        return claim(self._client, name, allocations,
-                     self._device_for_provider,
-                     host_devices=self._host_devices(), instance=instance,
-                     project=self._conf.lxd.project,
-                     share=share_request(self._conf, instance),
-                     unavailable=self._unavailable(), write=write)
+    def holding(self, name, allocations, instance):
+        """:func:`claiming` for ``instance``'s allocations into ``name``.
+
+        Spawn, unshelve and evacuation (:meth:`claim`), resize and
+        migration (their whole new config) all claim through this.
+        """
+        return claiming(self._client, name, allocations,
+                        self._device_for_provider,
+                        host_devices=self._host_devices(), instance=instance,
+                        project=self._conf.lxd.project,
+                        share=share_request(self._conf, instance),
+                        unavailable=self._unavailable(),
+                        nvidia=cdi.for_client(self._client, self._conf))
+
+    def claim(self, name, allocations, instance):
+        """Bind and record ``instance``'s units in container ``name``.
+
+        :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
+        """
+        with self.holding(name, allocations, instance) as bound:
+            if bound.units:
+                record(self._client, name, bound, instance)
+        return bound
 
 
 def record(client, name, bound, instance=None):

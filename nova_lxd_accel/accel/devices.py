@@ -104,8 +104,8 @@ class GpuVf:
 
 
 @dataclasses.dataclass(frozen=True)
-class Gpu:
-    """A physical GPU (LXD ``gpu.cards[]`` entry with a PCI address)."""
+class PciCard:
+    """The PCI identity LXD gives a GPU and a network card alike."""
 
     pci_address: str
     vendor_id: typing.Optional[str] = None
@@ -114,6 +114,12 @@ class Gpu:
     driver: typing.Optional[str] = None
     vendor: typing.Optional[str] = None
     product: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu(PciCard):
+    """A physical GPU (LXD ``gpu.cards[]`` entry with a PCI address)."""
+
     #: ``nvidia.model`` when LXD knows it, e.g. ``NVIDIA H100 80GB HBM3``.
     model: typing.Optional[str] = None
     #: ``nvidia.uuid``, e.g. ``GPU-6ddadebd-...``.
@@ -168,7 +174,7 @@ class IbVf:
 
 
 @dataclasses.dataclass(frozen=True)
-class IbCard:
+class IbCard(PciCard):
     """A network card with at least one InfiniBand port.
 
     ``ports`` holds only its InfiniBand ports (Ethernet ports of a mixed
@@ -176,12 +182,5 @@ class IbCard:
     InfiniBand virtual functions.
     """
 
-    pci_address: str
-    vendor_id: typing.Optional[str] = None
-    product_id: typing.Optional[str] = None
-    numa_node: typing.Optional[int] = None
-    driver: typing.Optional[str] = None
-    vendor: typing.Optional[str] = None
-    product: typing.Optional[str] = None
     ports: typing.Tuple[IbPort, ...] = ()
     vfs: typing.Tuple[IbVf, ...] = ()

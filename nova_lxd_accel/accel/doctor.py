@@ -26,7 +26,6 @@ import os
 import typing
 
 from nova_lxd_accel.accel import discovery
-from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import lxd_resources
@@ -351,7 +350,7 @@ def check_gpu_states(view):
                            'end the process nvidia-smi shows on it, or '
                            'recreate the MIG device; it is schedulable again '
                            'once clean'))
-    for unit in gpu_gate.idle_units(state, view.conf, view.now):
+    for unit in gpu_state.idle_units(state, view.conf, view.now):
         out.append(Finding('gpu-idle', WARN, 'GPU %s of instance %s '
                            '(project %s) idle for %.1f h' % (
                                unit['pci'], unit['instance'],

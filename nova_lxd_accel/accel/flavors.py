@@ -40,14 +40,13 @@ import re
 import typing
 
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import provider_tree as accel_tree
 
 VENDORS = {'10de': 'NVIDIA', '1002': 'AMD', '8086': 'Intel'}
 TYPE_GPU = 'GPU'
 VIRT_PASSTHROUGH = 'passthrough'
 VIRT_MIG = 'MIG'
 VIRT_SHARED = 'shared'
-#: a shared GPU's slots (see :mod:`.sharing`)
-SHARE_RC = 'CUSTOM_GPU_SHARE'
 
 #: Every ``Accelerator:`` key a flavor may carry (see extra_specs_accel).
 KEYS = ('Accelerator:Type', 'Accelerator:Vendor', 'Accelerator:Model',
@@ -155,7 +154,7 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
             set(out[name].gpus) | {gpu.pci_address})))
         return
     memory = _gpu_memory_mib(gpu, memory_by_pci.get(gpu.pci_address))
-    specs = _base_specs(gpu, SHARE_RC, 1, '%s share 1/%d' % (
+    specs = _base_specs(gpu, accel_tree.SHARE_RC, 1, '%s share 1/%d' % (
         model, gpu.shared_slots), None, VIRT_SHARED)
     description = (
         '1 share of an %s %s GPU (one of %d, time-sliced%s), in an LXD '

@@ -25,10 +25,11 @@ file (:mod:`.gpu_state`):
   held (kind
   ``unhealthy``) until an operator releases it (``nova-lxd-accel gpu
   release``); instances already on it are reported, not touched;
-* **verified release**: a unit bound at the last probe and no longer bound
-  now, or one whose container the driver removes (:meth:`GpuGate.
-  note_destroy`), is *dirty*. When the driver removes a container it probes
-  its GPUs at once (:meth:`GpuGate.verify_release`), waiting up to
+* **verified release** (the checks: :mod:`.gpu_release`): a unit bound at
+  the last probe and no longer bound now, or one whose container the
+  driver removes (:meth:`GpuGate.note_destroy`), is *dirty*. When the
+  driver removes a container it probes its GPUs at once
+  (:meth:`GpuGate.verify_release`), waiting up to
   ``[lxd_accelerators] release_wait`` seconds for them to be clean, so a
   clean unit is offered again by nova's update that ends the delete; a unit
   still dirty then is re-checked every ``release_recheck_interval`` seconds
@@ -73,28 +74,20 @@ from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import gpu_metrics
 from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import gpu_release
 from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
-TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
+TRAIT_UNHEALTHY = accel_tree.TRAIT_UNHEALTHY
 TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
 #: seconds between two probes while a release waits for its GPUs
 RELEASE_POLL = 0.5
-
-STATE_FREE = 'free'
-STATE_BOUND = 'bound'
-STATE_DIRTY = 'reserved-dirty'
-STATE_HELD = 'held'
-STATE_UNHEALTHY = 'unhealthy'
-STATE_IDLE = 'idle'
-STATES = (STATE_FREE, STATE_BOUND, STATE_DIRTY, STATE_HELD,
-          STATE_UNHEALTHY, STATE_IDLE)
-
-_INSTANCE_KEY = 'user.nova_lxd_accel.instance_uuid'
-_NOT_YET = 'not yet verified'
 
 
 def _unit_gpu(record):
@@ -111,8 +104,8 @@ def bound_units(containers, projects=None):
     out = {}
     for record in containers or ():
         config = record.get('config') or {}
-        instance = config.get(_INSTANCE_KEY) or record.get('name')
-        for unit in binding.recorded_units(config):
+        instance = identity.instance_uuid(record) or record.get('name')
+        for unit in identity.recorded_units(config):
             pci = _unit_gpu(unit)
             if pci is None:
                 continue
@@ -129,11 +122,6 @@ def bound_units(containers, projects=None):
                 'running': (record.get('status') or '').lower() == 'running',
             }
     return out
-
-
-def _mig_key(pci, index):
-    """The baseline key of MIG device ``index`` of GPU ``pci``."""
-    return '%s/mig%s' % (pci, index)
 
 
 def _busy(snapshot, pci):
@@ -209,6 +197,10 @@ class GpuGate(object):
     def store(self):
         return self._store
 
+    @property
+    def _verifying(self):
+        return gpu_release.verifying(self._conf)
+
     # -- refresh -------------------------------------------------------
 
     def maybe_refresh(self):
@@ -258,10 +250,11 @@ class GpuGate(object):
             return snapshot
         with self._store.update() as state:
             self._account(state, current, snapshot, now)
-            self._verify_released(state, current, snapshot, known, now)
+            gpu_release.verify_released(state, current, snapshot, known,
+                                        now, self._conf)
             self._health(state, current, snapshot, known, now)
             failures = self._probe_health(state, snapshot, known, now)
-            self._baseline(state, current, snapshot)
+            gpu_release.update_baselines(state, current, snapshot, known)
             state['probe'] = {'at': now, 'available': snapshot.available,
                               'error': snapshot.error, 'failures': failures}
             result = dict(state)
@@ -272,9 +265,6 @@ class GpuGate(object):
             self._ensure_rechecker()
         return snapshot
 
-    def _verifying(self):
-        return self._conf.lxd_accelerators.verified_release
-
     def _probe_health(self, state, snapshot, known, now):
         """Hold or free the NVIDIA GPUs by whether the probe answers.
 
@@ -283,7 +273,7 @@ class GpuGate(object):
         group = self._conf.lxd_accelerators
         failures = 0 if snapshot.available else (
             (state.get('probe') or {}).get('failures') or 0) + 1
-        if snapshot.available or not self._verifying():
+        if snapshot.available or not self._verifying:
             for pci, hold in list(state['holds'].items()):
                 if hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
                     continue
@@ -291,7 +281,7 @@ class GpuGate(object):
                 why = ('the GPU probe answers again' if snapshot.available
                        else 'verified release is turned off')
                 gpu_state.add_event(state, 'release', pci, why, now,
-                                    by='nova-compute')
+                                    by=gpu_state.BY_COMPUTE)
                 LOG.info('GPU %(pci)s is offered again: %(why)s',
                          {'pci': pci, 'why': why})
             return failures
@@ -317,16 +307,13 @@ class GpuGate(object):
             if hold is not None and \
                     hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
                 continue        # an operator's or unhealthy hold stays
-            if hold is None:
-                gpu_state.add_event(state, 'hold', pci, reason, now,
-                                    kind=gpu_state.KIND_UNPROBEABLE)
+            if gpu_state.hold_by_compute(state, pci,
+                                         gpu_state.KIND_UNPROBEABLE, reason,
+                                         now):
                 LOG.error('GPU %(pci)s is not offered: %(reason)s. Make '
                           'nvidia-smi answer on this host; the GPU is '
                           'offered again at the first probe that answers',
                           {'pci': pci, 'reason': reason})
-            state['holds'][pci] = {
-                'kind': gpu_state.KIND_UNPROBEABLE, 'reason': reason,
-                'since': (hold or {}).get('since', now), 'by': 'nova-compute'}
         return failures
 
     def note_destroy(self, read_record):
@@ -350,10 +337,11 @@ class GpuGate(object):
             with self._store.update() as state:
                 for key, unit in units.items():
                     state['bound'].pop(key, None)
-                    if self._verifying():
-                        state['dirty'][key] = self._dirty_entry(unit, now)
+                    if self._verifying:
+                        state['dirty'][key] = gpu_release.dirty_entry(
+                            unit, now)
             self._view = GateView.of(state)
-            return tuple(units) if self._verifying() else ()
+            return tuple(units) if self._verifying else ()
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
                           'container; the next probe finds them')
@@ -398,8 +386,8 @@ class GpuGate(object):
         current = bound_units(self._list_containers())
         now = self._clock()
         with self._store.update() as state:
-            self._verify_released(state, current, snapshot, known, now,
-                                  only=keys)
+            gpu_release.verify_released(state, current, snapshot, known,
+                                        now, self._conf, only=keys)
             left = {k for k in keys if k in state['dirty']}
         self._view = GateView.of(state)
         return left, snapshot
@@ -459,16 +447,6 @@ class GpuGate(object):
                     self._rechecker = None
                     return
 
-    @staticmethod
-    def _dirty_entry(unit, now):
-        return {'pci': unit.get('pci'),
-                'resource_class': unit.get('resource_class'),
-                'provider': unit.get('provider'),
-                'kind': unit.get('kind'),
-                'mig_uuid': unit.get('mig_uuid'),
-                'instance': unit.get('instance'),
-                'since': now, 'holding': _NOT_YET}
-
     def _account(self, state, current, snapshot, now):
         last = (state.get('probe') or {}).get('at')
         elapsed = max(0.0, now - last) if last is not None else 0.0
@@ -500,121 +478,19 @@ class GpuGate(object):
             record['last'] = now
         for key, before in previous.items():
             if key not in current:
-                if not self._verifying():
+                if not self._verifying:
                     LOG.info('%(unit)s of GPU %(pci)s was released by '
                              'instance %(instance)s: offered again at once '
                              '(verified release is off)',
                              {'unit': key, 'pci': before.get('pci'),
                               'instance': before.get('instance')})
                     continue
-                state['dirty'][key] = self._dirty_entry(before, now)
+                state['dirty'][key] = gpu_release.dirty_entry(before, now)
                 LOG.info('%(unit)s of GPU %(pci)s was released by instance '
                          '%(instance)s: reserved until it is verified clean',
                          {'unit': key, 'pci': before.get('pci'),
                           'instance': before.get('instance')})
         state['bound'] = bound
-
-    def _clean(self, unit, snapshot, known, state, current=None):
-        """None when clean, else what still holds the unit."""
-        pci = unit.get('pci')
-        gpu = known.get(pci)
-        if gpu is not None and not gpu.is_nvidia:
-            return None
-        if unit.get('kind') == binding.KIND_MIG:
-            return self._mig_clean(unit, gpu, snapshot, state)
-        if unit.get('kind') == binding.KIND_SHARE and any(
-                u.get('pci') == pci for u in (current or {}).values()):
-            # the card is still shared: its processes cannot be told apart
-            # per slot, so a slot is free at once; the card is verified
-            # when its last slot is released
-            return None
-        if not snapshot.available:
-            return 'the GPU cannot be probed (%s)' % (snapshot.error or
-                                                      'nvidia-smi failed')
-        apps = snapshot.apps_on(pci)
-        if apps:
-            return 'compute processes %s' % ', '.join(
-                '%s (pid %s, %s MiB)' % (a.name, a.pid, a.used_memory_mib)
-                for a in apps)
-        facts = snapshot.gpus.get(pci)
-        if facts is None:
-            return 'nvidia-smi does not list the GPU'
-        baseline = state['baseline'].get(pci, 0)
-        tolerance = self._conf.lxd_accelerators.release_memory_tolerance_mib
-        used = facts.memory_used_mib or 0
-        if used > baseline + tolerance:
-            return '%d MiB of GPU memory in use (baseline %d MiB)' % (
-                used, baseline)
-        return None
-
-    def _mig_clean(self, unit, gpu, snapshot, state):
-        """None when a released MIG device is clean, else what holds it.
-
-        Clean: still listed as it was, no compute process in its GPU/compute
-        instance, and its memory back to its baseline (plus the tolerance).
-        When nvidia-smi's queries or ``nvidia-smi -q`` could not be read this
-        time, only the listing (``nvidia-smi -L``, read by the inventory) is
-        checked, as before per-slice checks existed.
-        """
-        uuid = unit.get('mig_uuid')
-        listed = {m.uuid: m for m in (gpu.mig_devices if gpu else ())}
-        if uuid and uuid not in listed:
-            return 'MIG device %s is no longer listed' % uuid
-        mig = listed.get(uuid)
-        facts = (snapshot.mig.get(unit.get('pci')) or {}).get(
-            mig.index if mig else None)
-        if facts is None:
-            return None
-        if facts.apps:
-            return 'compute processes %s in MIG device %s' % (', '.join(
-                '%s (pid %s, %s MiB)' % (a.name, a.pid, a.used_memory_mib)
-                for a in facts.apps), uuid)
-        baseline = state['baseline'].get(_mig_key(unit.get('pci'),
-                                                  facts.index), 0)
-        tolerance = self._conf.lxd_accelerators.release_memory_tolerance_mib
-        used = facts.memory_used_mib or 0
-        if used > baseline + tolerance:
-            return ('%d MiB of memory in use in MIG device %s (baseline '
-                    '%d MiB)' % (used, uuid, baseline))
-        return None
-
-    def _verify_released(self, state, current, snapshot, known, now,
-                         only=None):
-        for key in list(state['dirty']):
-            if only is not None and key not in only:
-                continue
-            unit = state['dirty'][key]
-            if key in current:
-                # bound again (by a migration's revert, for example)
-                del state['dirty'][key]
-                continue
-            holding = None if not self._verifying() else self._clean(
-                unit, snapshot, known, state, current)
-            if holding is None:
-                del state['dirty'][key]
-                waited = max(0.0, now - (unit.get('since') or now))
-                gpu_state.add_event(state, 'clean', unit.get('pci'),
-                                    'verified clean', now, unit=key,
-                                    waited_s=round(waited, 3))
-                if unit.get('holding') not in (None, _NOT_YET):
-                    LOG.info('%(unit)s of GPU %(pci)s is verified clean '
-                             '%(waited).1f s after its release (it was held '
-                             'by %(holding)s): schedulable again',
-                             {'unit': key, 'pci': unit.get('pci'),
-                              'waited': waited,
-                              'holding': unit.get('holding')})
-                else:
-                    LOG.info('%(unit)s of GPU %(pci)s is verified clean '
-                             '%(waited).1f s after its release: schedulable '
-                             'again', {'unit': key, 'pci': unit.get('pci'),
-                                       'waited': waited})
-            elif holding != unit.get('holding'):
-                unit['holding'] = holding
-                LOG.warning('%(unit)s of GPU %(pci)s, released by instance '
-                            '%(instance)s, stays reserved: %(holding)s',
-                            {'unit': key, 'pci': unit.get('pci'),
-                             'instance': unit.get('instance'),
-                             'holding': holding})
 
     def _new_fatal_xids(self, state, snapshot, pci):
         """Fatal Xid messages of one GPU not acted on before.
@@ -665,13 +541,10 @@ class GpuGate(object):
             if not problems:
                 continue
             reason = '; '.join(problems)
-            hold = state['holds'].get(pci)
-            if hold is None:
-                state['holds'][pci] = {'kind': gpu_state.KIND_UNHEALTHY,
-                                       'reason': reason, 'since': now,
-                                       'by': 'nova-compute'}
-                gpu_state.add_event(state, 'hold', pci, reason, now,
-                                    kind=gpu_state.KIND_UNHEALTHY)
+            if pci not in state['holds']:
+                gpu_state.hold_by_compute(state, pci,
+                                          gpu_state.KIND_UNHEALTHY, reason,
+                                          now)
                 LOG.error('GPU %(pci)s is unhealthy (%(reason)s): reserved '
                           'and never bound until an operator runs '
                           '"nova-lxd-accel gpu release %(pci)s"',
@@ -685,38 +558,8 @@ class GpuGate(object):
                             {'users': ', '.join(users), 'pci': pci,
                              'reason': reason})
 
-    def _baseline(self, state, current, snapshot):
-        if not snapshot.available:
-            return
-        in_use = {u['pci'] for u in current.values()}
-        in_use |= {u.get('pci') for u in state['dirty'].values()}
-        for pci, facts in snapshot.gpus.items():
-            if pci in in_use or snapshot.apps_on(pci) or \
-                    facts.memory_used_mib is None:
-                continue
-            old = state['baseline'].get(pci)
-            if old is None or facts.memory_used_mib < old:
-                state['baseline'][pci] = facts.memory_used_mib
-        # MIG devices: the lowest use seen while no instance held them
-        held = {(u.get('pci'), u.get('mig_uuid'))
-                for u in list(current.values()) + list(
-                    state['dirty'].values())}
-        for pci, slices in snapshot.mig.items():
-            uuids = {}
-            for gpu in self._known_gpus() or ():
-                if gpu.pci_address == pci:
-                    uuids = {m.index: m.uuid for m in gpu.mig_devices}
-            for index, facts in slices.items():
-                if (pci, uuids.get(index)) in held or facts.apps or \
-                        facts.memory_used_mib is None:
-                    continue
-                key = _mig_key(pci, index)
-                old = state['baseline'].get(key)
-                if old is None or facts.memory_used_mib < old:
-                    state['baseline'][key] = facts.memory_used_mib
-
     def _report_idle(self, state, now):
-        for unit in idle_units(state, self._conf, now):
+        for unit in gpu_state.idle_units(state, self._conf, now):
             key = (unit['unit'], unit['idle_since'])
             if self._warned.get(unit['unit']) == key:
                 continue
@@ -735,7 +578,6 @@ class GpuGate(object):
         path = self._conf.lxd_accelerators.metrics_file
         if not path:
             return
-        from nova_lxd_accel.accel import gpu_metrics
         try:
             gpu_metrics.write_textfile(
                 path, gpu_metrics.render(state, sorted(known),
@@ -816,60 +658,3 @@ class GpuGate(object):
             raise exception.GpuHeld(pci=device.pci_address, provider=rp_uuid,
                                     kind=hold.get('kind'),
                                     reason=hold.get('reason'))
-
-
-def idle_units(state, conf, now, after=None):
-    """Bound units of running instances idle for ``idle_report_after``.
-
-    :param after: seconds, instead of ``[lxd_accelerators]
-        idle_report_after``.
-    """
-    if after is None:
-        after = conf.lxd_accelerators.idle_report_after
-    if not after:
-        return []
-    out = []
-    for key, unit in sorted(state.get('bound', {}).items()):
-        if not unit.get('running', True):
-            continue
-        last = unit.get('last_busy') or unit.get('since') or now
-        if now - last >= after:
-            out.append({'unit': key, 'pci': unit.get('pci'),
-                        'instance': unit.get('instance'),
-                        'project': unit.get('project'),
-                        'resource_class': unit.get('resource_class'),
-                        'idle_since': last, 'idle_s': now - last})
-    return out
-
-
-def gpu_states(state, pcis, conf, now):
-    """PCI address -> one of :data:`STATES` (worst first)."""
-    idle = {u['pci'] for u in idle_units(state, conf, now)}
-    bound = {u.get('pci') for u in state.get('bound', {}).values()}
-    dirty = {u.get('pci') for u in state.get('dirty', {}).values()}
-    out = {}
-    for pci in pcis:
-        hold = state.get('holds', {}).get(pci)
-        if hold and hold.get('kind') == gpu_state.KIND_UNHEALTHY:
-            out[pci] = STATE_UNHEALTHY
-        elif hold:
-            out[pci] = STATE_HELD
-        elif pci in dirty:
-            out[pci] = STATE_DIRTY
-        elif pci in idle:
-            out[pci] = STATE_IDLE
-        elif pci in bound:
-            out[pci] = STATE_BOUND
-        else:
-            out[pci] = STATE_FREE
-    return out
-
-
-def nova_instance_projects(host):
-    """{instance uuid: project id} of the instances nova has on ``host``."""
-    from nova import context as nova_context
-    from nova import objects
-
-    instances = objects.InstanceList.get_by_host(
-        nova_context.get_admin_context(), host, expected_attrs=[])
-    return {i.uuid: i.project_id for i in instances}

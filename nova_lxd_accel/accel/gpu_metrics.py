@@ -35,12 +35,8 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
     when the probe last ran, and whether nvidia-smi answered.
 """
 
-import os
-import tempfile
-
-from nova_lxd_accel.accel import gpu_gate
-
-SHARE_RC = 'CUSTOM_GPU_SHARE'
+from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel import provider_tree as accel_tree
 
 PREFIX = 'nova_lxd_accel_gpu_'
 
@@ -79,10 +75,10 @@ def render(state, pcis, conf, now):
                                         _number(value)))
 
     pcis = sorted(set(pcis) | set(state.get('holds', {})))
-    states = gpu_gate.gpu_states(state, pcis, conf, now)
+    states = gpu_state.gpu_states(state, pcis, conf, now)
     family('state', 'gauge', 'GPU state (1 for the current one).',
            [({'pci': pci, 'state': s}, int(states[pci] == s))
-            for pci in pcis for s in gpu_gate.STATES])
+            for pci in pcis for s in gpu_state.STATES])
     dirty = {}
     for unit in state.get('dirty', {}).values():
         dirty[unit.get('pci')] = dirty.get(unit.get('pci'), 0) + 1
@@ -91,7 +87,7 @@ def render(state, pcis, conf, now):
            [({'pci': pci}, dirty.get(pci, 0)) for pci in pcis])
     slots = {}
     for unit in state.get('bound', {}).values():
-        if unit.get('resource_class') == SHARE_RC:
+        if unit.get('resource_class') == accel_tree.SHARE_RC:
             key = (unit.get('pci'), unit.get('project'))
             slots[key] = slots.get(key, 0) + 1
     family('shared_slots_used', 'gauge',
@@ -114,9 +110,9 @@ def render(state, pcis, conf, now):
            'Seconds since an idle bound unit last showed compute use.',
            [({'instance': u['instance'], 'project': u['project'],
               'pci': u['pci'], 'unit': u['unit']}, float(u['idle_s']))
-            for u in gpu_gate.idle_units(state, conf, now)])
+            for u in gpu_state.idle_units(state, conf, now)])
     sick = {pci for pci, hold in state.get('holds', {}).items()
-            if hold.get('kind') == 'unhealthy'}
+            if hold.get('kind') == gpu_state.KIND_UNHEALTHY}
     family('instance_on_unhealthy_gpu', 'gauge',
            'Instances still bound to an unhealthy GPU (left running).',
            [({'instance': u.get('instance'), 'project': u.get('project'),
@@ -135,14 +131,4 @@ def render(state, pcis, conf, now):
 
 def write_textfile(path, text):
     """Write atomically (node_exporter must never read half a file)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix='.nova_lxd_accel.', dir=directory)
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    gpu_state.write_atomic(path, text, prefix='.nova_lxd_accel.', mode=0o644)

@@ -43,6 +43,10 @@ Keys (all times are UNIX seconds):
     (``failures``: how many probes in a row failed).
 ``events``
     the last :data:`MAX_EVENTS` hold/release/clean events.
+
+The pure functions over a state (:func:`idle_units`, :func:`gpu_states`
+and its :data:`STATES`) are here too, for the gate, the metrics and the
+commands alike.
 """
 
 import contextlib
@@ -60,6 +64,17 @@ KIND_UNHEALTHY = 'unhealthy'
 #: held by nova-compute because the probe cannot read the GPU; lifted by
 #: itself once it can
 KIND_UNPROBEABLE = 'unprobeable'
+#: ``by`` of the holds and events nova-compute makes itself
+BY_COMPUTE = 'nova-compute'
+
+STATE_FREE = 'free'
+STATE_BOUND = 'bound'
+STATE_DIRTY = 'reserved-dirty'
+STATE_HELD = 'held'
+STATE_UNHEALTHY = 'unhealthy'
+STATE_IDLE = 'idle'
+STATES = (STATE_FREE, STATE_BOUND, STATE_DIRTY, STATE_HELD,
+          STATE_UNHEALTHY, STATE_IDLE)
 
 
 def empty_state():
@@ -110,15 +125,30 @@ class StateStore(object):
 
     def _write(self, state):
         state['events'] = state.get('events', [])[-MAX_EVENTS:]
-        fd, tmp = tempfile.mkstemp(prefix='.gpu-state.', dir=self.directory)
-        try:
-            with os.fdopen(fd, 'w', encoding='utf-8') as f:
-                json.dump(state, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.path, json.dumps(state, indent=1, sort_keys=True),
+                     prefix='.gpu-state.')
+
+
+def write_atomic(path, text, prefix, mode=None):
+    """Write ``text`` to a temporary file renamed over ``path``.
+
+    A reader never sees half a file; nothing is left behind on failure.
+
+    :param prefix: of the temporary file's name, in ``path``'s directory.
+    :param mode: permission bits for the file, or None (``mkstemp``'s).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
+    try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as f:
+            f.write(text)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def add_event(state, event, pci, reason, now=None, **extra):
@@ -142,6 +172,23 @@ def hold(store, pci, reason, kind=KIND_OPERATOR, by=None, now=None):
     return new
 
 
+def hold_by_compute(state, pci, kind, reason, now):
+    """Hold a GPU in ``state`` for nova-compute (an unhealthy GPU, ...).
+
+    A GPU held already keeps the time of its first hold; the hold event is
+    recorded only when it was not held.
+
+    :returns: True when it was not held before.
+    """
+    previous = state['holds'].get(pci)
+    if previous is None:
+        add_event(state, 'hold', pci, reason, now, kind=kind)
+    state['holds'][pci] = {'kind': kind, 'reason': reason,
+                           'since': (previous or {}).get('since', now),
+                           'by': BY_COMPUTE}
+    return previous is None
+
+
 def release(store, pci, reason, by=None, now=None):
     """Clear an operator hold or an unhealthy mark.
 
@@ -155,3 +202,50 @@ def release(store, pci, reason, by=None, now=None):
         add_event(state, 'release', pci, reason, now, by=by,
                   previous=previous and previous.get('reason'))
     return previous
+
+
+def idle_units(state, conf, now, after=None):
+    """Bound units of running instances idle for ``idle_report_after``.
+
+    :param after: seconds, instead of ``[lxd_accelerators]
+        idle_report_after``.
+    """
+    if after is None:
+        after = conf.lxd_accelerators.idle_report_after
+    if not after:
+        return []
+    out = []
+    for key, unit in sorted(state.get('bound', {}).items()):
+        if not unit.get('running', True):
+            continue
+        last = unit.get('last_busy') or unit.get('since') or now
+        if now - last >= after:
+            out.append({'unit': key, 'pci': unit.get('pci'),
+                        'instance': unit.get('instance'),
+                        'project': unit.get('project'),
+                        'resource_class': unit.get('resource_class'),
+                        'idle_since': last, 'idle_s': now - last})
+    return out
+
+
+def gpu_states(state, pcis, conf, now):
+    """PCI address -> one of :data:`STATES` (worst first)."""
+    idle = {u['pci'] for u in idle_units(state, conf, now)}
+    bound = {u.get('pci') for u in state.get('bound', {}).values()}
+    dirty = {u.get('pci') for u in state.get('dirty', {}).values()}
+    out = {}
+    for pci in pcis:
+        hold = state.get('holds', {}).get(pci)
+        if hold and hold.get('kind') == KIND_UNHEALTHY:
+            out[pci] = STATE_UNHEALTHY
+        elif hold:
+            out[pci] = STATE_HELD
+        elif pci in dirty:
+            out[pci] = STATE_DIRTY
+        elif pci in idle:
+            out[pci] = STATE_IDLE
+        elif pci in bound:
+            out[pci] = STATE_BOUND
+        else:
+            out[pci] = STATE_FREE
+    return out

@@ -100,6 +100,20 @@ def _gpu(card):
         vfs=tuple(sorted(vfs, key=lambda v: v.pci_address)))
 
 
+def _by_address(resources, section, build):
+    """``build(card)`` of each card of ``section``, sorted by PCI address.
+
+    Cards ``build`` turns down (None) are left out; of two cards with one
+    address the first is kept.
+    """
+    found = {}
+    for card in _cards(resources, section):
+        device = build(card)
+        if device is not None and device.pci_address not in found:
+            found[device.pci_address] = device
+    return [found[a] for a in sorted(found)]
+
+
 def parse_gpus(resources):
     """Every GPU card with a PCI address, sorted by PCI address.
 
@@ -107,12 +121,7 @@ def parse_gpus(resources):
         dict holding its ``gpu`` part).
     :returns: list of :class:`devices.Gpu` without MIG devices.
     """
-    gpus = {}
-    for card in _cards(resources, 'gpu'):
-        gpu = _gpu(card)
-        if gpu is not None and gpu.pci_address not in gpus:
-            gpus[gpu.pci_address] = gpu
-    return [gpus[a] for a in sorted(gpus)]
+    return _by_address(resources, 'gpu', _gpu)
 
 
 def _port_number(port):
@@ -184,9 +193,4 @@ def parse_ib_cards(resources):
         dict holding its ``network`` part).
     :returns: list of :class:`devices.IbCard`, sorted by PCI address.
     """
-    cards = {}
-    for card in _cards(resources, 'network'):
-        ib = _ib_card(card)
-        if ib is not None and ib.pci_address not in cards:
-            cards[ib.pci_address] = ib
-    return [cards[a] for a in sorted(cards)]
+    return _by_address(resources, 'network', _ib_card)

@@ -10,15 +10,35 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""NVIDIA MIG devices, from ``nvidia-smi -L`` (LXD does not list them).
+"""nvidia-smi: the one place it is run, and every parser of its output.
 
-Two UUID formats exist: ``MIG-<uuid>`` (driver R470 and later) and the
-legacy ``MIG-GPU-<gpu-uuid>/<gi>/<ci>``. Newer drivers pad the columns
-(``MIG 1g.10gb     Device  0:``). Lines that are neither a GPU nor a MIG
-line (prompts, blank lines, indentation of pasted output) are ignored.
+:func:`run` starts nvidia-smi (the probe, :mod:`.gpu_probe`, and the
+inventory's :func:`run_list` go through it); the parsers are pure:
+
+* ``nvidia-smi -L`` (:func:`parse_list`): the GPUs and their MIG devices
+  (LXD does not list MIG devices). Two UUID formats exist: ``MIG-<uuid>``
+  (driver R470 and later) and the legacy ``MIG-GPU-<gpu-uuid>/<gi>/<ci>``.
+  Newer drivers pad the columns (``MIG 1g.10gb     Device  0:``). Lines
+  that are neither a GPU nor a MIG line (prompts, blank lines, indentation
+  of pasted output) are ignored;
+* ``nvidia-smi --query-gpu=... --format=csv`` (:func:`parse_query_gpu`)
+  and ``--query-compute-apps=...`` (:func:`parse_compute_apps`): driven by
+  the header line, so the output of any field list (recorded captures with
+  two hundred columns, or the probe's) parses the same way; units
+  (``81559 MiB``, ``100 %``) and ``[N/A]`` are understood;
+* ``nvidia-smi -q``: the same signals (:func:`parse_query`) and each MIG
+  device's memory and processes (:func:`parse_mig_query`).
+
+They return :class:`SmiGpu`, :class:`GpuFacts`, :class:`ComputeApp` and
+:class:`MigFacts`. Unhealthy (:meth:`GpuFacts.problems`): uncorrectable
+volatile ECC errors, retired pages pending, row remapping pending or
+failed, or a GPU that has fallen off the bus (nvidia-smi says "GPU is
+lost", "Unknown Error", or "requires reset").
 """
 
+import csv
 import dataclasses
+import io
 import re
 import subprocess
 import typing
@@ -37,6 +57,13 @@ _MIG_LINE = re.compile(
     r'\(UUID:\s*(?P<uuid>MIG-[^\s)]+)\s*\)\s*$')
 _LEGACY_MIG_UUID = re.compile(
     r'^MIG-(?P<gpu>GPU-[0-9A-Fa-f-]+)/(?P<gi>\d+)/(?P<ci>\d+)$')
+_LOST_TEXT = ('gpu is lost', 'unknown error', 'requires reset',
+              'fallen off the bus')
+_HANDLE_ERROR = re.compile(
+    r'(?:device handle for GPU|^GPU)\s*'
+    r'(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])'
+    r'\s*:\s*(?P<error>.+)$')
+_NUMBER = re.compile(r'^\s*(-?\d+(?:\.\d+)?)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +113,380 @@ def parse_list(text):
                 gi=gi, ci=ci))
     _close()
     return gpus
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuFacts:
+    """What nvidia-smi says about one GPU.
+
+    Numbers are None when nvidia-smi has no value (``[N/A]``, ``N/A``).
+    """
+
+    pci_address: str
+    index: typing.Optional[int] = None
+    uuid: typing.Optional[str] = None
+    name: typing.Optional[str] = None
+    memory_total_mib: typing.Optional[int] = None
+    memory_used_mib: typing.Optional[int] = None
+    utilization_pct: typing.Optional[int] = None
+    ecc_uncorrected: typing.Optional[int] = None
+    retired_pages_pending: bool = False
+    remap_pending: bool = False
+    remap_failure: bool = False
+    mig_mode: typing.Optional[str] = None
+    #: why the GPU is lost (fallen off the bus), or None
+    lost: typing.Optional[str] = None
+
+    def problems(self):
+        """Why this GPU must not be used (empty: healthy)."""
+        out = []
+        if self.lost:
+            out.append('fallen off the bus (%s)' % self.lost)
+        if self.ecc_uncorrected:
+            out.append('%d uncorrectable ECC error%s' % (
+                self.ecc_uncorrected,
+                '' if self.ecc_uncorrected == 1 else 's'))
+        if self.retired_pages_pending:
+            out.append('retired pages pending')
+        if self.remap_pending:
+            out.append('row remapping pending')
+        if self.remap_failure:
+            out.append('row remapping failed')
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeApp:
+    """One compute process on a GPU."""
+
+    pci_address: str
+    pid: int
+    name: str
+    used_memory_mib: typing.Optional[int]
+    gpu_uuid: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MigFacts:
+    """One MIG device of a GPU in MIG mode, from ``nvidia-smi -q``.
+
+    :ivar index: the MIG device index (``Device N`` of ``nvidia-smi -L``).
+    :ivar apps: the compute processes of its GPU/compute instance.
+    """
+
+    index: int
+    gi: typing.Optional[int]
+    ci: typing.Optional[int]
+    memory_used_mib: typing.Optional[int] = None
+    memory_total_mib: typing.Optional[int] = None
+    apps: typing.Tuple[ComputeApp, ...] = ()
+
+
+def pci_address(bus_id):
+    """nvidia-smi's ``00000000:3B:00.0`` -> LXD's ``0000:3b:00.0``."""
+    address = devices.normalise_pci_address(bus_id)
+    if address and address.count(':') == 2:
+        domain, rest = address.split(':', 1)
+        if len(domain) > 4 and not domain[:-4].strip('0'):
+            address = '%s:%s' % (domain[-4:], rest)
+    return address
+
+
+def _plain(value):
+    value = (value or '').strip()
+    if value.startswith('[') and value.endswith(']'):
+        value = value[1:-1].strip()
+    return value
+
+
+def _int(value):
+    text = _plain(value)
+    match = _NUMBER.match(text)
+    if not match:
+        return None
+    return int(float(match.group(1)))
+
+
+def _yes(value):
+    return _plain(value).lower() in ('yes', 'true', '1', 'enabled')
+
+
+def _lost_text(values):
+    for value in values:
+        text = _plain(value).lower()
+        for marker in _LOST_TEXT:
+            if marker in text:
+                return _plain(value)
+    return None
+
+
+def _header(name):
+    # "memory.used [MiB]" -> "memory.used"
+    return name.split('[', 1)[0].strip()
+
+
+def _csv_rows(text, required=None):
+    """Rows of a ``--format=csv`` output as dicts keyed by field name.
+
+    With ``noheader`` the caller's field order is not known here; the
+    probe always asks with a header. Lines that are not CSV rows of the
+    header's width (error lines) are returned apart.
+    """
+    lines = [line for line in (text or '').splitlines() if line.strip()]
+    rows, others = [], []
+    header = None
+    for line in lines:
+        fields = next(csv.reader(io.StringIO(line), skipinitialspace=True))
+        if header is None:
+            if _HANDLE_ERROR.search(line) or len(fields) < 2:
+                others.append(line)
+                continue
+            header = [_header(f) for f in fields]
+            if required and required not in header:
+                raise ValueError('no "%s" column in the header' % required)
+            continue
+        if len(fields) != len(header):
+            others.append(line)
+            continue
+        rows.append(dict(zip(header, fields)))
+    if required and header is None and not any(
+            _HANDLE_ERROR.search(line) for line in others):
+        raise ValueError('no CSV header')
+    return rows, others
+
+
+def _lost_from_lines(lines):
+    lost = {}
+    for line in lines:
+        match = _HANDLE_ERROR.search(line.strip())
+        if match:
+            pci = pci_address(match.group('pci'))
+            if pci:
+                lost[pci] = match.group('error').strip().rstrip('.')
+    return lost
+
+
+def parse_query_gpu(text):
+    """Parse ``nvidia-smi --query-gpu=... --format=csv`` (with header).
+
+    :returns: dict PCI address (``0000:3b:00.0``) -> :class:`GpuFacts`.
+        A GPU nvidia-smi could not open ("Unable to determine the device
+        handle for GPU ...: GPU is lost") is returned with ``lost`` set.
+    :raises ValueError: when the text is not such an output at all.
+    """
+    rows, others = _csv_rows(text, required='pci.bus_id')
+    gpus = {}
+    for row in rows:
+        pci = pci_address(row.get('pci.bus_id', ''))
+        if not pci:
+            continue
+        gpus[pci] = GpuFacts(
+            pci_address=pci,
+            index=_int(row.get('index')),
+            uuid=_plain(row.get('uuid')) or None,
+            name=_plain(row.get('name')) or None,
+            memory_total_mib=_int(row.get('memory.total')),
+            memory_used_mib=_int(row.get('memory.used')),
+            utilization_pct=_int(row.get('utilization.gpu')),
+            ecc_uncorrected=_int(row.get(
+                'ecc.errors.uncorrected.volatile.total')),
+            retired_pages_pending=_yes(row.get('retired_pages.pending')),
+            remap_pending=_yes(row.get('remapped_rows.pending')),
+            remap_failure=_yes(row.get('remapped_rows.failure')),
+            mig_mode=_plain(row.get('mig.mode.current')) or None,
+            lost=_lost_text(row.values()))
+    for pci, error in _lost_from_lines(others).items():
+        gpus[pci] = GpuFacts(pci_address=pci, lost=error)
+    return gpus
+
+
+def parse_compute_apps(text):
+    """Parse ``nvidia-smi --query-compute-apps=... --format=csv``.
+
+    :returns: dict GPU PCI address -> tuple of :class:`ComputeApp`.
+    :raises ValueError: when the text is not such an output at all.
+    """
+    rows, _ = _csv_rows(text, required='pid')
+    apps = {}
+    for row in rows:
+        pci = pci_address(row.get('gpu_bus_id', ''))
+        pid = _int(row.get('pid'))
+        if not pci or pid is None:
+            continue
+        memory = row.get('used_gpu_memory', row.get('used_memory'))
+        apps.setdefault(pci, []).append(ComputeApp(
+            pci_address=pci, pid=pid,
+            name=_plain(row.get('process_name')),
+            used_memory_mib=_int(memory),
+            gpu_uuid=_plain(row.get('gpu_uuid')) or None))
+    return {pci: tuple(a) for pci, a in apps.items()}
+
+
+def _q_tree(lines):
+    """Indented ``Key : Value`` lines -> nested (key, value, kids)."""
+    root = []
+    stack = [(-1, root)]
+    for line in lines:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(' '))
+        key, sep, value = line.strip().partition(':')
+        node = (key.strip(), value.strip() if sep else None, [])
+        while stack[-1][0] >= indent:
+            stack.pop()
+        stack[-1][1].append(node)
+        stack.append((indent, node[2]))
+    return root
+
+
+def _find(nodes, *path):
+    for key, value, kids in nodes:
+        if key == path[0]:
+            if len(path) == 1:
+                return value, kids
+            found = _find(kids, *path[1:])
+            if found is not None:
+                return found
+    return None
+
+
+def _value(nodes, *path):
+    found = _find(nodes, *path)
+    return found[0] if found else None
+
+
+def _gpu_blocks(text, others=None):
+    """``nvidia-smi -q`` text -> {PCI address: indented lines of its block}.
+
+    Lines outside any block are appended to ``others`` when given.
+    """
+    blocks = {}
+    current = None
+    for line in (text or '').splitlines():
+        match = re.match(r'^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:'
+                         r'[0-9A-Fa-f]{2}\.[0-7])\s*$', line)
+        if match:
+            current = pci_address(match.group(1))
+            blocks[current] = []
+            continue
+        if current is not None and line.startswith(' '):
+            blocks[current].append(line)
+        elif line.strip():
+            if others is not None:
+                others.append(line)
+            current = None
+    return blocks
+
+
+def parse_query(text):
+    """Parse ``nvidia-smi -q`` into :class:`GpuFacts` and processes.
+
+    Reads per ``GPU <bus id>`` block: the FB memory, utilisation, volatile
+    uncorrectable ECC counts (``DRAM Uncorrectable``, ``SRAM
+    Uncorrectable*``, older ``Double Bit`` totals), ``Retired Pages /
+    Pending Page Blacklist`` (or ``Pending Page Retirement``), ``Remapped
+    Rows / Pending`` and ``Remapping Failure Occurred``, the MIG mode and
+    the ``Processes`` list.
+
+    :returns: ``(gpus, apps)`` as :func:`parse_query_gpu` and
+        :func:`parse_compute_apps` return them.
+    """
+    others = []
+    blocks = _gpu_blocks(text, others)
+    gpus, apps = {}, {}
+    for pci, block in blocks.items():
+        tree = _q_tree(block)
+        ecc = 0
+        found = _find(tree, 'ECC Errors', 'Volatile')
+        for key, value, _ in (found[1] if found else ()):
+            lowered = key.lower()
+            if ('uncorrectable' in lowered or 'double bit' in lowered) \
+                    and 'threshold' not in lowered:
+                ecc += _int(value) or 0
+        retired = (_value(tree, 'Retired Pages', 'Pending Page Blacklist')
+                   or _value(tree, 'Retired Pages',
+                             'Pending Page Retirement'))
+        values = [v for _, v, _ in tree if v]
+        gpus[pci] = GpuFacts(
+            pci_address=pci,
+            index=_int(_value(tree, 'Minor Number')),
+            uuid=_plain(_value(tree, 'GPU UUID')) or None,
+            name=_plain(_value(tree, 'Product Name')) or None,
+            memory_total_mib=_int(_value(tree, 'FB Memory Usage', 'Total')),
+            memory_used_mib=_int(_value(tree, 'FB Memory Usage', 'Used')),
+            utilization_pct=_int(_value(tree, 'Utilization', 'GPU')),
+            ecc_uncorrected=ecc,
+            retired_pages_pending=_yes(retired),
+            remap_pending=_yes(_value(tree, 'Remapped Rows', 'Pending')),
+            remap_failure=_yes(_value(tree, 'Remapped Rows',
+                                      'Remapping Failure Occurred')),
+            mig_mode=_plain(_value(tree, 'MIG Mode', 'Current')) or None,
+            lost=_lost_text(values))
+        found = _find(tree, 'Processes')
+        procs = []
+        for key, value, kids in (found[1] if found else ()):
+            if key == 'Process ID' and _int(value) is not None:
+                procs.append(ComputeApp(
+                    pci_address=pci, pid=_int(value),
+                    name=_plain(_value(kids, 'Name')),
+                    used_memory_mib=_int(_value(kids, 'Used GPU Memory')),
+                    gpu_uuid=gpus[pci].uuid))
+        if procs:
+            apps[pci] = tuple(procs)
+    for pci, error in _lost_from_lines(others).items():
+        gpus[pci] = GpuFacts(pci_address=pci, lost=error)
+    return gpus, apps
+
+
+def parse_mig_query(text):
+    """The MIG devices of ``nvidia-smi -q``, with their processes.
+
+    Reads, per ``GPU <bus id>`` block, every ``MIG Device`` (``Index``,
+    ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage`` or,
+    on newer drivers, ``Shared FB Memory Usage``) and the ``Processes``
+    entries with the ``GPU instance ID`` / ``Compute instance ID`` printed
+    before each ``Process ID``.
+
+    :returns: PCI address -> {MIG device index: :class:`MigFacts`}; GPUs
+        without MIG devices are left out.
+    """
+    out = {}
+    for pci, block in _gpu_blocks(text).items():
+        tree = _q_tree(block)
+        slices = []
+        for key, _, kids in tree:
+            if key != 'MIG Device':
+                continue
+            memory = (_find(kids, 'FB Memory Usage') or
+                      _find(kids, 'Shared FB Memory Usage'))
+            memory = memory[1] if memory else []
+            slices.append(MigFacts(
+                index=_int(_value(kids, 'Index')),
+                gi=_int(_value(kids, 'GPU Instance ID')),
+                ci=_int(_value(kids, 'Compute Instance ID')),
+                memory_used_mib=_int(_value(memory, 'Used')),
+                memory_total_mib=_int(_value(memory, 'Total'))))
+        if not slices:
+            continue
+        apps = {}
+        found = _find(tree, 'Processes')
+        gi = ci = None
+        for key, value, kids in (found[1] if found else ()):
+            if key == 'GPU instance ID':
+                gi = _int(value)
+            elif key == 'Compute instance ID':
+                ci = _int(value)
+            elif key == 'Process ID' and _int(value) is not None:
+                apps.setdefault((gi, ci), []).append(ComputeApp(
+                    pci_address=pci, pid=_int(value),
+                    name=_plain(_value(kids, 'Name')),
+                    used_memory_mib=_int(_value(kids, 'Used GPU Memory'))))
+                gi = ci = None
+        out[pci] = {
+            m.index: dataclasses.replace(
+                m, apps=tuple(apps.get((m.gi, m.ci), ())))
+            for m in slices if m.index is not None}
+    return out
 
 
 #: :func:`run`'s return code when nvidia-smi timed out or could not start

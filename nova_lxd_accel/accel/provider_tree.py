@@ -40,6 +40,8 @@ RC_INFINIBAND_PORT = 'CUSTOM_INFINIBAND_PORT'
 SHARE_RC = 'CUSTOM_GPU_SHARE'
 MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
 TRAIT_SHARED = 'CUSTOM_GPU_SHARED'
+#: a GPU the health gate holds (see :mod:`.gpu_gate`)
+TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
 
 #: Trait names the driver sets itself. On the first update of a process
 #: (when it cannot remember what it set before) a trait of these families
@@ -48,7 +50,7 @@ TRAIT_SHARED = 'CUSTOM_GPU_SHARED'
 MANAGED_TRAIT_PREFIXES = ('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_PRODUCT_',
                           'CUSTOM_GPU_MODEL_', 'CUSTOM_CUDA_CC_',
                           'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_',
-                          'CUSTOM_GPU_UNHEALTHY', TRAIT_SHARED)
+                          TRAIT_UNHEALTHY, TRAIT_SHARED)
 
 _CUDA_CC = re.compile(r'^\s*(\d+)\.(\d+)\s*$')
 

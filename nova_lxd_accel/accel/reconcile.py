@@ -33,13 +33,13 @@ answer there would strip devices from live instances.
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
-from nova_lxd_accel import ownership
+from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
 
 def _instance_uuid(record):
-    return ownership.instance_uuid(record)
+    return identity.instance_uuid(record)
 
 
 def double_bindings(records):
@@ -80,12 +80,12 @@ def release(client, record):
     volume attached meanwhile is kept.
     """
     def drop_binding(config, devices):
-        units = binding.recorded_units(config)
+        units = identity.recorded_units(config)
         if not units:
             return False
         for unit in units:
             devices.pop(unit.get('name'), None)
-        config.pop(binding.DEVICES_KEY, None)
+        config.pop(identity.KEY_DEVICES, None)
 
     client.modify_container(record['name'], drop_binding)
 
@@ -101,9 +101,11 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
     :returns: names of the containers whose bindings were released.
     """
     records = [r for r in client.list_containers()
-               if ownership.is_ours(r, host)]
+               if identity.is_ours(r, host)]
     for key, names in sorted(double_bindings(records).items()):
-        by_name = {r['name']: _instance_uuid(r) for r in records}
+        # holders are named as binding names them (<project>/<name>)
+        by_name = {binding.holder_name(r): _instance_uuid(r)
+                   for r in records}
         LOG.error('Accelerator %(unit)s is bound to more than one container: '
                   '%(holders)s. Delete or rebuild all but one of these '
                   'instances.',
@@ -112,7 +114,7 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                       for n in sorted(names))})
     released = []
     for record in records:
-        units = binding.recorded_units(record.get('config'))
+        units = identity.recorded_units(record.get('config'))
         if not units:
             continue
         uuid = _instance_uuid(record)
@@ -157,24 +159,3 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                          'devices': ', '.join(by_rp.get(rp_uuid, [])) or
                          'no device'})
     return released
-
-
-def nova_instance_uuids(host):
-    """Uuids of nova's instances on ``host`` (through the conductor)."""
-    from nova import context as nova_context
-    from nova import objects
-
-    context = nova_context.get_admin_context()
-    instances = objects.InstanceList.get_by_host(context, host,
-                                                 expected_attrs=[])
-    return {i.uuid for i in instances}
-
-
-def placement_allocations(instance_uuid):
-    """Placement allocations of one consumer, through nova's client."""
-    from nova import context as nova_context
-    from nova.scheduler.client import report
-
-    client = report.report_client_singleton()
-    return client.get_allocs_for_consumer(
-        nova_context.get_admin_context(), instance_uuid)['allocations']

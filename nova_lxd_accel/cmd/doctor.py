@@ -27,18 +27,13 @@ when nothing is an error (a CPU-only host is fine), 1 otherwise.
 
 import json
 import os
-import sys
 import time
 
 from nova_lxd_accel.accel import doctor
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
-from nova_lxd_accel.cmd import gpu as gpu_cmd
-
-EXIT_OK = 0
-EXIT_ERRORS = 1
-EXIT_BAD_INPUT = 2
+from nova_lxd_accel.cmd import common
 
 
 def register(subparsers):
@@ -47,13 +42,11 @@ def register(subparsers):
         description='Check the daemon, NVIDIA driver and CDI, MIG, IOMMU, '
                     'InfiniBand, cgroup v2, nova.conf and the GPU states. '
                     'Exits 1 when a check finds an error.')
-    parser.add_argument('--format', choices=('table', 'json'),
-                        default='table')
+    common.add_format(parser)
     parser.add_argument('--recorded', metavar='DIR',
                         help='check a recorded host (see the module help)')
-    parser.add_argument('--at', type=float, default=None, metavar='TIME',
-                        help='evaluate idle GPUs at this UNIX time')
-    gpu_cmd.add_common(parser)
+    common.add_at(parser, help='evaluate idle GPUs at this UNIX time')
+    common.add_common(parser)
     parser.set_defaults(func=_run)
 
 
@@ -76,8 +69,8 @@ def recorded_view(conf, directory, now):
                                       gpu_probe.NO_NVIDIA_SMI)
     else:
         snapshot = gpu_probe.Snapshot(
-            now, True, gpu_probe.parse_query_gpu(query),
-            gpu_probe.parse_compute_apps(apps) if apps else {})
+            now, True, nvidia_smi.parse_query_gpu(query),
+            nvidia_smi.parse_compute_apps(apps) if apps else {})
     state_dir = os.path.join(directory, 'state')
     return doctor.HostView(
         conf=conf, root=os.path.join(directory, 'root'),
@@ -127,10 +120,10 @@ def format_table(findings):
 
 def _run(args):
     try:
-        conf = gpu_cmd.load_conf(args)
-    except gpu_cmd.InputError as exc:
-        print('nova-lxd-accel doctor: error: %s' % exc, file=sys.stderr)
-        return EXIT_BAD_INPUT
+        conf = common.load_conf(args)
+    except common.InputError as exc:
+        common.error('doctor', exc)
+        return common.EXIT_BAD_INPUT
     now = args.at if args.at is not None else time.time()
     try:
         if args.recorded:
@@ -138,8 +131,8 @@ def _run(args):
         else:
             view = live_view(conf, now)
     except (OSError, ValueError) as exc:
-        print('nova-lxd-accel doctor: error: %s' % exc, file=sys.stderr)
-        return EXIT_BAD_INPUT
+        common.error('doctor', exc)
+        return common.EXIT_BAD_INPUT
     findings = doctor.run(view)
     worst = doctor.worst(findings)
     if args.format == 'json':
@@ -148,4 +141,4 @@ def _run(args):
                          indent=2, sort_keys=True))
     else:
         print(format_table(findings))
-    return EXIT_ERRORS if worst == doctor.ERROR else EXIT_OK
+    return common.EXIT_ERROR if worst == doctor.ERROR else common.EXIT_OK

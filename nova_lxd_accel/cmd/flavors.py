@@ -24,16 +24,13 @@ extra spec.
 
 import json
 import socket
-import sys
 
 from nova_lxd_accel.accel import flavors as accel_flavors
 from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.cmd import gpu as gpu_cmd
+from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import inventory
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_BAD_INPUT = 2
 
 
 def register(subparsers):
@@ -60,8 +57,7 @@ def register(subparsers):
                         help='GPUs or MIG slices per flavor (default 1)')
     parser.add_argument('--prefix', default='g1',
                         help='flavor name prefix (default g1)')
-    parser.add_argument('--format', choices=('table', 'json'),
-                        default='table')
+    common.add_format(parser)
     parser.add_argument('--create', action='store_true',
                         help='create the flavors that do not exist yet')
     parser.add_argument('--os-cloud', metavar='NAME', default=None,
@@ -73,22 +69,7 @@ def register(subparsers):
 
 
 def _error(message):
-    print('nova-lxd-accel flavors: error: %s' % message, file=sys.stderr)
-
-
-def discovered_gpus(resources, mig_text, conf):
-    """The GPUs the driver reports for these inputs."""
-    from nova.compute import provider_tree
-
-    from nova_lxd_accel import accel
-
-    tree = provider_tree.ProviderTree()
-    tree.new_root('host', inventory._ROOT_UUID)
-    inv = accel.AcceleratorInventory(
-        lambda: resources, None if mig_text is None else (lambda: mig_text),
-        conf, provider_allocations=lambda rp_uuid: {})
-    inv.update_provider_tree(tree, 'host', allocations={})
-    return inv.reported_gpus()
+    common.error('flavors', message)
 
 
 def _probe(args, conf):
@@ -96,7 +77,7 @@ def _probe(args, conf):
     if args.query_gpu:
         with open(args.query_gpu, encoding='utf-8') as f:
             text = f.read()
-        gpus = gpu_probe.parse_query_gpu(text) if text.strip() else {}
+        gpus = nvidia_smi.parse_query_gpu(text) if text.strip() else {}
     else:
         gpus = gpu_probe.HostProbe.from_conf(conf).snapshot().gpus
     return ({pci: g.memory_total_mib for pci, g in gpus.items()
@@ -160,15 +141,15 @@ def create(proposals, api):
 
 def _run(args):
     try:
-        conf = gpu_cmd.load_conf(args)
+        conf = common.load_conf(args)
         resources = mig_text = None
         if args.resources_file:
             resources = inventory.load_resources_file(args.resources_file)
         if args.nvidia_smi_list:
             mig_text = inventory.load_nvidia_smi_file(args.nvidia_smi_list)
-    except (gpu_cmd.InputError, inventory.InputError) as exc:
+    except common.InputError as exc:
         _error(exc)
-        return EXIT_BAD_INPUT
+        return common.EXIT_BAD_INPUT
     if resources is None:
         from nova_lxd_accel import client as lxd_client
         try:
@@ -176,13 +157,13 @@ def _run(args):
         except Exception as exc:
             _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)
-            return EXIT_ERROR
-    gpus = discovered_gpus(resources, mig_text, conf)
+            return common.EXIT_ERROR
+    gpus = accel_inventory.discovered_gpus(resources, mig_text, conf)
     try:
         memory, names = _probe(args, conf)
     except (OSError, ValueError) as exc:
         _error(exc)
-        return EXIT_BAD_INPUT
+        return common.EXIT_BAD_INPUT
     proposals = accel_flavors.propose(
         gpus, memory, vcpus=args.vcpus, ram=args.ram, disk=args.disk,
         count=args.count, prefix=args.prefix, names_by_pci=names)
@@ -197,6 +178,6 @@ def _run(args):
         except Exception as exc:
             _error('cannot create the flavors on %s: %s' % (
                 args.os_cloud or socket.gethostname(), exc))
-            return EXIT_ERROR
+            return common.EXIT_ERROR
         print('created: %s' % (', '.join(created) or 'none (all exist)'))
-    return EXIT_OK
+    return common.EXIT_OK

@@ -28,19 +28,12 @@ instances (every project) as a claim reads them, fresh at each run.
 
 import json
 import socket
-import sys
 
-from oslo_config import cfg
+from nova_lxd_accel.accel import inventory
+from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.cmd import common
 
-EXIT_OK = 0
-EXIT_LXD = 1
-EXIT_BAD_INPUT = 2
-
-_ROOT_UUID = '00000000-0000-0000-0000-000000000000'
-
-
-class InputError(Exception):
-    """A file given on the command line cannot be used."""
+InputError = common.InputError
 
 
 class DaemonError(Exception):
@@ -72,26 +65,16 @@ def register(subparsers):
     parser.add_argument(
         '--nodename', metavar='NAME', default=None,
         help='compute node name (default: this host name)')
-    parser.add_argument(
-        '--config-file', metavar='FILE', action='append', default=None,
-        help='nova configuration file (default: nova.conf where oslo.config '
-             'finds it); may be repeated')
-    parser.add_argument(
-        '--format', choices=('table', 'json'), default='table',
-        help='output format (default: table)')
+    common.add_config_file(parser)
+    common.add_format(parser, help='output format (default: table)')
     parser.set_defaults(func=_run)
 
 
-def _error(message):
-    print('nova-lxd-accel inventory: error: %s' % message, file=sys.stderr)
-
-
-def _read(path):
+def _load_json(path):
     try:
-        with open(path, encoding='utf-8') as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError('%s: cannot read: %s' % (path, exc))
+        return json.loads(common.read(path))
+    except ValueError as exc:
+        raise InputError('%s: not valid JSON: %s' % (path, exc))
 
 
 def load_resources_file(path):
@@ -99,10 +82,7 @@ def load_resources_file(path):
 
     :raises InputError: naming the file and what is wrong with it.
     """
-    try:
-        data = json.loads(_read(path))
-    except ValueError as exc:
-        raise InputError('%s: not valid JSON: %s' % (path, exc))
+    data = _load_json(path)
     if isinstance(data, dict) and isinstance(data.get('metadata'), dict) \
             and 'type' in data:
         data = data['metadata']     # a raw API response
@@ -132,9 +112,7 @@ def load_nvidia_smi_file(path):
     :raises InputError: when it cannot be read, or holds text without a
         single ``GPU n: ... (UUID: ...)`` line.
     """
-    from nova_lxd_accel.accel import nvidia_smi
-
-    text = _read(path)
+    text = common.read(path)
     if text.strip() and not nvidia_smi.parse_list(text) and \
             'No devices were found' not in text:
         raise InputError('%s: no "GPU <n>: <name> (UUID: GPU-...)" line: '
@@ -147,10 +125,7 @@ def load_instances_file(path):
 
     :raises InputError: naming the file and what is wrong with it.
     """
-    try:
-        data = json.loads(_read(path))
-    except ValueError as exc:
-        raise InputError('%s: not valid JSON: %s' % (path, exc))
+    data = _load_json(path)
     if isinstance(data, dict) and 'type' in data:
         data = data.get('metadata')     # a raw API response
     if not isinstance(data, list) or not all(
@@ -161,27 +136,6 @@ def load_instances_file(path):
     return data
 
 
-def _load_conf(config_files):
-    from nova_lxd_accel import conf as accel_conf
-
-    conf = cfg.ConfigOpts()
-    accel_conf.register_opts(conf)
-    if config_files:
-        files = config_files
-    else:
-        files = cfg.find_config_files(project='nova', prog='nova-compute')
-    try:
-        conf([], project='nova', default_config_files=files)
-        # Values are checked when read: read them all now.
-        group = conf.lxd_accelerators
-        for name in group:
-            getattr(group, name)
-    except (cfg.Error, ValueError) as exc:
-        raise InputError('%s: %s' % (', '.join(files) or '(no file)',
-                                     str(exc).replace('\n', ' ')))
-    return conf
-
-
 def _local_daemon(conf):
     """``(/1.0/resources, DaemonInfo, client)`` of nova-compute's daemon."""
     from nova_lxd_accel import client as lxd_client
@@ -190,94 +144,22 @@ def _local_daemon(conf):
     return client.resources(), client.daemon_info(), client
 
 
-def shared_gpu_usage(gpu, records, host_devices=()):
-    """Who holds the slots of the shared GPU ``gpu``.
-
-    Read from the instances' binding records as a claim reads them
-    (:func:`nova_lxd_accel.accel.claims.claim`): a slot is held by every
-    instance whose record names it, whatever its project or host, and
-    anything else holding the card itself (a container made by hand, a
-    profile's ``gpu`` device) leaves no slot free.
-
-    :param records: every instance record of the daemon, or None when
-        they were not read: then only the total is known.
-    :returns: ``{"slots_total", "slots_used", "slots", "card_held_by"}``;
-        ``slots`` lists each held slot's ``slot``, ``unit``,
-        ``instance`` (uuid), ``project`` and ``container``
-        (``<LXD project>/<name>``).
-    """
-    from nova_lxd_accel.accel import binding
-    from nova_lxd_accel.accel import devices
-    from nova_lxd_accel import config as lxd_config
-
-    total = gpu.shared_slots
-    if records is None:
-        return {'slots_total': total, 'slots_used': None, 'slots': None,
-                'card_held_by': None}
-    slots = []
-    for record in records:
-        config = record.get('config') or {}
-        for unit in binding.recorded_units(config):
-            if unit.get('kind') != binding.KIND_SHARE or \
-                    devices.normalise_pci_address(unit.get('pci') or '') \
-                    != gpu.pci_address:
-                continue
-            slots.append({'slot': unit.get('slot'), 'unit': unit['unit'],
-                          'instance': config.get(
-                              lxd_config.KEY_INSTANCE_UUID),
-                          'project': unit.get('project_id'),
-                          'container': binding.holder_name(record)})
-    slots.sort(key=lambda s: (str(s['unit']), str(s['container'])))
-    held = binding.held_units(records, host_devices=host_devices)
-    card_held_by = sorted(binding.holders_of(held, 'pci:' + gpu.pci_address))
-    offered = {binding.share_key(gpu.pci_address, n) for n in range(total)}
-    used = len(offered & {s['unit'] for s in slots})
-    return {'slots_total': total,
-            'slots_used': total if card_held_by else used,
-            'slots': slots, 'card_held_by': card_held_by}
-
-
 def compute(resources, mig_text, nodename, conf, daemon=None,
             list_instances=None):
-    """Run the driver's code path on a scratch tree.
+    """The providers the driver would report, on a scratch tree.
 
-    :param mig_text: ``nvidia-smi -L`` text, or None to run nvidia-smi.
     :param daemon: the :class:`nova_lxd_accel.daemon.DaemonInfo` the
         resources came from: the root provider then gets its traits, as
         the driver gives them (None for saved files).
-    :param list_instances: zero-argument callable returning every
-        instance record of the daemon; called only when a GPU is shared.
-        None: who holds the slots is unknown.
-    :returns: the ``describe`` dict; each shared GPU's provider has a
-        ``sharing`` entry (:func:`shared_gpu_usage`).
+    :returns: :func:`.accel.inventory.describe_host`'s dict.
     """
-    from nova.compute import provider_tree
-
-    from nova_lxd_accel import accel
-    from nova_lxd_accel.accel import provider_tree as accel_tree
     from nova_lxd_accel import host as lxd_host
 
-    tree = provider_tree.ProviderTree()
-    tree.new_root(nodename, _ROOT_UUID)
+    tree = inventory.scratch_tree(nodename)
     if daemon is not None:
         lxd_host.apply_daemon_traits(tree, nodename, daemon)
-    list_mig = None if mig_text is None else (lambda: mig_text)
-    inventory = accel.AcceleratorInventory(
-        lambda: resources, list_mig, conf,
-        provider_allocations=lambda rp_uuid: {})
-    inventory.update_provider_tree(tree, nodename, allocations={})
-    description = inventory.describe(tree, nodename)
-    shared = {accel_tree.gpu_provider_name(nodename, gpu.pci_address): gpu
-              for gpu in inventory.reported_gpus() if gpu.shared_slots}
-    if shared:
-        # read after the resources, so no slot claimed since is missed
-        records = list_instances() if list_instances is not None else None
-        for provider in description['providers']:
-            gpu = shared.get(provider['name'])
-            if gpu is not None:
-                provider['sharing'] = shared_gpu_usage(
-                    gpu, records, inventory.all_devices())
-    return description
+    return inventory.describe_host(tree, nodename, resources, mig_text, conf,
+                                   list_instances)
 
 
 def format_table(description):
@@ -341,7 +223,7 @@ def _sharing_lines(sharing):
 
 def _run(args):
     try:
-        conf = _load_conf(args.config_file)
+        conf = common.load_conf(args)
         resources = mig_text = list_instances = None
         if args.resources_file:
             resources = load_resources_file(args.resources_file)
@@ -349,17 +231,17 @@ def _run(args):
             mig_text = load_nvidia_smi_file(args.nvidia_smi_list)
         if args.instances_file:
             list_instances = _saved(load_instances_file(args.instances_file))
-    except InputError as exc:
-        _error(exc)
-        return EXIT_BAD_INPUT
+    except common.InputError as exc:
+        common.error('inventory', exc)
+        return common.EXIT_BAD_INPUT
     daemon = None
     if resources is None:
         try:
             resources, daemon, client = _local_daemon(conf)
         except Exception as exc:
-            _error('cannot read /1.0/resources from the local daemon: %s; '
-                   'give --resources-file' % exc)
-            return EXIT_LXD
+            common.error('inventory', 'cannot read /1.0/resources from the '
+                         'local daemon: %s; give --resources-file' % exc)
+            return common.EXIT_ERROR
         if list_instances is None:
             list_instances = _asking(client)
     nodename = args.nodename or socket.gethostname()
@@ -367,10 +249,10 @@ def _run(args):
         description = compute(resources, mig_text, nodename, conf, daemon,
                               list_instances)
     except DaemonError as exc:
-        _error(exc)
-        return EXIT_LXD
+        common.error('inventory', exc)
+        return common.EXIT_ERROR
     if args.format == 'json':
         print(json.dumps(description, indent=2))
     else:
         print(format_table(description))
-    return EXIT_OK
+    return common.EXIT_OK

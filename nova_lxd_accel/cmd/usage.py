@@ -23,18 +23,14 @@ All three read the GPU state file nova-compute's probe keeps
   ``[lxd_accelerators] metrics_file`` (``--output FILE`` writes it).
 """
 
+import functools
 import json
 import sys
 import time
 
-from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import gpu_metrics
 from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.cmd import gpu as gpu_cmd
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_BAD_INPUT = 2
+from nova_lxd_accel.cmd import common
 
 
 def register(subparsers):
@@ -45,22 +41,19 @@ def register(subparsers):
                     'instance or per project.')
     parser.add_argument('--by', choices=('instance', 'project'),
                         default='instance')
-    parser.add_argument('--format', choices=('table', 'json'),
-                        default='table')
-    gpu_cmd.add_common(parser)
+    common.add_format(parser)
+    common.add_common(parser)
     parser.set_defaults(func=_usage)
 
     parser = subparsers.add_parser(
         'idle', help='GPUs of running instances with no compute use',
         description='GPUs bound to running instances that showed no compute '
                     'use for [lxd_accelerators] idle_report_after seconds.')
-    parser.add_argument('--format', choices=('table', 'json'),
-                        default='table')
+    common.add_format(parser)
     parser.add_argument('--after', type=int, default=None, metavar='SECONDS',
                         help='override [lxd_accelerators] idle_report_after')
-    parser.add_argument('--at', type=float, default=None, metavar='TIME',
-                        help='evaluate at this UNIX time (default: now)')
-    gpu_cmd.add_common(parser)
+    common.add_at(parser)
+    common.add_common(parser)
     parser.set_defaults(func=_idle)
 
     parser = subparsers.add_parser(
@@ -69,23 +62,33 @@ def register(subparsers):
                     'collector) the GPU metrics.')
     parser.add_argument('--output', metavar='FILE',
                         help='write the file atomically instead of printing')
-    parser.add_argument('--at', type=float, default=None, metavar='TIME',
-                        help='evaluate at this UNIX time (default: now)')
-    gpu_cmd.add_common(parser)
+    common.add_at(parser)
+    common.add_common(parser)
     parser.set_defaults(func=_metrics)
 
 
-def _load(args, name):
-    try:
-        conf = gpu_cmd.load_conf(args)
-    except gpu_cmd.InputError as exc:
-        print('nova-lxd-accel %s: error: %s' % (name, exc), file=sys.stderr)
-        return None, None
-    try:
-        return conf, gpu_state.StateStore.from_conf(conf).load()
-    except (OSError, ValueError) as exc:
-        print('nova-lxd-accel %s: error: %s' % (name, exc), file=sys.stderr)
-        return conf, None
+def _reading_state(name):
+    """Run ``command(args, conf, state)`` with the GPU state file read.
+
+    Exits 2 when the configuration cannot be used, 1 when the state file
+    cannot be read.
+    """
+    def decorate(command):
+        @functools.wraps(command)
+        def run(args):
+            try:
+                conf = common.load_conf(args)
+            except common.InputError as exc:
+                common.error(name, exc)
+                return common.EXIT_BAD_INPUT
+            try:
+                state = gpu_state.StateStore.from_conf(conf).load()
+            except (OSError, ValueError) as exc:
+                common.error(name, exc)
+                return common.EXIT_ERROR
+            return command(args, conf, state)
+        return run
+    return decorate
 
 
 def usage_rows(state, by='instance'):
@@ -132,30 +135,26 @@ def format_usage(rows, by):
     return '\n'.join(lines)
 
 
-def _usage(args):
-    conf, state = _load(args, 'usage')
-    if state is None:
-        return EXIT_BAD_INPUT if conf is None else EXIT_ERROR
+@_reading_state('usage')
+def _usage(args, conf, state):
     rows = usage_rows(state, args.by)
     if args.format == 'json':
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
         print(format_usage(rows, args.by))
-    return EXIT_OK
+    return common.EXIT_OK
 
 
-def _idle(args):
-    conf, state = _load(args, 'idle')
-    if state is None:
-        return EXIT_BAD_INPUT if conf is None else EXIT_ERROR
+@_reading_state('idle')
+def _idle(args, conf, state):
     after = args.after
     if after is None:
         after = conf.lxd_accelerators.idle_report_after
     now = args.at if args.at is not None else time.time()
-    idle = gpu_gate.idle_units(state, conf, now, after=after)
+    idle = gpu_state.idle_units(state, conf, now, after=after)
     if args.format == 'json':
         print(json.dumps(idle, indent=2, sort_keys=True))
-        return EXIT_OK
+        return common.EXIT_OK
     if not after:
         print('Idle reporting is off ([lxd_accelerators] '
               'idle_report_after = 0).')
@@ -165,15 +164,13 @@ def _idle(args):
     for unit in idle:
         print('%s  instance %s  project %s  %s  idle since %s (%.1f h)' % (
             unit['pci'], unit['instance'], unit['project'] or '-',
-            unit['unit'], gpu_cmd.when(unit['idle_since']),
+            unit['unit'], common.when(unit['idle_since']),
             unit['idle_s'] / 3600.0))
-    return EXIT_OK
+    return common.EXIT_OK
 
 
-def _metrics(args):
-    conf, state = _load(args, 'metrics')
-    if state is None:
-        return EXIT_BAD_INPUT if conf is None else EXIT_ERROR
+@_reading_state('metrics')
+def _metrics(args, conf, state):
     pcis = set(state.get('baseline', {})) | {
         u.get('pci') for u in state.get('bound', {}).values()} | {
         u.get('pci') for u in state.get('dirty', {}).values()}
@@ -183,9 +180,8 @@ def _metrics(args):
         try:
             gpu_metrics.write_textfile(args.output, text)
         except OSError as exc:
-            print('nova-lxd-accel metrics: error: %s' % exc,
-                  file=sys.stderr)
-            return EXIT_ERROR
+            common.error('metrics', exc)
+            return common.EXIT_ERROR
     else:
         sys.stdout.write(text)
-    return EXIT_OK
+    return common.EXIT_OK

@@ -12,13 +12,13 @@
 
 """GPU, MIG and InfiniBand flavors that boot, through nova's own cloud.
 
-Real nova API/conductor/scheduler/compute, real Placement, this driver and
-the real LXD daemon. The host's accelerators are recorded samples served
-by :class:`tests.lxd_proxy.LXDProxy` at LXD's HTTP boundary (there is no
-such hardware here; see that module for exactly what it fakes), and
-``nvidia-smi -L`` is a script printing a recorded sample. The "GPU absent"
-path runs with the proxy forwarding devices unchanged, so the real LXD
-refuses to start the container.
+Real nova API/conductor/scheduler/compute, real Placement, this driver and the
+real LXD daemon. The host's accelerators are recorded samples served by
+:class:`tools.sandbox.venv.lxd_proxy.LXDProxy` at LXD's HTTP boundary (there is
+no such hardware here; see that module for exactly what it fakes), and
+``nvidia-smi -L`` is a script printing a recorded sample. The "GPU absent" path
+runs with the proxy forwarding devices unchanged, so the real LXD refuses to
+start the container.
 """
 
 import json
@@ -30,11 +30,11 @@ from oslo_utils import uuidutils
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel.spec import identity
 from tests import fake_nvidia_smi
 from tests.functional import base
-from tests import lxd_proxy
 from tests.unit.accel import utils
+from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF
 HOST = 'compute1'
@@ -109,7 +109,7 @@ class AccelTestBase(base.LXDFunctionalTestCase):
 
     def record(self, server):
         """The container as the driver sees it (through the proxy)."""
-        return self.compute.driver._client.get_container(
+        return self.compute.driver._parts.client.get_container(
             'nova-%s' % server['id'])
 
     def accel_devices(self, server):
@@ -158,7 +158,7 @@ class BindingTest(AccelTestBase):
         # the binding is recorded in the real container's own config
         real = self.container_of(server)
         self.assertEqual('Running', real['status'])
-        record = json.loads(real['config'][binding.DEVICES_KEY])
+        record = json.loads(real['config'][identity.KEY_DEVICES])
         self.assertEqual([(self.rp(name), 'PGPU', 'pci:' + pci)],
                          [(r['provider'], r['resource_class'], r['unit'])
                           for r in record])
@@ -258,11 +258,11 @@ class BindingTest(AccelTestBase):
         orphan = 'nova-%s' % uuidutils.generate_uuid()
         record = [{'name': 'nova-gpu0', 'kind': 'pgpu', 'unit': 'pci:' + pci,
                    'resource_class': 'PGPU', 'provider': 'gone', 'pci': pci}]
-        client = self.compute.driver._client
+        client = self.compute.driver._parts.client
         client.create_container(
-            orphan, {lxd_config.KEY_HOST: HOST,
-                     lxd_config.KEY_INSTANCE_UUID: orphan[5:],
-                     binding.DEVICES_KEY: json.dumps(record)},
+            orphan, {identity.KEY_HOST: HOST,
+                     identity.KEY_INSTANCE_UUID: orphan[5:],
+                     identity.KEY_DEVICES: json.dumps(record)},
             {'nova-gpu0': {'type': 'gpu', 'gputype': 'physical',
                            'pci': pci},
              'root': {'type': 'disk', 'path': '/', 'pool': 'default'}},
@@ -270,7 +270,7 @@ class BindingTest(AccelTestBase):
                         self.image_id})
         self.compute = self.restart_compute_service(self.compute)
         after = client.get_container(orphan)
-        self.assertNotIn(binding.DEVICES_KEY, after['config'])
+        self.assertNotIn(identity.KEY_DEVICES, after['config'])
         self.assertEqual(['root'], list(after['devices']))
         self.assertIn('Released accelerators', self.stdlog.logger.output)
         self.assertIn(orphan, self.stdlog.logger.output)
@@ -283,7 +283,7 @@ class BindingTest(AccelTestBase):
     def test_no_accelerator_no_device(self):
         server = self.boot(self.flavor())
         self.assertEqual({}, self.accel_devices(server))
-        self.assertNotIn(binding.DEVICES_KEY,
+        self.assertNotIn(identity.KEY_DEVICES,
                          self.container_of(server)['config'])
         self._delete_server(server)
         self.assert_released(server)

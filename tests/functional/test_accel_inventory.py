@@ -12,14 +12,14 @@
 
 """Accelerator providers in a real Placement, through nova's own cloud.
 
-Runs nova's in-process cloud (API, conductor, scheduler, one compute) with
-the real ``PlacementFixture`` and this driver against the real LXD daemon.
-The host's accelerators are the recorded samples of
-``tests/unit/accel/samples``, served as LXD's own ``GET /1.0/resources``
-answer by :class:`tests.lxd_proxy.LXDProxy` (no such hardware here), and
-``nvidia-smi -L`` is a script printing a recorded sample. Tests change the
-host by rewriting both; the allocations of a vanished device are read from
-Placement by the default code path.
+Runs nova's in-process cloud (API, conductor, scheduler, one compute) with the
+real ``PlacementFixture`` and this driver against the real LXD daemon. The
+host's accelerators are the recorded samples of ``tests/unit/accel/samples``,
+served as LXD's own ``GET /1.0/resources`` answer by
+:class:`tools.sandbox.venv.lxd_proxy.LXDProxy` (no such hardware here), and
+``nvidia-smi -L`` is a script printing a recorded sample. Tests change the host
+by rewriting both; the allocations of a vanished device are read from Placement
+by the default code path.
 """
 
 import collections
@@ -33,7 +33,7 @@ from nova.scheduler.client import report
 from nova_lxd_accel import conf as lxd_conf
 from tests import fake_nvidia_smi
 from tests.functional import base
-from tests import lxd_proxy
+from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)),
@@ -140,7 +140,7 @@ class TestAcceleratorInventory(base.LXDFunctionalTestCase):
             IB_97: ({'CUSTOM_INFINIBAND_PORT': (1, 0)}, mlx),
         }, {name: value[1:] for name, value in children.items()})
         driver = self.compute.driver
-        gpu = driver._accelerators.device_for_provider(children[GPU][0])
+        gpu = driver._parts.inventory.device_for_provider(children[GPU][0])
         self.assertEqual('0000:00:09.0', gpu.pci_address)
 
     def test_changes_reach_placement_after_periodics(self):

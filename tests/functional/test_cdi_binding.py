@@ -12,25 +12,23 @@
 
 """CDI binding on LXD 6, through nova's own cloud, at LXD's HTTP boundary.
 
-LXD 5.21 and 6.x install only as a snap, which cannot run here. The
-compute node talks to :class:`tests.lxd_proxy.LXDProxy` presenting the
+LXD 5.21 and 6.x install only as a snap, which cannot run here. The compute
+node talks to :class:`tools.sandbox.venv.lxd_proxy.LXDProxy` presenting the
 recorded ``GET /1.0`` of LXD 6.2 (``tests/unit/samples/daemons``: its
-documented API, extensions from its source, ``gpu_cdi`` among them) in
-front of the real LXD 5.0.2; the proxy validates gpu devices the way LXD
-6.2 does (a malformed CDI id, or a CDI id next to ``nvidia.runtime=true``,
-is refused with LXD's own message) and hides valid ones from the real
-daemon, which has no GPU.
+documented API, extensions from its source, ``gpu_cdi`` among them) in front of
+the real LXD 5.0.2; the proxy validates gpu devices the way LXD 6.2 does (a
+malformed CDI id, or a CDI id next to ``nvidia.runtime=true``, is refused with
+LXD's own message) and hides valid ones from the real daemon, which has no GPU.
 """
 
 import nova.conf
 
-from nova_lxd_accel.accel import cdi
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
 from tests.functional import base
 from tests.functional import test_accel_binding as accel
-from tests import lxd_proxy
 from tests.unit import test_client_discovery as recorded
+from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF
 GPU_10 = accel.HOST + '_gpu_0000_10_00_0'
@@ -49,7 +47,6 @@ class CdiTestBase(accel.AccelTestBase):
         self.flags(endpoint=self.proxy.socket_path, group='lxd')
         self.flags(nvidia_smi_path=self._fake_nvidia_smi(self.mig_text),
                    group='lxd_accelerators')
-        self.addCleanup(cdi.set_host_mode, cdi.RUNTIME)
         base.LXDFunctionalTestCase.setUp(self)
         self.compute = self.computes[accel.HOST]
 
@@ -63,7 +60,7 @@ class CdiWholeGpuTest(CdiTestBase):
     host_resources = staticmethod(accel.eight_gpu_host)
 
     def test_gpu_bound_by_uuid_without_nvidia_runtime(self):
-        daemon = self.compute.driver._client.daemon_info()
+        daemon = self.compute.driver._parts.client.daemon_info()
         self.assertEqual(('lxd', '6.2'), (daemon.server, daemon.version))
         traits = self.root_traits()
         self.assertIn('CUSTOM_LXD_DAEMON_LXD', traits)
@@ -88,7 +85,7 @@ class CdiWholeGpuTest(CdiTestBase):
         self.assert_released(server)
 
     def test_malformed_cdi_id_refused_as_lxd_does(self):
-        client = self.compute.driver._client
+        client = self.compute.driver._parts.client
         error = self.assertRaises(
             exception.LXDOperationFailed, client.create_container, 'bad',
             {}, {'gpu0': {'type': 'gpu', 'gputype': 'physical',

@@ -12,12 +12,12 @@
 
 """Claims on providers of several units, through nova's own cloud.
 
-Placement only counts MIG devices and InfiniBand VFs; the driver chooses
-which one each server gets (:mod:`nova_lxd_accel.accel.claims`). These
-tests boot servers at once onto a GPU split into 7 MIG devices and an
-InfiniBand card with 8 VFs, against the real LXD daemon (the hardware is
-recorded, see :mod:`tests.lxd_proxy`), and check that no unit is ever
-bound twice, including units held by instances nova did not make.
+Placement only counts MIG devices and InfiniBand VFs; the driver chooses which
+one each server gets (:mod:`nova_lxd_accel.accel.claims`). These tests boot
+servers at once onto a GPU split into 7 MIG devices and an InfiniBand card with
+8 VFs, against the real LXD daemon (the hardware is recorded, see
+:mod:`tools.sandbox.venv.lxd_proxy`), and check that no unit is ever bound
+twice, including units held by instances nova did not make.
 
 Run them on native threads with ``OS_NOVA_DISABLE_EVENTLET_PATCHING=1``;
 they pass on eventlet too.
@@ -39,6 +39,7 @@ import fixtures
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims
+from nova_lxd_accel.spec import identity
 from tests.functional import test_accel_binding as accel_ft
 from tests import lxd_fixtures
 from tests.unit.accel import utils
@@ -132,7 +133,7 @@ class ClaimTestBase(accel_ft.AccelTestBase):
 
         self.useFixture(fixtures.MonkeyPatch(
             'nova_lxd_accel.accel.binding.bind', bind))
-        client = self.compute.driver._client
+        client = self.compute.driver._parts.client
         real_modify = client.modify_container
 
         def modify(name, change, *args, **kwargs):
@@ -169,7 +170,7 @@ class ConcurrentClaimTest(ClaimTestBase):
         # each container's record says what it holds, and only that
         for server in final:
             record = json.loads(self.container_of(server)['config'][
-                binding.DEVICES_KEY])
+                identity.KEY_DEVICES])
             self.assertEqual(len(self.units_of(server)), len(record))
         # Placement agrees: everything used
         self.assertEqual({MIG_RC: 7}, self._get_provider_usages(
@@ -199,8 +200,8 @@ class ConcurrentClaimTest(ClaimTestBase):
 class DurableClaimTest(ClaimTestBase):
 
     def test_restarted_compute_sees_the_recorded_claim(self):
-        client = self.compute.driver._client
-        inventory = self.compute.driver._accelerators
+        client = self.compute.driver._parts.client
+        inventory = self.compute.driver._parts.inventory
         name = 'nova-%s' % uuid.uuid4()
         # a spawn that got as far as the claim: created, claimed, not
         # started, and then nova-compute died
@@ -221,7 +222,7 @@ class DurableClaimTest(ClaimTestBase):
         taken = first.units[0].device['mig.uuid']
         self.assertEqual(MIG_UUIDS[0], taken)
         self.assertNotIn(taken, self.units_of(server))
-        client = self.compute.driver._client
+        client = self.compute.driver._parts.client
         client.delete_container(name)
         self._delete_server(server)
 

@@ -36,7 +36,7 @@ from tests.functional import test_resize_migrate
 from tests.integration import test_faults as it_faults
 from tests.integration import test_migration as peer
 from tests import lxd_fixtures
-from tests import lxd_proxy
+from tools.sandbox.venv import lxd_proxy
 
 ZERO = {'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0}
 
@@ -128,7 +128,9 @@ class BuildAbortTest(_FaultTestCase):
 
 
 class _ProxiedTestCase(_FaultTestCase):
-    """nova-compute reaches LXD through tests.lxd_proxy (pass-through).
+    """nova-compute reaches LXD through the sandbox's pass-through proxy.
+
+    (tools.sandbox.venv.lxd_proxy.)
 
     Stopping the proxy makes the socket refuse connections exactly as a
     stopped daemon does, without stopping the daemon others share;
@@ -148,7 +150,7 @@ class _ProxiedTestCase(_FaultTestCase):
         if os.path.exists(self.proxy.socket_path):
             os.unlink(self.proxy.socket_path)
         self.proxy._process = subprocess.Popen(
-            [sys.executable, '-m', 'tests.lxd_proxy',
+            [sys.executable, '-m', 'tools.sandbox.venv.lxd_proxy',
              '--socket', self.proxy.socket_path,
              '--upstream', self.proxy.upstream,
              '--resources', self.proxy.resources_file, '--no-strip'],

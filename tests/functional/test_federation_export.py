@@ -43,7 +43,7 @@ class TestFederationExport(test_gpu_gate.GpuHostTestCase):
         admin.microversion = '2.86'
         driver = self.computes[test_gpu_gate.HOST].driver
         proposals = [p for p in flavors.propose(
-            driver._accelerators.reported_gpus(), vcpus=1, ram=128, disk=0)
+            driver._parts.inventory.reported_gpus(), vcpus=1, ram=128, disk=0)
             if p.name == 'g1.h100-80gb-hbm3-1g.10gb']
         test_gpu_flavors.ApiFlavors(admin).create(proposals[0])
         by_name = {f['name']: f['id'] for f in admin.get_flavors()}

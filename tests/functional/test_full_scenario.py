@@ -28,8 +28,7 @@ import uuid
 
 from nova.volume import cinder as cinder_api
 
-from nova_lxd_accel import config as lxd_config
-from nova_lxd_accel import migration
+from nova_lxd_accel.spec import identity
 from tests.functional import base
 from tests.functional import test_network
 from tests.functional import test_resize_migrate
@@ -188,8 +187,8 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
         self.assertEqual(host, self.host_of(server))
         record = self.daemon(host).instance(name)
         self.assertEqual('Running', record['status'])
-        self.assertEqual(host, record['config'][lxd_config.KEY_HOST])
-        self.assertNotIn(migration.KEY_BACKUP_OF, record['config'])
+        self.assertEqual(host, record['config'][identity.KEY_HOST])
+        self.assertNotIn(identity.KEY_BACKUP_OF, record['config'])
         self.assertNotIn(name, self.names(other))
         limits = {'lxd.small': ('1', '128MiB'),
                   'lxd.big': ('2', '256MiB')}[flavor]

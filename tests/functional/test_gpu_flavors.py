@@ -55,9 +55,9 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
 
     def proposals(self):
         driver = self.computes[test_gpu_gate.HOST].driver
-        snapshot = driver._accelerators.gate.last_snapshot
+        snapshot = driver._parts.inventory.gate.last_snapshot
         memory = {pci: g.memory_total_mib for pci, g in snapshot.gpus.items()}
-        return flavors.propose(driver._accelerators.reported_gpus(), memory,
+        return flavors.propose(driver._parts.inventory.reported_gpus(), memory,
                                vcpus=1, ram=128, disk=0)
 
     def test_created_flavors_boot_on_their_gpus(self):

@@ -12,14 +12,14 @@
 
 """Health gate and verified release through nova's cloud and Placement.
 
-The host is the recorded H100 (MIG, ``nvsmi-h100-80gb-mig-4slices-L``)
-plus the GT 730 of LXD issue 9201, served by :class:`tests.lxd_proxy.
-LXDProxy`; ``nvidia-smi`` is a script answering ``-L``,
-``--query-gpu`` and ``--query-compute-apps`` from files the test rewrites:
-the H100 row is the recorded idle capture's values, the GT 730 row is
-hand-built in the probe's field list (see ``samples/README.md``), and
-process lines are the recorded load capture's. nova-compute's periodic
-task runs the real probe and the real Placement gets the result.
+The host is the recorded H100 (MIG, ``nvsmi-h100-80gb-mig-4slices-L``) plus the
+GT 730 of LXD issue 9201, served by :class:`tools.sandbox.venv.lxd_proxy.
+LXDProxy`; ``nvidia-smi`` is a script answering ``-L``, ``--query-gpu`` and
+``--query-compute-apps`` from files the test rewrites: the H100 row is the
+recorded idle capture's values, the GT 730 row is hand-built in the probe's
+field list (see ``samples/README.md``), and process lines are the recorded load
+capture's. nova-compute's periodic task runs the real probe and the real
+Placement gets the result.
 """
 
 import contextlib
@@ -30,14 +30,14 @@ import time
 
 import nova.conf
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.cmd import main as cli
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 from tests.functional import base
 from tests.functional import test_accel_inventory as inv
-from tests import lxd_proxy
+from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF
 HOST = inv.HOST
@@ -250,7 +250,7 @@ class TestReleaseAtDelete(GpuHostTestCase):
     SLICE2_BUSY_Q = 'handmade-nvsmi-h100-mig-slice2-busy-q.txt'
 
     def units(self, server):
-        return binding.recorded_units(self.container_of(server)['config'])
+        return identity.recorded_units(self.container_of(server)['config'])
 
     def provider_uuid(self, name):
         for rp in self._get_all_rps_in_a_tree(self.root_uuid):
@@ -304,7 +304,7 @@ class TestReleaseAtDelete(GpuHostTestCase):
         # with only the dirty one left the claim refuses, naming it and why
         driver = self.computes[HOST].driver
         error = self.assertRaises(
-            exception.AcceleratorUnavailable, driver._claims.claim,
+            exception.AcceleratorUnavailable, driver._parts.claims.claim,
             'nova-not-created', {self.provider_uuid(H100): {
                 'resources': {'CUSTOM_MIG_1G_10GB': 1}}}, None)
         self.assertIn(dirty['unit'], str(error))

@@ -33,6 +33,7 @@ from nova_lxd_accel import conf as lxd_conf
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims
+from nova_lxd_accel.spec import identity
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
 from tests.unit.accel import test_gpu_probe
@@ -107,7 +108,7 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
         then :func:`binding.held_units`, as
         :func:`nova_lxd_accel.accel.claims.claim` does.
         """
-        records = self.compute.driver._client.list_all_instances()
+        records = self.compute.driver._parts.client.list_all_instances()
         return {key: sorted(holders) for key, holders in
                 binding.held_units(records).items()
                 if key.startswith('share:')}
@@ -120,7 +121,7 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
     def units(self, server):
         return [(u['kind'], u['unit'], u.get('project_id'))
                 for u in json.loads(self.container_of(server)['config'][
-                    binding.DEVICES_KEY])]
+                    identity.KEY_DEVICES])]
 
     def wait_built_by(self, api, server):
         # as long as wait_built: a refused claim is rescheduled first, and

@@ -23,10 +23,8 @@ import uuid
 
 import fixtures
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import driver as lxd_driver
-from nova_lxd_accel import migration
+from nova_lxd_accel.spec import identity
 from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.integration import test_migration as peer
@@ -214,7 +212,7 @@ class TwoHostTest(_Base):
         self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
         moved = self.peer.instance(name)
         self.assertEqual('Running', moved['status'])
-        self.assertEqual('compute2', moved['config'][lxd_config.KEY_HOST])
+        self.assertEqual('compute2', moved['config'][identity.KEY_HOST])
         self.assertEqual(b'from compute1', self.peer.client.instances.get(
             name).files.get('/root/hello'))
         # the source keeps the original, stopped, until confirmed
@@ -249,8 +247,8 @@ class TwoHostTest(_Base):
         record = self.lxd.instance(name)
         self.assertEqual('Running', record['status'])
         self.assertEqual('128MiB', record['config']['limits.memory'])
-        self.assertEqual('compute1', record['config'][lxd_config.KEY_HOST])
-        self.assertNotIn(migration.KEY_BACKUP_OF, record['config'])
+        self.assertEqual('compute1', record['config'][identity.KEY_HOST])
+        self.assertNotIn(identity.KEY_BACKUP_OF, record['config'])
         self.assertEqual(b'stays', self.lxd.client.instances.get(
             name).files.get('/root/hello'))
         self._delete_server(server)
@@ -302,7 +300,7 @@ class AcceleratorResizeTest(test_accel_binding.AccelTestBase):
 
     def units(self, server):
         record = self.record(server)
-        return sorted(u['unit'] for u in binding.recorded_units(
+        return sorted(u['unit'] for u in identity.recorded_units(
             record['config']))
 
     def test_pgpu_to_mig_and_back(self):
@@ -355,7 +353,7 @@ class AcceleratorResizeTest(test_accel_binding.AccelTestBase):
                             after['config']['volatile.uuid'])
         self.assertEqual(allocations, self.accel_allocations(server))
         record = json.loads(self.record(server)['config'][
-            binding.DEVICES_KEY])
+            identity.KEY_DEVICES])
         self.assertEqual(['nova-gpu0'], [r['name'] for r in record])
         self._delete_server(server)
         self.assertEqual([], self.container_names())

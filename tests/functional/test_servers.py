@@ -17,7 +17,7 @@ import nova.conf
 from nova_lxd_accel import conf as lxd_conf
 from tests.functional import base
 from tests import lxd_fixtures
-from tests import lxd_proxy
+from tools.sandbox.venv import lxd_proxy
 
 
 class ServerLifecycleTest(base.LXDFunctionalTestCase):
@@ -116,10 +116,10 @@ class ServerFailureTest(base.LXDFunctionalTestCase):
 class LXDDownTest(base.LXDFunctionalTestCase):
     """LXD goes away under a running nova-compute.
 
-    nova-compute reaches LXD through a pass-through proxy (tests.lxd_proxy,
-    forwarding everything unchanged); stopping the proxy makes LXD's socket
-    refuse connections exactly as a stopped daemon does, without stopping
-    the daemon other tests share.
+    nova-compute reaches LXD through a pass-through proxy
+    (tools.sandbox.venv.lxd_proxy, forwarding everything unchanged); stopping
+    the proxy makes LXD's socket refuse connections exactly as a stopped daemon
+    does, without stopping the daemon other tests share.
     """
 
     def setUp(self):

@@ -34,7 +34,7 @@ class DaemonIdentityTest(base.DriverTestCase):
         self.name = {'lxd': 'LXD', 'incus': 'Incus'}[self.kind]
 
     def test_identity_logged_once_at_start(self):
-        daemon = self.driver._client.daemon_info()
+        daemon = self.driver._parts.client.daemon_info()
         self.assertEqual(self.kind, daemon.server)
         self.assertEqual([], daemon.missing_required())
         lines = [line for line in self.stdlog.logger.output.splitlines()

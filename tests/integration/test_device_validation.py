@@ -12,9 +12,10 @@
 
 """Every device the binding can produce, through the REAL daemon's checks.
 
-The functional tests go through :mod:`tests.lxd_proxy`, which keeps gpu
-and infiniband devices away from LXD (there is no such hardware here), so
-an option LXD does not accept would pass them all. Here each device dict
+The functional tests go through :mod:`tools.sandbox.venv.lxd_proxy`, which
+keeps gpu and infiniband devices away from LXD (there is no such hardware
+here), so an option LXD does not accept would pass them all. Here each device
+dict
 :func:`nova_lxd_accel.accel.binding.bind` produces, for each kind (whole
 GPU, MIG device, InfiniBand VF and port) and each NVIDIA driver generation
 (``MIG-<uuid>`` since R470, ``MIG-GPU-<uuid>/<gi>/<ci>`` before), is added
@@ -36,6 +37,7 @@ from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import cdi
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 from tests import lxd_fixtures
 from tests.unit.accel import utils
 
@@ -173,7 +175,7 @@ class DeviceValidationTest(testtools.TestCase):
 
     def test_binding_config_is_accepted(self):
         configs = {json.dumps({k: v for k, v in config.items()
-                               if k != binding.DEVICES_KEY}, sort_keys=True)
+                               if k != identity.KEY_DEVICES}, sort_keys=True)
                    for _, _, config in produced_devices(self.extensions)}
         for text in sorted(configs):
             config = json.loads(text)

@@ -30,11 +30,12 @@ import uuid
 import nova.conf
 from nova.network import model as network_model
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import reconcile
 from nova_lxd_accel import client as lxd_client
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import network
+from nova_lxd_accel.spec import identity
+from nova_lxd_accel.spec import nic
+from nova_lxd_accel.spec import volume as volume_spec
 from nova_lxd_accel import volumes
 from tests.integration import base
 from tests.integration import test_volumes
@@ -109,9 +110,9 @@ class ETagTest(base.DriverTestCase):
         self.project._wait(self.project.client.api.instances.post(json={
             'name': self.name, 'type': 'container',
             'source': {'type': 'none'}, 'config': {
-                lxd_config.KEY_HOST: self.host,
-                lxd_config.KEY_INSTANCE_UUID: self.instance.uuid,
-                binding.DEVICES_KEY: json.dumps(record)},
+                identity.KEY_HOST: self.host,
+                identity.KEY_INSTANCE_UUID: self.instance.uuid,
+                identity.KEY_DEVICES: json.dumps(record)},
             'devices': {'nova-gpu0': GPU}}))
 
     def _vif(self):
@@ -129,7 +130,7 @@ class ETagTest(base.DriverTestCase):
                    for w in ('nic', 'volume', 'reconcile')]
         vif = self._vif()
         info = self.loop.connection_info(str(uuid.uuid4()))
-        vol_name = volumes.device_name(info, '/dev/vdb')
+        vol_name = volume_spec.device_name(info, '/dev/vdb')
         errors = []
 
         def run(func, *args):
@@ -156,10 +157,10 @@ class ETagTest(base.DriverTestCase):
         # all three read the same state before writing
         self.assertFalse(barrier.broken)
         record = self.container(self.instance)
-        self.assertIn(network.device_name(vif), record['devices'])
+        self.assertIn(nic.device_name(vif), record['devices'])
         self.assertIn(vol_name, record['devices'])
         self.assertNotIn('nova-gpu0', record['devices'])
-        self.assertNotIn(binding.DEVICES_KEY, record['config'])
+        self.assertNotIn(identity.KEY_DEVICES, record['config'])
         # two of them found the container changed (412) and wrote again
         self.assertGreaterEqual(sum(c.reads for c in clients), 5)
         volumes.Volumes(clients[1], CONF).detach(

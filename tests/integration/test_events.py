@@ -134,7 +134,7 @@ class EventsTestBase(base.DriverTestCase):
         """Start the (event) watcher of a driver; count its listings."""
         driver = driver or self.driver
         self.flags(lifecycle_poll_interval=60, group='lxd')
-        client = driver._client
+        client = driver._parts.client
         list_containers = client.list_containers
 
         def counting():
@@ -216,7 +216,7 @@ class LifecycleEventsTest(EventsTestBase):
         # What `lxc delete --force` does (stop, then delete), done before
         # the watcher reads the container again: it finds it gone.
         gate = threading.Event()
-        client = self.driver._client
+        client = self.driver._parts.client
         get_container = client.get_container
 
         def gated(name):

@@ -12,12 +12,12 @@
 
 """Fault injection against the real LXD daemon (issue 11).
 
-Every fault is real: an image whose init cannot run (LXD's start fails
-in ``forkstart`` and LXD keeps the container busy with its "stop" hook
-for a moment), a device LXD rejects, a daemon that stops answering (the
-pass-through proxy of tests.lxd_proxy is stopped), a guest that writes
-nothing to its console. Each test checks what the caller gets and that no
-container is left in the test's LXD project.
+Every fault is real: an image whose init cannot run (LXD's start fails in
+``forkstart`` and LXD keeps the container busy with its "stop" hook for a
+moment), a device LXD rejects, a daemon that stops answering (the pass-through
+proxy of tools.sandbox.venv.lxd_proxy is stopped), a guest that writes nothing
+to its console. Each test checks what the caller gets and that no container is
+left in the test's LXD project.
 """
 
 import gzip
@@ -37,10 +37,11 @@ from nova import exception as nova_exception
 
 from nova_lxd_accel import exception
 from nova_lxd_accel import migration
+from nova_lxd_accel.spec import identity
 from tests.integration import base
 from tests.integration import test_migration
 from tests import lxd_fixtures
-from tests import lxd_proxy
+from tools.sandbox.venv import lxd_proxy
 
 #: An init that prints nothing: the console ring buffer stays empty.
 SILENT_INIT = (b'#!/bin/sh\ntrap "exit 0" PWR TERM INT\n'
@@ -124,7 +125,8 @@ class SpawnFaultTest(_FaultTestCase):
         # and refuses to delete it ("busy running a 'create' operation")
         # until the root file system is unpacked: destroy must wait.
         instance = self.make_instance()
-        alias = self.driver._images.ensure(self.context, self.tiny_image())
+        alias = self.driver._parts.images.ensure(self.context,
+                                                 self.tiny_image())
         name = self.container_name(instance)
         self.project.client.api.instances.post(json={
             'name': name, 'type': 'container', 'profiles': ['default'],
@@ -212,8 +214,9 @@ class ConsoleTest(_FaultTestCase):
         self.driver.spawn(self.context, instance, self.tiny_image(), [],
                           None, {})
         self.wait_for_console(instance, b'tiny init started')
-        self.driver._client.push_file(self.container_name(instance),
-                                      '/sbin/init', SILENT_INIT, mode=0o755)
+        self.driver._parts.client.push_file(
+            self.container_name(instance), '/sbin/init', SILENT_INIT,
+            mode=0o755)
         self.driver.reboot(self.context, instance, None, 'HARD')
         self.assertEqual('Running', self.container(instance)['status'])
         # What was there before the reboot is still readable.
@@ -240,8 +243,8 @@ class ConsoleTest(_FaultTestCase):
                           None, {})
         self.wait_for_console(instance, b'tiny init started')
         name = self.container_name(instance)
-        self.driver._client.push_file(name, '/sbin/init', SILENT_INIT,
-                                      mode=0o755)
+        self.driver._parts.client.push_file(name, '/sbin/init', SILENT_INIT,
+                                            mode=0o755)
         # Written after nova's last read: only in LXD's buffer, which the
         # next start empties.
         # The daemon's monitor relays the console into its buffer on its
@@ -258,8 +261,9 @@ class ConsoleTest(_FaultTestCase):
         instance = self.make_instance()
         self.driver.spawn(self.context, instance, self.tiny_image(), [],
                           None, {}, power_on=False)
-        self.driver._client.push_file(self.container_name(instance),
-                                      '/sbin/init', SILENT_INIT, mode=0o755)
+        self.driver._parts.client.push_file(
+            self.container_name(instance), '/sbin/init', SILENT_INIT,
+            mode=0o755)
         self.driver.power_on(self.context, instance, None)
         self.assertEqual(b'', self.driver.get_console_output(
             self.context, instance))
@@ -316,7 +320,7 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
         record = self.container(instance)
         self.assertEqual('Stopped', record['status'])
         self.assertEqual('128MiB', record['config']['limits.memory'])
-        self.assertNotIn(migration.KEY_BACKUP_OF, record['config'])
+        self.assertNotIn(identity.KEY_BACKUP_OF, record['config'])
         self.assertEqual([instance.uuid], self.driver.list_instance_uuids())
         instance.flavor = instance.old_flavor
         self.driver.power_on(self.context, instance, None)
@@ -383,7 +387,7 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
             self.context, instance, '127.0.0.1', self.new_flavor(), None,
             None, 5, 1)
         self.driver.destroy(self.context, instance, None)
-        self.driver._client.rename_container(backup, name)
+        self.driver._parts.client.rename_container(backup, name)
         self.assertEqual([], self.driver.list_instance_uuids())
         self.driver.finish_revert_migration(self.context, instance, None,
                                             mig, None, True)
@@ -397,7 +401,7 @@ class KilledComputeTest(_FaultTestCase):
     def test_restart_removes_the_half_made_container(self):
         image = self.tiny_image()
         # The image is in LXD already, as on a host that booted it before.
-        self.driver._images.ensure(self.context, image)
+        self.driver._parts.images.ensure(self.context, image)
         instance = self.make_instance(vm_state=vm_states.BUILDING,
                                       task_state=task_states.SPAWNING)
         name = self.container_name(instance)
@@ -417,7 +421,7 @@ class KilledComputeTest(_FaultTestCase):
         child.wait()
 
         # The restarted nova-compute finds the instance still BUILDING.
-        interrupted = self.driver._lifecycle.remove_interrupted_builds(
+        interrupted = self.driver._parts.lifecycle.remove_interrupted_builds(
             [instance, self.make_instance()], self.host)
         self.assertEqual([instance.uuid],
                          [i.uuid for i, _fault in interrupted])

@@ -35,8 +35,8 @@ from nova.compute import power_state
 from nova.virt import driver as virt_driver
 import pylxd
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import reconcile
+from nova_lxd_accel.spec import identity
 from tests.integration import base
 from tests.integration import test_volumes
 from tests import lxd_fixtures
@@ -117,7 +117,7 @@ class LXDToIncusTest(base.DriverTestCase):
         units = [{'unit': 'pgpu:0000:65:00.0', 'name': 'nova-gpu-0',
                   'rp_uuid': str(uuid.uuid4()), 'rc': 'PGPU'}]
         container = self.source.client.instances.get(name)
-        container.config[binding.DEVICES_KEY] = json.dumps(units)
+        container.config[identity.KEY_DEVICES] = json.dumps(units)
         container.save(wait=True)
         lxd_driver.power_off(instance, timeout=5)
 
@@ -138,8 +138,8 @@ class LXDToIncusTest(base.DriverTestCase):
         # The binding record: kept while nova has the instance on the host,
         # released once it does not.
         self.assertEqual([], reconcile.reconcile(
-            incus_driver._client, self.host, {instance.uuid}))
-        self.assertEqual(units, binding.recorded_units(
+            incus_driver._parts.client, self.host, {instance.uuid}))
+        self.assertEqual(units, identity.recorded_units(
             self.target.instance(name)['config']))
 
         incus_driver.power_on(self.context, instance, [])
@@ -155,8 +155,8 @@ class LXDToIncusTest(base.DriverTestCase):
                          self.target.instance(name)['devices'])
 
         self.assertEqual([name], reconcile.reconcile(
-            incus_driver._client, self.host, set()))
-        self.assertEqual([], binding.recorded_units(
+            incus_driver._parts.client, self.host, set()))
+        self.assertEqual([], identity.recorded_units(
             self.target.instance(name)['config']))
 
         incus_driver.destroy(self.context, instance, [])

@@ -31,8 +31,8 @@ from nova import objects
 from nova.virt import driver as virt_driver
 import pylxd
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import migration
+from nova_lxd_accel.spec import identity
 from tests.integration import base
 from tests import lxd_fixtures
 
@@ -123,8 +123,8 @@ class _MigrationTestBase(base.DriverTestCase):
         return mig
 
     def write(self, instance, text):
-        self.driver._client.push_file(self.container_name(instance),
-                                      '/root/hello', text.encode())
+        self.driver._parts.client.push_file(self.container_name(instance),
+                                            '/root/hello', text.encode())
 
 
 class SameHostResizeTest(_MigrationTestBase):
@@ -154,7 +154,7 @@ class SameHostResizeTest(_MigrationTestBase):
         self.assertEqual('2', record['config']['limits.cpu'])
         self.assertEqual('256MiB', record['config']['limits.memory'])
         self.assertEqual('300', record['config']['limits.processes'])
-        self.assertEqual(self.host, record['config'][lxd_config.KEY_HOST])
+        self.assertEqual(self.host, record['config'][identity.KEY_HOST])
         self.assertEqual(b'before resize', read_file(
             self.project.client, name, '/root/hello'))
         # the original is kept, stopped, as it was, and not an instance
@@ -162,8 +162,8 @@ class SameHostResizeTest(_MigrationTestBase):
         self.assertEqual('Stopped', kept['status'])
         self.assertEqual('1', kept['config']['limits.cpu'])
         self.assertEqual('128MiB', kept['config']['limits.memory'])
-        self.assertNotIn(lxd_config.KEY_HOST, kept['config'])
-        self.assertEqual(self.host, kept['config'][migration.KEY_BACKUP_OF])
+        self.assertNotIn(identity.KEY_HOST, kept['config'])
+        self.assertEqual(self.host, kept['config'][identity.KEY_BACKUP_OF])
         self.assertEqual([name], self.driver.list_instances())
         self.assertEqual([instance.uuid], self.driver.list_instance_uuids())
 
@@ -256,7 +256,7 @@ class ColdMigrationTest(_MigrationTestBase):
         record = self.peer.instance(name)
         self.assertEqual('Running', record['status'])
         self.assertEqual(self.peer_host,
-                         record['config'][lxd_config.KEY_HOST])
+                         record['config'][identity.KEY_HOST])
         self.assertEqual('128MiB', record['config']['limits.memory'])
         self.assertEqual(b'moved between daemons', read_file(
             self.peer.client, name, '/root/hello'))
@@ -283,8 +283,8 @@ class ColdMigrationTest(_MigrationTestBase):
         self.assertEqual([name], self.container_names())
         record = self.container(instance)
         self.assertEqual('Running', record['status'])
-        self.assertEqual(self.host, record['config'][lxd_config.KEY_HOST])
-        self.assertNotIn(migration.KEY_BACKUP_OF, record['config'])
+        self.assertEqual(self.host, record['config'][identity.KEY_HOST])
+        self.assertNotIn(identity.KEY_BACKUP_OF, record['config'])
         self.assertEqual(b'still here', read_file(
             self.project.client, name, '/root/hello'))
         self.driver.destroy(self.context, instance, None)

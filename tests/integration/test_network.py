@@ -134,7 +134,8 @@ class NetworkTestBase(base.DriverTestCase):
             self.skipTest('needs root for veths and bridges')
 
     def state_nics(self, instance):
-        state = self.driver._client.get_state(self.container_name(instance))
+        state = self.driver._parts.client.get_state(
+            self.container_name(instance))
         return {name: nic for name, nic in (state.get('network') or
                                             {}).items() if name != 'lo'}
 

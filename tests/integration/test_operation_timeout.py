@@ -31,7 +31,7 @@ class OperationTimeoutTest(base.DriverTestCase):
 
     def setUp(self):
         super().setUp()
-        self.client = self.driver._client
+        self.client = self.driver._parts.client
 
     def _operation(self, response):
         return response.json()['metadata']['id']
@@ -101,7 +101,7 @@ class ForgottenOperationTest(base.DriverTestCase):
         return gone
 
     def test_a_forgotten_rename_is_judged_by_its_effect(self):
-        client = self.driver._client
+        client = self.driver._parts.client
         self.project._wait(self.project.client.api.instances.post(json={
             'name': 'op-before', 'type': 'container',
             'source': {'type': 'none'}}))
@@ -114,7 +114,7 @@ class ForgottenOperationTest(base.DriverTestCase):
         client.remove_container('op-after')
 
     def test_a_forgotten_rename_that_did_not_happen_is_an_error(self):
-        client = self.driver._client
+        client = self.driver._parts.client
         self.project._wait(self.project.client.api.instances.post(json={
             'name': 'op-one', 'type': 'container',
             'source': {'type': 'none'}}))

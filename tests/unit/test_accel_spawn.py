@@ -18,7 +18,9 @@ everything above it (lifecycle, config, binding) is real.
 
 import json
 
+import fixtures
 from nova import objects
+from oslo_concurrency import lockutils
 from oslo_config import cfg
 import testtools
 
@@ -26,9 +28,10 @@ from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
+from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.spec import identity
 from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -67,7 +70,7 @@ class SpawnTest(testtools.TestCase):
             self.client, self.conf, FakeImages(),
             claims=accel_claims.Claims(self.client, self.conf,
                                        {GPU_RP: GPU}.get))
-        self.policy = lxd_config.HostPolicy(host='cmp1')
+        self.policy = container_spec.HostPolicy(host='cmp1')
 
     def spawn(self, instance, allocations):
         self.lifecycle.spawn(
@@ -86,15 +89,21 @@ class SpawnTest(testtools.TestCase):
                          record['devices']['nova-gpu0'])
         self.assertEqual(['pci:0000:07:00.0'], [
             r['unit'] for r in json.loads(
-                record['config'][binding.DEVICES_KEY])])
+                record['config'][identity.KEY_DEVICES])])
         self.assertEqual('Running', record['status'])
 
-    def test_held_gpu_refused_before_any_container(self):
+    def test_held_gpu_refused_and_half_made_container_removed(self):
+        # The claim runs on the created (stopped) container, under the
+        # claim lock: a held unit refuses it before anything is bound or
+        # started, and the half-made container is deleted.
         self.spawn(_instance(), self.allocations())
         other = '8b2d6a1f-0000-4000-8000-000000000002'
+        del self.client.calls[:]
         exc = self.assertRaises(exception.AcceleratorUnavailable, self.spawn,
                                 _instance(uuid=other), self.allocations())
         self.assertIn('nova-' + UUID, str(exc))
+        self.assertEqual([('create', 'nova-' + other),
+                          ('delete', 'nova-' + other)], self.client.calls)
         self.assertEqual(['nova-' + UUID], list(self.client.records))
 
     def test_failed_start_removes_container_and_binding(self):
@@ -110,10 +119,20 @@ class SpawnTest(testtools.TestCase):
         self.spawn(_instance(), self.allocations())
 
     def test_no_accelerators_no_lock_no_device(self):
+        taken = []
+        lock = lockutils.lock
+
+        def spy(name, *args, **kwargs):
+            taken.append(name)
+            return lock(name, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'oslo_concurrency.lockutils.lock', spy))
         self.spawn(_instance(), {ROOT_RP: {'resources': {'VCPU': 1}}})
+        self.assertNotIn(accel_claims.CLAIM_LOCK, taken)
         record = self.client.records['nova-' + UUID]
         self.assertEqual(['root'], list(record['devices']))
-        self.assertNotIn(binding.DEVICES_KEY, record['config'])
+        self.assertNotIn(identity.KEY_DEVICES, record['config'])
 
     def test_destroy_releases(self):
         self.spawn(_instance(), self.allocations())
@@ -130,9 +149,9 @@ class DiskQuotaTest(testtools.TestCase):
 
     def _root(self, **specs):
         instance = _instance(**specs)
-        return lxd_config.build_container(
+        return container_spec.build_container(
             instance, instance.flavor, objects.ImageMeta.from_dict({}),
-            lxd_config.HostPolicy(host='cmp1'))['devices']['root']
+            container_spec.HostPolicy(host='cmp1'))['devices']['root']
 
     def test_none(self):
         self.assertEqual({'type': 'disk', 'path': '/', 'pool': 'default'},
@@ -160,9 +179,9 @@ class DiskQuotaTest(testtools.TestCase):
     def test_raw_keys_never_reach_lxd(self):
         instance = _instance(**{'lxd:raw.lxc': 'x', 'raw.lxc': 'y',
                                 'quota:raw.idmap': 'z'})
-        container = lxd_config.build_container(
+        container = container_spec.build_container(
             instance, instance.flavor, objects.ImageMeta.from_dict(
                 {'properties': {'hw_video_model': 'vga'}}),
-            lxd_config.HostPolicy(host='cmp1'))
+            container_spec.HostPolicy(host='cmp1'))
         self.assertEqual([], [k for k in container['config']
                               if k.startswith('raw.')])

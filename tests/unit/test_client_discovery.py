@@ -310,18 +310,3 @@ class CommandsTest(testtools.TestCase):
         error = self.assertRaises(exception.LXDUnreachable, lambda: lxd.api)
         self.assertIn('Cannot reach the LXD daemon', str(error))
         self.assertIn('(`lxc info`)', str(error))
-
-
-class RealDaemonsSideBySideTest(testtools.TestCase):
-    """The CI host runs Debian's LXD and Incus side by side."""
-
-    def test_both_answer_and_nothing_chose(self):
-        lxd, incus = (lxd_fixtures.socket_of('lxd'),
-                      lxd_fixtures.socket_of('incus'))
-        error = self.assertRaises(
-            exception.DaemonAmbiguous, lxd_client.discover, _conf().lxd,
-            environ={}, well_known=[('lxd', lxd), ('incus', incus)])
-        self.assertIn('LXD 5.0.2 at %s' % lxd, str(error))
-        self.assertIn('Incus 6.0', str(error))
-        self.assertIn('set [lxd] endpoint in nova.conf to %s or %s'
-                      % (lxd, incus), str(error))

@@ -23,6 +23,7 @@ from nova.virt import event as virtevent
 import testtools
 
 from nova_lxd_accel import events
+from nova_lxd_accel.spec import identity
 from tests import fake_lxd
 
 HOST = 'cmp1'
@@ -49,8 +50,12 @@ def _lifecycle(action, name, project='p1', **context):
 
 
 def _daemon(*records, unsupported=False):
-    """The shared fake daemon (tests/fake_lxd.py) holding ``records``."""
-    return fake_lxd.FakeLXDClient(*records, events=not unsupported)
+    """The shared fake daemon (tests/fake_lxd.py) holding ``records``.
+
+    Seen by a client of project p1, the watcher's (and the records').
+    """
+    return fake_lxd.FakeLXDClient(*records, project='p1',
+                                  events=not unsupported)
 
 
 class EventParsingTest(testtools.TestCase):
@@ -82,8 +87,8 @@ class WatcherTest(testtools.TestCase):
     def _watcher(self, client, interval=60):
         emitted = []
         watcher = events.LifecycleWatcher(
-            client, HOST, interval, emitted.append, project='p1',
-            read_timeout=0.05, min_backoff=0.05)
+            client, identity.Owner(HOST, project='p1'), interval,
+            emitted.append, read_timeout=0.05, min_backoff=0.05)
         self.addCleanup(watcher.stop)
         return watcher, emitted
 

@@ -16,13 +16,13 @@ from nova import exception as nova_exception
 from nova import objects
 import testtools
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs
+from nova_lxd_accel.spec import container as container_spec
 
-STRICT = lxd_config.HostPolicy(host='cmp1')
-LENIENT = lxd_config.HostPolicy(host='cmp1', allow_privileged=True,
-                                allow_nesting=True)
+STRICT = container_spec.HostPolicy(host='cmp1')
+LENIENT = container_spec.HostPolicy(host='cmp1', allow_privileged=True,
+                                    allow_nesting=True)
 
 
 def _flavor(**specs):

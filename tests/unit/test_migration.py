@@ -30,10 +30,14 @@ from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import migration
+from nova_lxd_accel import plumbing
+from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.spec import identity
+from nova_lxd_accel.spec import records
+from nova_lxd_accel.spec import volume as volume_spec
 from tests import fake_lxd
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
@@ -48,8 +52,8 @@ VIF = {'id': PORT, 'type': 'tap', 'address': 'fa:16:3e:00:00:01',
 NIC = {'type': 'nic', 'nictype': 'p2p', 'name': 'eth0',
        'host_name': 'tapb1e0c5a2-7f', 'hwaddr': 'fa:16:3e:00:00:01',
        'mtu': '1450'}
-VOLUME = lxd_config.ConnectedVolume(name='vol1', host_path='/dev/sdb',
-                                    mountpoint='/dev/vdb')
+VOLUME = volume_spec.ConnectedVolume(name='vol1', host_path='/dev/sdb',
+                                     mountpoint='/dev/vdb')
 OLD_GPU_RECORD = [{'name': 'nova-gpu0', 'kind': 'pgpu',
                    'resource_class': 'PGPU', 'provider': 'old-rp',
                    'pci': '0000:85:00.0', 'unit': 'pci:0000:85:00.0'}]
@@ -62,8 +66,8 @@ def _flavor(vcpus=1, memory_mb=128, name='small', **extra_specs):
 
 
 def _record(name=NAME, host='src', status='Running', gpu=True):
-    config = {lxd_config.KEY_INSTANCE_UUID: UUID,
-              lxd_config.KEY_HOST: host,
+    config = {identity.KEY_INSTANCE_UUID: UUID,
+              identity.KEY_HOST: host,
               'limits.cpu': '1', 'limits.memory': '128MiB',
               'limits.processes': '100',
               'security.privileged': 'false', 'security.nesting': 'false',
@@ -75,7 +79,7 @@ def _record(name=NAME, host='src', status='Running', gpu=True):
                'data': {'type': 'disk', 'source': '/srv/shared',
                         'path': '/mnt/shared'}}
     if gpu:
-        config[binding.DEVICES_KEY] = json.dumps(OLD_GPU_RECORD)
+        config[identity.KEY_DEVICES] = json.dumps(OLD_GPU_RECORD)
         devices['nova-gpu0'] = {'type': 'gpu', 'gputype': 'physical',
                                 'pci': '0000:85:00.0'}
     return {'name': name, 'status': status, 'architecture': 'x86_64',
@@ -88,8 +92,8 @@ class PureTest(testtools.TestCase):
         record = _record()
         record['devices']['nova-mig3'] = {'type': 'gpu', 'gputype': 'mig'}
         self.assertEqual({'nova-gpu0', 'nova-mig3'},
-                         migration.accelerator_device_names(record))
-        self.assertEqual(set(), migration.accelerator_device_names(
+                         records.accelerator_device_names(record))
+        self.assertEqual(set(), records.accelerator_device_names(
             _record(gpu=False)))
 
     def test_host_side_devices(self):
@@ -97,18 +101,18 @@ class PureTest(testtools.TestCase):
         self.assertEqual(
             ['nova-port-' + PORT, 'vol1'],
             sorted(n for n, d in record['devices'].items()
-                   if migration.is_host_side_device(n, d)))
+                   if records.is_host_side_device(n, d)))
         # the root disk never is, nor a disk of a host path
-        self.assertFalse(migration.is_host_side_device(
+        self.assertFalse(records.is_host_side_device(
             'root', {'type': 'disk', 'path': '/', 'source': '/dev/sda'}))
-        self.assertTrue(migration.is_host_side_device(
+        self.assertTrue(records.is_host_side_device(
             'vol2', {'type': 'disk', 'source': '/dev/sdc', 'path': '/mnt'}))
 
     def test_without_accelerators(self):
         record = _record()
         record['config']['nvidia.runtime'] = 'true'
-        config, devices = migration.without_accelerators(record)
-        self.assertNotIn(binding.DEVICES_KEY, config)
+        config, devices = records.without_accelerators(record)
+        self.assertNotIn(identity.KEY_DEVICES, config)
         self.assertNotIn('nvidia.runtime', config)
         self.assertNotIn('nova-gpu0', devices)
         self.assertIn('root', devices)
@@ -117,14 +121,14 @@ class PureTest(testtools.TestCase):
 
     def test_backup_and_restored_config(self):
         config = _record()['config']
-        kept = migration.backup_config(config, 'src')
-        self.assertNotIn(lxd_config.KEY_HOST, kept)
-        self.assertEqual('src', kept[migration.KEY_BACKUP_OF])
-        back = migration.restored_config(kept, 'src')
+        kept = records.backup_config(config, 'src')
+        self.assertNotIn(identity.KEY_HOST, kept)
+        self.assertEqual('src', kept[identity.KEY_BACKUP_OF])
+        back = records.restored_config(kept, 'src')
         self.assertEqual(config, back)
 
     def test_with_volatile(self):
-        out = migration.with_volatile(
+        out = records.with_volatile(
             {'a': '1', 'volatile.uuid': 'old'},
             {'volatile.uuid': 'new', 'volatile.idmap.base': '0', 'b': '2'})
         self.assertEqual({'a': '1', 'volatile.uuid': 'new',
@@ -132,14 +136,14 @@ class PureTest(testtools.TestCase):
 
     def test_transfer_record(self):
         record = _record()
-        record['config'][migration.KEY_BACKUP_OF] = 'src'
-        sent = migration.transfer_record(record, 'dst')
-        self.assertEqual('dst', sent['config'][lxd_config.KEY_HOST])
+        record['config'][identity.KEY_BACKUP_OF] = 'src'
+        sent = records.transfer_record(record, 'dst')
+        self.assertEqual('dst', sent['config'][identity.KEY_HOST])
         self.assertEqual('x86_64', sent['architecture'])
         self.assertEqual(['data', 'root'], sorted(sent['devices']))
         self.assertNotIn('volatile.uuid', sent['config'])
-        self.assertNotIn(binding.DEVICES_KEY, sent['config'])
-        self.assertNotIn(migration.KEY_BACKUP_OF, sent['config'])
+        self.assertNotIn(identity.KEY_DEVICES, sent['config'])
+        self.assertNotIn(identity.KEY_BACKUP_OF, sent['config'])
         self.assertEqual(['default'], sent['profiles'])
 
     def test_resized(self):
@@ -153,16 +157,16 @@ class PureTest(testtools.TestCase):
                              lambda rp: GPU, {})
         nic = {'eth0': {'type': 'nic', 'nictype': 'bridged',
                         'parent': 'br-new', 'hwaddr': 'fa:16:3e:00:00:01'}}
-        config, devices = migration.resized(record, fragment, 'dst', nic,
-                                            bound)
+        config, devices = records.resized(record, fragment, 'dst', nic,
+                                          bound)
         self.assertEqual('4', config['limits.cpu'])
         self.assertEqual('1GiB', config['limits.memory'])
         # a key the new flavor does not set goes away
         self.assertNotIn('limits.processes', config)
-        self.assertEqual('dst', config[lxd_config.KEY_HOST])
+        self.assertEqual('dst', config[identity.KEY_HOST])
         self.assertEqual('v-1', config['volatile.uuid'])
         self.assertEqual([GPU_RP], [u['provider'] for u in json.loads(
-            config[binding.DEVICES_KEY])])
+            config[identity.KEY_DEVICES])])
         self.assertEqual({'type': 'gpu', 'gputype': 'physical',
                           'pci': '0000:07:00.0'}, devices['nova-gpu0'])
         self.assertEqual('5GiB', devices['root']['size'])
@@ -172,34 +176,35 @@ class PureTest(testtools.TestCase):
         self.assertIn('data', devices)
 
     def test_resized_without_accelerators_drops_old_ones(self):
-        config, devices = migration.resized(
+        config, devices = records.resized(
             _record(), {'config': {}, 'devices': {}}, 'dst', {},
             binding.Binding())
         self.assertNotIn('nova-gpu0', devices)
-        self.assertNotIn(binding.DEVICES_KEY, config)
+        self.assertNotIn(identity.KEY_DEVICES, config)
 
     def test_resize_to_a_plain_flavor_drops_every_flavor_key(self):
         # Every key any flavor part sets (declared or not) goes away when
         # the new flavor does not set it: the set comes from the parts.
-        policy = lxd_config.HostPolicy(host='dst', allow_privileged=True,
-                                       allow_nesting=True)
+        policy = container_spec.HostPolicy(host='dst', allow_privileged=True,
+                                           allow_nesting=True)
         rich = _flavor(**{'lxd:privileged': 'true', 'lxd:nesting': 'true',
                           'lxd:isolated_idmap': 'true',
                           'lxd:processes': '64',
                           'lxd:gpu_runtime': 'nvidia'})
         instance = objects.Instance(uuid=UUID, flavor=rich)
-        old = lxd_config.build_container(
+        old = container_spec.build_container(
             instance, rich, None, policy,
-            builders=lxd_config.FLAVOR_PARTS)['config']
+            builders=container_spec.FLAVOR_PARTS)['config']
         record = _record(gpu=False)
         record['config'].update(old)
-        plain = lxd_config.resize_fragment(instance, _flavor(), None, policy)
-        config, _devices = migration.resized(record, plain, 'dst', {},
-                                             binding.Binding())
+        plain = container_spec.resize_fragment(
+            instance, _flavor(), None, policy)
+        config, _devices = records.resized(record, plain, 'dst', {},
+                                           binding.Binding())
         for key in old:
             self.assertEqual(plain['config'].get(key), config.get(key), key)
-        self.assertEqual(lxd_config.flavor_config_keys(),
-                         migration.FLAVOR_KEYS)
+        self.assertEqual(container_spec.flavor_config_keys(),
+                         records.FLAVOR_KEYS)
 
     def test_capabilities_and_live_migration(self):
         self.assertTrue(
@@ -221,9 +226,6 @@ class FakeLifecycle(object):
     def __init__(self, client, conf):
         self._client = client
         self._conf = conf
-        self._network = mock.Mock()
-        self._volumes = mock.Mock()
-        self._volumes.connect_boot_volumes.return_value = ()
 
     def guest(self, instance):
         return lxd_guest.Guest(self._client, self._conf, instance)
@@ -247,10 +249,15 @@ class _Base(testtools.TestCase):
 
     def make(self, client):
         self.lifecycle = FakeLifecycle(client, self.conf)
+        self.networking = mock.Mock()
+        self.volumes = mock.Mock()
+        self.volumes.connect_boot_volumes.return_value = ()
         claims = accel_claims.Claims(
             client, self.conf, lambda rp: GPU if rp == GPU_RP else None)
-        return migration.Migration(client, self.conf, self.lifecycle,
-                                   claims)
+        return migration.Migration(
+            client, self.conf, identity.Owner.from_conf(self.conf, 'src'),
+            self.lifecycle, claims,
+            plumbing.HostPlumbing(self.networking, self.volumes))
 
     def mig(self, source, dest):
         mig = mock.Mock(source_compute=source, dest_compute=dest,
@@ -275,7 +282,7 @@ class SameHostTest(_Base):
         m = self.make(client)
         seen = []
 
-        def make(current):
+        def make(current, _devices):
             seen.append(dict(current))
             if len(seen) == 1:
                 client.update_container(NAME, config={'user.other': 'x'})
@@ -298,13 +305,13 @@ class SameHostTest(_Base):
         self.assertEqual(('copy', NAME, BACKUP), client.calls[1])
         kept = client.records[BACKUP]
         self.assertEqual('Stopped', kept['status'])
-        self.assertEqual('h', kept['config'][migration.KEY_BACKUP_OF])
-        self.assertNotIn(lxd_config.KEY_HOST, kept['config'])
+        self.assertEqual('h', kept['config'][identity.KEY_BACKUP_OF])
+        self.assertNotIn(identity.KEY_HOST, kept['config'])
         # LXD's own volatile keys of the copy stay
         self.assertEqual('copy-of-' + NAME, kept['config']['volatile.uuid'])
-        self.lifecycle._network.unplug_vifs.assert_called_once_with(
+        self.networking.unplug_vifs.assert_called_once_with(
             self.instance, [])
-        self.lifecycle._volumes.disconnect_all.assert_called_once_with(
+        self.volumes.disconnect_all.assert_called_once_with(
             self.instance, {})
 
         self.instance.flavor = _flavor(2, 256)
@@ -319,7 +326,7 @@ class SameHostTest(_Base):
         # nova destroys the resized container, then reverts on the source;
         # this host's NICs and volumes are made again from nova's data
         del client.records[NAME]
-        self.lifecycle._volumes.connect_boot_volumes.return_value = (
+        self.volumes.connect_boot_volumes.return_value = (
             VOLUME,)
         m.finish_revert_migration(None, self.instance, [VIF], mig, {}, True)
         back = client.records[NAME]
@@ -331,7 +338,7 @@ class SameHostTest(_Base):
 
     def test_new_binding_skips_units_the_backup_holds(self):
         held = _record(name=BACKUP, status='Stopped')
-        held['config'][binding.DEVICES_KEY] = json.dumps(
+        held['config'][identity.KEY_DEVICES] = json.dumps(
             [dict(OLD_GPU_RECORD[0], pci='0000:07:00.0',
                   unit='pci:0000:07:00.0')])
         client = _daemon([_record(host='h', status='Stopped'), held])
@@ -438,7 +445,7 @@ class OtherHostTest(_Base):
         self.assertEqual('Running', self.client.records[NAME]['status'])
         self.assertIn(('cancel', 'op-1'), self.client.calls)
         # nothing host-side was released
-        self.lifecycle._network.unplug_vifs.assert_not_called()
+        self.networking.unplug_vifs.assert_not_called()
 
     def test_no_client_certificate(self):
         self.conf.clear_override('client_cert', group='lxd_migration')
@@ -480,12 +487,12 @@ class OtherHostTest(_Base):
                                 {GPU_RP: {'resources': {'PGPU': 1}}}, {},
                                 True)
         record = self.dest.records[NAME]
-        self.assertEqual('dst', record['config'][lxd_config.KEY_HOST])
+        self.assertEqual('dst', record['config'][identity.KEY_HOST])
         self.assertEqual({'type': 'gpu', 'gputype': 'physical',
                           'pci': '0000:07:00.0'},
                          record['devices']['nova-gpu0'])
         # this host's NIC, made from nova's network info (config.nics)
         self.assertEqual(NIC, record['devices']['nova-port-' + PORT])
-        self.lifecycle._network.plug_vifs.assert_called_once_with(
+        self.networking.plug_vifs.assert_called_once_with(
             self.instance, [VIF])
         self.assertEqual('Running', record['status'])

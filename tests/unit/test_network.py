@@ -30,9 +30,9 @@ from os_vif import exception as osv_exception
 from os_vif import objects as osv_objects
 import testtools
 
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import exception
 from nova_lxd_accel import network
+from nova_lxd_accel.spec import container as container_spec
 from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -110,8 +110,10 @@ class NicDevicesTest(testtools.TestCase):
     @staticmethod
     def nic_devices(instance, network_info):
         """The container's NICs: the spec's network part (config.nics)."""
-        return lxd_config.nics(instance, None, None, None, lxd_config.HostSide(
-            network_info=tuple(network_info or ())))['devices']
+        host_side = container_spec.HostSide(
+            network_info=tuple(network_info or ()))
+        return container_spec.nics(instance, None, None, None,
+                                   host_side)['devices']
 
     def test_ovs_ports_become_bridged_nics_on_the_hybrid_bridge(self):
         devices = self.nic_devices(
@@ -269,10 +271,22 @@ class WaitTest(testtools.TestCase):
                           [_vif(active=False)])
 
     def test_timeout_not_fatal(self):
-        net = network.Networking(None, _conf(fatal=False),
-                                 FakeVirtAPI('timeout'))
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        virtapi = FakeVirtAPI('timeout')
+        net = network.Networking(None, _conf(fatal=False), virtapi)
+        started = []
         self._spawn(net, _instance(task_states.SPAWNING),
-                    [_vif(active=False)])
+                    [_vif(PORT1, active=False)],
+                    lambda: started.append('start'))
+        # the port was waited for, the wait timed out, and the spawn went
+        # on: started, the wait dropped, a warning logged
+        self.assertEqual([([('network-vif-plugged', PORT1)], 300)],
+                         virtapi.waits)
+        self.assertEqual([], virtapi.finished)
+        self.assertEqual(['start'], started)
+        self.assertEqual({}, net._waits)
+        self.assertIn('Neutron did not report the ports of the container '
+                      'plugged within 300 seconds; going on', log.output)
 
     def test_failed_event_fatal(self):
         net = network.Networking(None, _conf(fatal=True),

@@ -18,6 +18,7 @@ import testtools
 
 from nova_lxd_accel import events
 from nova_lxd_accel import guest
+from nova_lxd_accel.spec import identity
 
 
 def _record(status, **config):
@@ -92,8 +93,8 @@ class LifecycleEventTest(testtools.TestCase):
             def list_containers(self):
                 return listing[0]
 
-        watcher = events.LifecycleWatcher(Client(), 'cmp1', 1,
-                                          emitted.append)
+        watcher = events.LifecycleWatcher(
+            Client(), identity.Owner('cmp1', project=None), 1, emitted.append)
         watcher.poll_once()
         self.assertEqual([], emitted)
         listing[0] = [_record('Stopped', **{

@@ -13,7 +13,7 @@
 """``sandbox.sh bench N``: this driver against Nova's fake driver.
 
 A second nova-compute, on Nova's own fake driver and host
-``layout.FAKE_HOST`` (its configuration: configs.py), runs for the bench
+``catalogue.FAKE_HOST`` (its configuration: configs.py), runs for the bench
 only; ``benchmarks/bench_sandbox_fleet.py`` boots N servers on each host
 and N raw launches, in one run. Afterwards the fake compute stops and its
 service record goes, so no host stays "down" in the cloud.
@@ -25,11 +25,12 @@ import shlex
 import subprocess
 import time
 
-import images
-import layout as layout_module
-import processes
+from . import catalogue
+from . import images
+from . import layout as layout_module
+from . import processes
 
-FAKE_IMAGE = layout_module.IMAGE_NAME + '-any-hypervisor'
+FAKE_IMAGE = catalogue.IMAGE_NAME + '-any-hypervisor'
 FLEET = os.path.join(layout_module.REPO_DIR, 'benchmarks',
                      'bench_sandbox_fleet.py')
 
@@ -69,7 +70,7 @@ def start_fake_compute(layout, env, log, timeout=120):
                        stderr=subprocess.DEVNULL, env=env)
         listed = _openstack(env, 'hypervisor', 'list', '-f', 'value', '-c',
                             'Hypervisor Hostname').stdout.split()
-        if layout_module.FAKE_HOST in listed:
+        if catalogue.FAKE_HOST in listed:
             return True
         time.sleep(1)
     return False
@@ -82,7 +83,7 @@ def stop_fake_compute(layout, env, log):
         if os.path.exists(path):
             os.remove(path)
     ids = _openstack(env, 'compute', 'service', 'list', '--host',
-                     layout_module.FAKE_HOST, '--service', 'nova-compute',
+                     catalogue.FAKE_HOST, '--service', 'nova-compute',
                      '-f', 'value', '-c', 'ID').stdout.split()
     for service_id in ids:
         _openstack(env, 'compute', 'service', 'delete', service_id)
@@ -94,11 +95,11 @@ def run(layout, count, say):
     hosts = _openstack(env, 'compute', 'service', 'list', '--service',
                        'nova-compute', '-f', 'value', '-c', 'Host')
     lxd_hosts = [host for host in hosts.stdout.split()
-                 if host != layout_module.FAKE_HOST]
+                 if host != catalogue.FAKE_HOST]
     if not lxd_hosts:
         say('sandbox: no nova-compute of this driver is listed')
         return 1
-    tarball = images.tarball(layout, layout_module.IMAGE_NAME)
+    tarball = images.tarball(layout, catalogue.IMAGE_NAME)
     # The fake driver's hosts are not "lxc" hosts: the same tarball as an
     # image without hypervisor_type, for them.
     if _openstack(env, 'image', 'show', FAKE_IMAGE).returncode:
@@ -109,7 +110,7 @@ def run(layout, count, say):
     log_path = os.path.join(layout.logs, 'sandbox.log.bench')
     with open(log_path, 'w') as log:
         say("starting nova-compute with nova's fake driver (host %s)"
-            % layout_module.FAKE_HOST)
+            % catalogue.FAKE_HOST)
         try:
             if not start_fake_compute(layout, env, log):
                 say("sandbox: the fake driver's nova-compute did not "
@@ -118,16 +119,16 @@ def run(layout, count, say):
                 return 1
             say('benchmark: %d servers on %s (this driver) and on %s (fake '
                 'driver), and %d raw LXD launches'
-                % (count, lxd_hosts[0], layout_module.FAKE_HOST, count))
+                % (count, lxd_hosts[0], catalogue.FAKE_HOST, count))
             fleet_env = dict(env, OS_CLIENT_CONFIG_FILE=layout.path(
                 'clouds.yaml'))
             return subprocess.run(
                 [os.path.join(layout.venv, 'bin', 'python'), FLEET,
                  '--count', str(count), '--lxd-host', lxd_hosts[0],
-                 '--fake-host', layout_module.FAKE_HOST,
-                 '--image', layout_module.IMAGE_NAME,
+                 '--fake-host', catalogue.FAKE_HOST,
+                 '--image', catalogue.IMAGE_NAME,
                  '--fake-image', FAKE_IMAGE,
-                 '--flavor', layout_module.PLAIN_FLAVOR,
+                 '--flavor', catalogue.PLAIN_FLAVOR,
                  '--tarball', tarball], env=fleet_env).returncode
         finally:
             stop_fake_compute(layout, env, log)

@@ -29,20 +29,20 @@ import sys
 import time
 import traceback
 
-import bench
-import credentials
-import daemon as daemon_module
-import databases
-import hardware
-import horizon
-import images
-import install
-import layout as layout_module
-import network
-import processes
-import services
+from . import bench
+from . import catalogue
+from . import credentials
+from . import daemon as daemon_module
+from . import databases
+from . import hardware
+from . import horizon
+from . import images
+from . import install
+from . import layout as layout_module
+from . import network
+from . import processes
+from . import services
 
-HERE = layout_module.HERE
 USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
          'none] [--with-horizon|--without-horizon]|down|status|clean|'
          'bench [N]|horizon-test|image debian')
@@ -177,8 +177,8 @@ class Sandbox(object):
         """provision.py (the OpenStack APIs) with the sandbox's cloud."""
         env = dict(os.environ, OS_CLIENT_CONFIG_FILE=self.layout.path(
             'clouds.yaml'), OS_CLOUD='sandbox')
-        status = self.venv_python('-u', os.path.join(HERE, 'provision.py'),
-                                  *args, env=env)
+        status = self.venv_python('-u', layout_module.VENV_SIDE,
+                                  'provision', *args, env=env)
         if status:
             raise Exit(status)
 
@@ -236,7 +236,7 @@ def _tail(path, count):
 # --- the steps of "up" -------------------------------------------------------
 
 def step_pip_install(sandbox):
-    status = install.main(['install.py', 'venv'])
+    status = install.venv_status(sandbox.layout, sandbox.environ)
     if status == install.EXIT_PROJECT_CHANGED:
         sandbox.project_changed = True   # see step_restart_changed
         return 0
@@ -245,7 +245,7 @@ def step_pip_install(sandbox):
 
 def step_write_configs(sandbox):
     sandbox.venv_python(
-        os.path.join(HERE, 'configs.py'), 'write', '--daemon-socket',
+        layout_module.VENV_SIDE, 'configs', 'write', '--daemon-socket',
         sandbox.daemon.socket, '--compute-driver',
         sandbox.environ['SANDBOX_COMPUTE_DRIVER'], check=True)
     print('configuration in %s (files 0600, directories 0700)'
@@ -261,7 +261,7 @@ def step_mariadb(sandbox):
                         '--auth-root-authentication-method=socket'],
                        check=True)
     sandbox.run_service('mariadb')
-    return databases.main(['databases.py', 'grants'])
+    return databases.make_grants(sandbox.layout)
 
 
 def step_rabbitmq(sandbox):
@@ -354,7 +354,7 @@ def step_horizon_off(sandbox):
 
 
 def cmd_up(sandbox, hardware_choice, horizon_choice):
-    layout, term, net = sandbox.layout, sandbox.term, layout_module.NETWORK
+    layout, term, net = sandbox.layout, sandbox.term, catalogue.NETWORK
     if os.geteuid() != 0:
         term.die('run as root (it starts daemons and LXD)')
     problem = layout.port_range_problem(layout_module.ephemeral_port_range())
@@ -378,13 +378,12 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     ports = layout.ports
     step = sandbox.step
     term.say('sandbox up: %s (log %s)' % (layout.dir, sandbox.log_path))
-    step('Debian packages', install.main,
-         ['install.py', 'debian', sandbox.daemon.backend])
+    step('Debian packages', install.install_debian, sandbox.daemon.backend,
+         sandbox.environ)
     step('Python venv (pip -c constraints.txt)', step_pip_install, sandbox)
-    step('secrets and configuration', credentials.main,
-         ['credentials.py', 'ensure'])
-    step('hardware nova-compute sees', hardware.main,
-         ['hardware.py', 'prepare', hardware_choice])
+    step('secrets and configuration', credentials.ensure_and_say, layout)
+    step('hardware nova-compute sees', hardware.prepare_and_say, layout,
+         hardware_choice)
     step('configuration files', step_write_configs, sandbox)
     step('stop of services whose configuration changed',
          processes.restart_changed, layout)
@@ -394,10 +393,8 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     step('epmd (127.0.0.1:%d)' % ports['EPMD'], sandbox.run_service, 'epmd')
     step('RabbitMQ (127.0.0.1:%d)' % ports['AMQP'], step_rabbitmq, sandbox)
     step('MariaDB (127.0.0.1:%d)' % ports['MYSQL'], step_mariadb, sandbox)
-    step('databases (all services, in parallel)', sandbox.venv_python, '-u',
-         os.path.join(HERE, 'databases.py'), 'sync')
-    step('Keystone keys and bootstrap', databases.main,
-         ['databases.py', 'keystone'])
+    step('databases (all services, in parallel)', databases.sync, layout)
+    step('Keystone keys and bootstrap', databases.keystone, layout)
     step('Keystone (127.0.0.1:%d)' % ports['KEYSTONE'], sandbox.run_service,
          'keystone')
     step('Keystone users, services, endpoints', sandbox.provision,
@@ -412,8 +409,8 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     step('nova-conductor, nova-scheduler, nova-compute', step_nova_services,
          sandbox)
     step('compute registered, hosts discovered', step_wait_compute, sandbox)
-    step("LXD image '%s' in Glance" % layout_module.IMAGE_NAME,
-         images.cached_image, layout, layout_module.IMAGE_NAME,
+    step("LXD image '%s' in Glance" % catalogue.IMAGE_NAME,
+         images.cached_image, layout, catalogue.IMAGE_NAME,
          images.TINY_BUILD, sandbox.provision)
     step('flavors', images.make_flavors, layout, sandbox.provision,
          sys.stdout)
@@ -443,7 +440,7 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     say('  . %s' % layout.path('openrc'))
     say('  openstack server create --flavor %s --image %s --wait s1     '
         '# on the network private'
-        % (layout_module.PLAIN_FLAVOR, layout_module.IMAGE_NAME))
+        % (catalogue.PLAIN_FLAVOR, catalogue.IMAGE_NAME))
     say('  openstack floating ip create public   # then: openstack server '
         'add floating ip s1 <address>')
     say('  ip netns exec %s ping <address>   # from "the outside"'
@@ -617,7 +614,7 @@ def main(argv=None):
     except ValueError as error:
         term.err.write('sandbox: %s\n' % error)
         return 2
-    if hardware.main(['hardware.py', 'check', args.hardware]):
+    if hardware.check(args.hardware):
         return 2
     try:
         daemon = daemon_module.choose_backend(

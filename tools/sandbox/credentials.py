@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -35,7 +34,7 @@ import secrets
 import stat
 import sys
 
-import layout as layout_module
+from . import layout as layout_module
 
 #: every secret; names added by later versions are appended to an existing
 #: file, so that an old sandbox keeps its passwords
@@ -146,12 +145,17 @@ def problems(layout):
     return found
 
 
+def ensure_and_say(layout):
+    """ensure: the secrets, each name added printed; 0."""
+    for name in ensure(layout):
+        print('added %s to %s' % (name, secrets_path(layout)))
+    return 0
+
+
 def main(argv):
     layout = layout_module.Layout.from_environ()
     if len(argv) == 2 and argv[1] == 'ensure':
-        for name in ensure(layout):
-            print('added %s to %s' % (name, secrets_path(layout)))
-        return 0
+        return ensure_and_say(layout)
     if len(argv) == 2 and argv[1] == 'lock-down':
         lock_down(layout)
         return 0

@@ -24,7 +24,7 @@ import os
 import subprocess
 import time
 
-import layout as layout_module
+from . import layout as layout_module
 
 BACKENDS = ('lxd', 'incus')
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -22,8 +21,8 @@ Usage: databases.py grants     the user "openstack" and every database, in
        databases.py keystone   Keystone's Fernet and credential keys, and
                                its bootstrap (once per password and URL)
 
-Environment: SANDBOX_DIR, SANDBOX_PORT_BASE (layout.py). Run with the
-sandbox venv's Python; standard library only.
+Environment: SANDBOX_DIR, SANDBOX_PORT_BASE (layout.py). Any Python 3,
+standard library only (the commands it runs are the venv's).
 """
 
 import base64
@@ -36,8 +35,9 @@ import subprocess
 import sys
 import threading
 
-import credentials
-import layout as layout_module
+from . import catalogue
+from . import credentials
+from . import layout as layout_module
 
 DATABASES = ('keystone', 'placement', 'glance', 'neutron', 'nova_api',
              'nova', 'nova_cell0')
@@ -303,7 +303,7 @@ def keystone_bootstrap(layout, out=sys.stdout):
                 '--bootstrap-project-name', 'admin',
                 '--bootstrap-role-name', 'admin',
                 '--bootstrap-service-name', 'keystone',
-                '--bootstrap-region-id', layout_module.REGION,
+                '--bootstrap-region-id', catalogue.REGION,
                 '--bootstrap-admin-url', v3,
                 '--bootstrap-internal-url', v3,
                 '--bootstrap-public-url', v3),
@@ -312,22 +312,41 @@ def keystone_bootstrap(layout, out=sys.stdout):
         handle.write(marker + '\n')
 
 
-def main(argv):
-    layout = layout_module.Layout.from_environ()
+def _status(function, *args):
+    """0 once FUNCTION ran, 1 when it (or one of its commands) failed.
+
+    A failed command is named by its first words only (the rest may hold
+    a secret).
+    """
     try:
-        if argv[1:] == ['grants']:
-            grants(layout)
-            return 0
-        if argv[1:] == ['sync']:
-            return 1 if run_parallel(layout, sync_jobs(layout)) else 0
-        if argv[1:] == ['keystone']:
-            keystone_bootstrap(layout)
-            return 0
+        return 1 if function(*args) else 0
     except subprocess.CalledProcessError as error:
         print('%s failed (exit %d)' % (' '.join(str(word) for word in
                                                 error.cmd[:3]),
                                        error.returncode))
         return 1
+
+
+def make_grants(layout):
+    """grants: the user "openstack" and every database; a status."""
+    return _status(grants, layout)
+
+
+def sync(layout):
+    """sync: every service's schema, all at once; a status."""
+    return _status(run_parallel, layout, sync_jobs(layout))
+
+
+def keystone(layout):
+    """keystone: Keystone's keys and its bootstrap; a status."""
+    return _status(keystone_bootstrap, layout)
+
+
+def main(argv):
+    layout = layout_module.Layout.from_environ()
+    actions = {'grants': make_grants, 'sync': sync, 'keystone': keystone}
+    if len(argv) == 2 and argv[1] in actions:
+        return actions[argv[1]](layout)
     sys.stderr.write(__doc__.split('\n\n')[1] + '\n')
     return 2
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -34,7 +33,7 @@ import re
 import shutil
 import sys
 
-import layout as layout_module
+from . import layout as layout_module
 
 #: where recorded hosts are found by name
 RECORDED = (os.path.join(layout_module.HERE, 'hardware'),
@@ -192,24 +191,34 @@ def prepare(layout, choice):
             '  ' + summary(layout.hardware)]
 
 
+def prepare_and_say(layout, choice):
+    """prepare: the choice under the state directory, printed; a status."""
+    try:
+        lines = prepare(layout, choice)
+    except ValueError as error:
+        sys.stderr.write('sandbox: %s\n' % error)
+        return 2
+    print('\n'.join(lines))
+    return 0
+
+
+def check(choice):
+    """0 when CHOICE names a recorded host (or none), else 2, on stderr."""
+    if choice in ('', 'none') or source(choice):
+        return 0
+    sys.stderr.write(
+        "sandbox up: no recorded host '%s' (a directory with "
+        "resources.json); recorded hosts: %s\n"
+        % (choice, ' '.join(names())))
+    return 2
+
+
 def main(argv):
     layout = layout_module.Layout.from_environ()
     if len(argv) == 3 and argv[1] == 'prepare':
-        try:
-            lines = prepare(layout, argv[2])
-        except ValueError as error:
-            sys.stderr.write('sandbox: %s\n' % error)
-            return 2
-        print('\n'.join(lines))
-        return 0
+        return prepare_and_say(layout, argv[2])
     if len(argv) == 3 and argv[1] == 'check':
-        if argv[2] in ('', 'none') or source(argv[2]):
-            return 0
-        sys.stderr.write(
-            "sandbox up: no recorded host '%s' (a directory with "
-            "resources.json); recorded hosts: %s\n"
-            % (argv[2], ' '.join(names())))
-        return 2
+        return check(argv[2])
     if len(argv) == 2 and argv[1] == 'summary':
         if not active(layout):
             print('the host\'s own')

@@ -26,7 +26,8 @@ import os
 import shutil
 import subprocess
 
-import layout as layout_module
+from . import catalogue
+from . import layout as layout_module
 
 VERSION = '27.0.0'
 BROWSER_TEST = os.path.join(layout_module.REPO_DIR, 'tools',
@@ -129,7 +130,7 @@ def test_flavor(layout):
                   for key in p['extra_specs'])]
     if mig or proposals:
         return (mig or proposals)[0]['name']
-    return layout_module.PLAIN_FLAVOR
+    return catalogue.PLAIN_FLAVOR
 
 
 def browser_test(layout, secrets):
@@ -142,5 +143,5 @@ def browser_test(layout, secrets):
         [_python(layout), BROWSER_TEST,
          '--url', 'http://127.0.0.1:%d' % layout.ports['HORIZON'],
          '--flavor', test_flavor(layout),
-         '--image', layout_module.IMAGE_NAME,
+         '--image', catalogue.IMAGE_NAME,
          '--screenshots', screenshots], env=env).returncode

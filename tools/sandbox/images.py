@@ -24,8 +24,9 @@ Any Python 3, standard library only.
 import os
 import subprocess
 
-import hardware
-import layout as layout_module
+from . import catalogue
+from . import hardware
+from . import layout as layout_module
 
 TINY_BUILD = os.path.join(layout_module.REPO_DIR, 'tools',
                           'build-tiny-image.sh')
@@ -101,5 +102,5 @@ def make_flavors(layout, provision, log):
                   '--vcpus', '1', '--ram', '256', '--disk', '1',
                   '--config-file', compute_conf], gpu_flavors, log)
     simulated = hardware.host_name(layout) if hardware.active(layout) else ''
-    provision('flavors', layout_module.PLAIN_FLAVOR, inventory, lines,
-              layout_module.SECOND_FLAVOR, simulated, gpu_flavors)
+    provision('flavors', catalogue.PLAIN_FLAVOR, inventory, lines,
+              catalogue.SECOND_FLAVOR, simulated, gpu_flavors)

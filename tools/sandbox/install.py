@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -36,7 +35,7 @@ import subprocess
 import sys
 import time
 
-import layout as layout_module
+from . import layout as layout_module
 
 #: what the sandbox's venv holds (pip -c constraints.txt pins versions)
 PY_PACKAGES = (
@@ -235,18 +234,23 @@ def install_venv(layout, environ, run=subprocess.check_call):
     return True
 
 
+def venv_status(layout, environ):
+    """install_venv's result as a status: EXIT_PROJECT_CHANGED, 0 or 1."""
+    try:
+        changed = install_venv(layout, environ)
+    except subprocess.CalledProcessError as error:
+        print('%s failed (exit %d)' % (' '.join(error.cmd),
+                                       error.returncode))
+        return 1
+    return EXIT_PROJECT_CHANGED if changed else 0
+
+
 def main(argv):
     layout = layout_module.Layout.from_environ()
     if len(argv) == 3 and argv[1] == 'debian':
         return install_debian(argv[2], os.environ)
     if len(argv) == 2 and argv[1] == 'venv':
-        try:
-            changed = install_venv(layout, os.environ)
-        except subprocess.CalledProcessError as error:
-            print('%s failed (exit %d)' % (' '.join(error.cmd),
-                                           error.returncode))
-            return 1
-        return EXIT_PROJECT_CHANGED if changed else 0
+        return venv_status(layout, os.environ)
     sys.stderr.write(__doc__.split('\n\n')[1] + '\n')
     return 2
 

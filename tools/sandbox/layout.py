@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -11,17 +10,20 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Where the sandbox keeps everything, in one place.
+"""Where the sandbox keeps everything: its paths and its ports.
 
-The state directory and its parts, the ports, the services (in start
-order, with their ports and the files each reads at start) and the fixed
-names (region, networks, image, flavors). The other modules here and the
-benchmarks all read them from here; any Python 3, standard library only
-(it runs before the sandbox's venv exists).
+The state directory and its parts, and the ports. The cloud's fixed names
+(region, networks, image, flavors) are in catalogue.py, its services in
+services.py. The other modules here and the benchmarks all read them from
+here; any Python 3, standard library only (it runs before the sandbox's
+venv exists).
 
-Usage: layout.py shell       bash assignments, for shell scripts
-       layout.py check-ports exit 2 with the reason when the ports overlap
-                             the kernel's ephemeral range
+Usage: python3 -m tools.sandbox.layout shell       bash assignments, for
+                                                   shell scripts
+       python3 -m tools.sandbox.layout check-ports exit 2 with the reason
+                                                   when the ports overlap
+                                                   the kernel's ephemeral
+                                                   range
 
 Environment: SANDBOX_DIR, SANDBOX_PORT_BASE (see tools/sandbox.sh).
 """
@@ -32,7 +34,11 @@ import os
 import shlex
 import sys
 
+from . import catalogue
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: the modules run by the sandbox venv's Python (venv/__main__.py)
+VENV_SIDE = os.path.join(HERE, 'venv')
 REPO_DIR = os.path.dirname(os.path.dirname(HERE))
 
 DEFAULT_DIR = '/var/tmp/nova-lxd-accel-sandbox'
@@ -55,82 +61,6 @@ PORT_OFFSETS = collections.OrderedDict([
     ('GLANCE', 92),
     ('NEUTRON', 96),
 ])
-
-REGION = 'RegionOne'
-IMAGE_NAME = 'lxd-tiny'
-PLAIN_FLAVOR = 'sandbox.small'
-# A second CPU flavor, so that resize can be tried.
-SECOND_FLAVOR = 'sandbox.medium'
-# "sandbox.sh bench": the host of its nova-compute on Nova's fake driver
-FAKE_HOST = 'sandbox-fake-compute'
-
-# Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
-# the network namespace that plays "the outside" of the external network.
-# Addresses from the documentation ranges, used inside this machine only.
-NETWORK = collections.OrderedDict([
-    ('BR_EX', 'br-ex'),
-    ('OUTSIDE_NS', 'sandbox-outside'),
-    ('OUTSIDE_VETH', 'sbx-outside'),
-    ('PUBLIC_CIDR', '203.0.113.0/24'),
-    ('OUTSIDE_IP', '203.0.113.1'),
-    ('PRIVATE_CIDR', '192.0.2.0/24'),
-])
-
-#: a service: its ports (names of PORT_OFFSETS), the files it reads at start
-#: (relative to the state directory, or absolute), whether ``up`` may leave
-#: it out (hwproxy without simulated hardware, horizon when off)
-Service = collections.namedtuple('Service', 'name ports files optional')
-
-_WSGI = os.path.join(HERE, 'wsgi_server.py')
-_IN_PROCESS = os.path.join(HERE, 'in_process.py')
-_NEUTRON = 'etc/neutron/neutron.conf'
-
-#: start order; "down" goes in reverse
-SERVICES = (
-    Service('epmd', ('EPMD',), (), False),
-    Service('rabbitmq', ('AMQP',), ('etc/rabbitmq/rabbitmq.conf',), False),
-    Service('mariadb', ('MYSQL',), (), False),
-    Service('keystone', ('KEYSTONE',),
-            ('etc/keystone/keystone.conf', _WSGI), False),
-    Service('placement', ('PLACEMENT',),
-            ('etc/placement/placement.conf', _WSGI), False),
-    Service('glance', ('GLANCE',), ('etc/glance/glance-api.conf', _WSGI),
-            False),
-    Service('neutron', ('NEUTRON',),
-            (_NEUTRON, 'etc/neutron/plugins/ml2/ml2_conf.ini', _WSGI), False),
-    Service('neutron-rpc', (),
-            (_NEUTRON, 'etc/neutron/plugins/ml2/ml2_conf.ini', _IN_PROCESS),
-            False),
-    Service('neutron-ovs-agent', (),
-            (_NEUTRON, 'etc/neutron/openvswitch_agent.ini', _IN_PROCESS),
-            False),
-    # runs the L3 agent too (in_process.py)
-    Service('neutron-dhcp-agent', (),
-            (_NEUTRON, 'etc/neutron/dhcp_agent.ini',
-             'etc/neutron/l3_agent.ini', _IN_PROCESS), False),
-    Service('neutron-metadata-agent', (),
-            (_NEUTRON, 'etc/neutron/metadata_agent.ini'), False),
-    # serves the metadata API too
-    Service('nova-api', ('NOVA', 'METADATA'),
-            ('etc/nova/nova.conf', 'etc/nova/api-paste.ini', _WSGI), False),
-    # runs the scheduler too (in_process.py)
-    Service('nova-conductor', (), ('etc/nova/nova.conf', _IN_PROCESS), False),
-    Service('hwproxy', (),
-            ('data/hardware/resources.json',
-             os.path.join(REPO_DIR, 'tests', 'lxd_proxy.py')), True),
-    # data/hardware/name: another recorded host behind the same paths
-    Service('nova-compute', (),
-            ('etc/nova/nova-compute.conf', 'data/hardware/name'), False),
-    Service('horizon', ('HORIZON',),
-            ('etc/horizon/local_settings.py', 'data/horizon/static.stamp',
-             _WSGI), True),
-)
-
-# Services that ran as processes of their own before: nova-api's process
-# now serves the metadata API, nova-conductor's runs the scheduler and
-# neutron-dhcp-agent's the L3 agent. 'up' and 'down' stop a sandbox's old
-# processes of these.
-RETIRED_SERVICES = ('nova-metadata', 'nova-scheduler', 'neutron-l3-agent')
 
 #: the files under the state directory that hold secrets (besides etc/)
 CREDENTIAL_FILES = ('secrets.env', 'openrc', 'clouds.yaml')
@@ -172,21 +102,6 @@ class Layout(object):
 
     def url(self, port_name, suffix=''):
         return 'http://127.0.0.1:%d%s' % (self.ports[port_name], suffix)
-
-    def service_ports(self, name):
-        """The ports a service listens on (none for agents, unknowns)."""
-        for service in SERVICES:
-            if service.name == name:
-                return [self.ports[port] for port in service.ports]
-        return []
-
-    def service_files(self, name):
-        """The absolute paths of the files a service reads at start."""
-        for service in SERVICES:
-            if service.name == name:
-                return [path if os.path.isabs(path) else self.path(path)
-                        for path in service.files]
-        return []
 
     def credential_files(self):
         return [self.path(name) for name in CREDENTIAL_FILES]
@@ -231,11 +146,12 @@ class Layout(object):
                  'HORIZON_DATA=%s' % q(self.horizon_data)]
         lines += ['PORT_%s=%d' % item for item in self.ports.items()]
         lines += ['%s=%s' % (name, q(value))
-                  for name, value in NETWORK.items()]
-        lines += ['REGION=%s' % q(REGION), 'IMAGE_NAME=%s' % q(IMAGE_NAME),
-                  'PLAIN_FLAVOR=%s' % q(PLAIN_FLAVOR),
-                  'SECOND_FLAVOR=%s' % q(SECOND_FLAVOR),
-                  'FAKE_HOST=%s' % q(FAKE_HOST),
+                  for name, value in catalogue.NETWORK.items()]
+        lines += ['REGION=%s' % q(catalogue.REGION),
+                  'IMAGE_NAME=%s' % q(catalogue.IMAGE_NAME),
+                  'PLAIN_FLAVOR=%s' % q(catalogue.PLAIN_FLAVOR),
+                  'SECOND_FLAVOR=%s' % q(catalogue.SECOND_FLAVOR),
+                  'FAKE_HOST=%s' % q(catalogue.FAKE_HOST),
                   'KEYSTONE_URL=%s' % q(self.url('KEYSTONE'))]
         return '\n'.join(lines) + '\n'
 

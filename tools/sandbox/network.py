@@ -25,7 +25,8 @@ import re
 import shutil
 import subprocess
 
-import layout as layout_module
+from . import catalogue
+from . import layout as layout_module
 
 #: the namespaces Neutron's agents make, and the sandbox's own
 _AGENT_NAMESPACE = re.compile(r'^(qrouter|qdhcp|snat|fip)-')
@@ -52,7 +53,7 @@ def namespaces():
 
 def ovs_ready(environ):
     """Open vSwitch running, the external bridge, the outside namespace."""
-    net = layout_module.NETWORK
+    net = catalogue.NETWORK
     env = dict(environ, OVS_INSTALL=environ.get('SANDBOX_APT', '1'))
     _run(['bash', os.path.join(layout_module.REPO_DIR, 'tools',
                                'ovs-up.sh')], cwd='/', env=env)
@@ -77,7 +78,7 @@ def ovs_ready(environ):
 
 def remove_plumbing():
     """The agents' and the outside's namespaces, the bridges, the veth."""
-    net = layout_module.NETWORK
+    net = catalogue.NETWORK
     for space in namespaces():
         if _AGENT_NAMESPACE.match(space) or space == net['OUTSIDE_NS']:
             _quiet(['ip', 'netns', 'delete', space])

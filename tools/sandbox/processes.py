@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -48,9 +47,10 @@ import subprocess
 import sys
 import time
 
-import hardware
-import layout as layout_module
-import memory
+from . import hardware
+from . import layout as layout_module
+from . import memory
+from . import services
 
 #: the services "down" stops last, one at a time, in this order
 INFRASTRUCTURE = ('rabbitmq', 'mariadb', 'epmd')
@@ -105,7 +105,7 @@ def conf_sum(layout, name):
 
     A file that is absent (the simulated hardware's) counts as empty.
     """
-    files = layout.service_files(name)
+    files = services.files(layout, name)
     return layout_module.digest_files(files) if files else '-'
 
 
@@ -145,7 +145,7 @@ def start(layout, name, argv, out=sys.stdout):
     if pid:
         out.write('%s already runs (pid %d)\n' % (name, pid))
         return True
-    for port in layout.service_ports(name):
+    for port in services.ports(layout, name):
         held = port_holders(port)
         if held:
             out.write('cannot start %s: port %d is taken by another socket '
@@ -232,12 +232,12 @@ def restart_changed(layout, out=sys.stdout):
     The files: those each read when it started. The steps after this one
     start them again.
     """
-    pids = terminate(layout, layout_module.RETIRED_SERVICES, out,
+    pids = terminate(layout, services.RETIRED_SERVICES, out,
                      "another service's process runs it now")
-    for name in layout_module.RETIRED_SERVICES:
+    for name in services.RETIRED_SERVICES:
         _remove(_pid_file(layout, name))
         _remove(layout.path('run', name + '.conf-sum'))
-    for service in layout_module.SERVICES:
+    for service in services.SERVICES:
         if pid_of(layout, service.name) is None:
             continue
         want = conf_sum(layout, service.name)
@@ -289,15 +289,15 @@ def down(layout, timeout=30, out=sys.stdout):
 
     :returns: the services still running (none, normally).
     """
-    names = [service.name for service in reversed(layout_module.SERVICES)
+    names = [service.name for service in reversed(services.SERVICES)
              if service.name not in INFRASTRUCTURE]
-    stop(layout, names + list(layout_module.RETIRED_SERVICES), timeout, out)
+    stop(layout, names + list(services.RETIRED_SERVICES), timeout, out)
     stop_network_helpers(layout)
     for name in INFRASTRUCTURE:
         stop(layout, [name], timeout, out)
-    alive = [service.name for service in layout_module.SERVICES
+    alive = [service.name for service in services.SERVICES
              if pid_of(layout, service.name)]
-    for service in layout_module.SERVICES:
+    for service in services.SERVICES:
         if service.name not in alive:
             _remove(_pid_file(layout, service.name))
     return alive
@@ -327,7 +327,7 @@ def wait_ports(layout, name, timeout, out=sys.stdout):
     return all(_wait(layout, name, lambda port=port: port_accepts(port),
                      timeout, '%s: port %d not open after %ds'
                      % (name, port, timeout), out)
-               for port in layout.service_ports(name))
+               for port in services.ports(layout, name))
 
 
 def log_since_start(layout, name):
@@ -364,7 +364,7 @@ def status(layout, backend, daemon_socket, out=sys.stdout):
     else:
         out.write("hardware: the host's own\n")
     pids = {service.name: pid_of(layout, service.name)
-            for service in layout_module.SERVICES}
+            for service in services.SERVICES}
     # the same pids as the state column (a recycled pid counts for none)
     rows, helpers, _lxd = memory.report(
         layout.dir, list(pids),
@@ -376,7 +376,7 @@ def status(layout, backend, daemon_socket, out=sys.stdout):
     out.write(row % ('SERVICE', 'STATE', 'PID', 'PORT', 'PSS_MiB',
                      'RSS_MiB', 'LOG'))
     expected = running_count = total_pss = total_rss = 0
-    for service in layout_module.SERVICES:
+    for service in services.SERVICES:
         pid = pids[service.name]
         optional_off = (service.name == 'hwproxy' and
                         not hardware.active(layout) or
@@ -393,7 +393,7 @@ def status(layout, backend, daemon_socket, out=sys.stdout):
             service.name, 'running' if pid else 'stopped',
             pid or '-',
             ','.join(str(port) for port in
-                     layout.service_ports(service.name)) or '-',
+                     services.ports(layout, service.name)) or '-',
             _mib(used.pss_kib if used else None),
             _mib(used.rss_kib if used else None),
             os.path.join(layout.logs, service.name + '.log')))

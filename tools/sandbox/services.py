@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -11,15 +10,18 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""How each of the sandbox's services is started.
+"""The sandbox's services: each one defined once, here.
 
-One function per service, of the same signature: ``(layout, context) ->
-Command`` (the environment it adds and its argv). cli.py starts the
-command (processes.py) in its own session, with its pid file and log, and
-waits for the service's ports (layout.py) for at most ``Command.ready_s``
-seconds.
+One entry of ``SERVICES`` per service, in start order ("down" goes in
+reverse): its ports (names of layout.PORT_OFFSETS), the files it reads at
+start (relative to the state directory, or absolute; a change restarts
+it, see processes.py), whether ``up`` may leave it out (hwproxy without
+simulated hardware, horizon when off), how it is started and, for an API,
+its Keystone catalog entry (provision.py registers it). cli.py starts a
+service's command (processes.py) in its own session, with its pid file and
+log, and waits for its ports for at most ``Command.ready_s`` seconds.
 
-Usage: services.py command NAME --daemon-socket PATH
+Usage: python3 -m tools.sandbox.services command NAME --daemon-socket PATH
 
 ``command`` prints the seconds the service's ports may take to open, then
 ``[env NAME=VALUE...] ARGV...``, NUL-separated (a shell reads them with
@@ -31,10 +33,13 @@ import collections
 import os
 import sys
 
-import hardware
-import layout as layout_module
+from . import hardware
+from . import layout as layout_module
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+#: the modules the sandbox venv's Python runs (see venv/__main__.py)
+WSGI_SERVER = os.path.join(layout_module.VENV_SIDE, 'wsgi_server.py')
+IN_PROCESS = os.path.join(layout_module.VENV_SIDE, 'in_process.py')
+LXD_PROXY = os.path.join(layout_module.VENV_SIDE, 'lxd_proxy.py')
 
 #: env: variables added to the service's environment; argv: its command;
 #: ready_s: how long its ports may take to open (0: no port to wait for)
@@ -43,30 +48,44 @@ Command = collections.namedtuple('Command', 'env argv ready_s')
 #: what a service needs to know beyond the layout
 Context = collections.namedtuple('Context', 'daemon_socket')
 
+#: an API's entry in Keystone's catalog: its name there (and its service
+#: user's), type, description, and the path after its first port
+Endpoint = collections.namedtuple('Endpoint', 'name type description path')
+
+#: one service: see the module's doc; ``start(layout, context) -> Command``
+Service = collections.namedtuple(
+    'Service', 'name ports files optional start endpoint')
+
 
 def _venv(layout, *parts):
     return os.path.join(layout.venv, *parts)
 
 
-def _conf(layout, *relative):
+def _venv_side(layout, module, python=None):
+    """The argv that runs a module of venv/ with the venv's Python."""
+    return [python or _venv(layout, 'bin', 'python'),
+            layout_module.VENV_SIDE, module]
+
+
+def _conf(layout, name):
+    """--config-file for each configuration file of the service's entry."""
     args = []
-    for path in relative:
-        args += ['--config-file', layout.path('etc', path)]
+    for path in files(layout, name):
+        if path.startswith(layout.etc + os.sep):
+            args += ['--config-file', path]
     return args
 
 
 def _in_process(layout, command):
     # oslo.service would fork a worker even for workers=1, or two
-    # commands share a process: see in_process.py.
-    return [_venv(layout, 'bin', 'python'),
-            os.path.join(HERE, 'in_process.py'), command]
+    # commands share a process: see venv/in_process.py.
+    return _venv_side(layout, IN_PROCESS) + [command]
 
 
 def _wsgi(layout, name, app, *extra, python=None):
-    port = layout.service_ports(name)[0]
-    return [python or _venv(layout, 'bin', 'python'),
-            os.path.join(HERE, 'wsgi_server.py'), '--name', name,
-            '--port', str(port), '--app', app] + list(extra)
+    port = ports(layout, name)[0]
+    return _venv_side(layout, WSGI_SERVER, python) + [
+        '--name', name, '--port', str(port), '--app', app] + list(extra)
 
 
 def epmd(layout, context):
@@ -137,29 +156,25 @@ def neutron(layout, context):
 
 
 def neutron_rpc(layout, context):
-    return Command({}, _in_process(layout, 'neutron-rpc-server') + _conf(
-        layout, 'neutron/neutron.conf', 'neutron/plugins/ml2/ml2_conf.ini'),
-        0)
+    return Command({}, _in_process(layout, 'neutron-rpc-server') +
+                   _conf(layout, 'neutron-rpc'), 0)
 
 
 def neutron_ovs_agent(layout, context):
     # in_process.py ends its process when the agent ends
     return Command({}, _in_process(layout, 'neutron-openvswitch-agent') +
-                   _conf(layout, 'neutron/neutron.conf',
-                         'neutron/openvswitch_agent.ini'), 0)
+                   _conf(layout, 'neutron-ovs-agent'), 0)
 
 
 def neutron_dhcp_agent(layout, context):
     # The DHCP and the L3 agent, in one process.
-    return Command({}, _in_process(layout, 'neutron-dhcp+l3-agent') + _conf(
-        layout, 'neutron/neutron.conf', 'neutron/dhcp_agent.ini',
-        'neutron/l3_agent.ini'), 0)
+    return Command({}, _in_process(layout, 'neutron-dhcp+l3-agent') +
+                   _conf(layout, 'neutron-dhcp-agent'), 0)
 
 
 def neutron_metadata_agent(layout, context):
     return Command({}, [_venv(layout, 'bin', 'neutron-metadata-agent')] +
-                   _conf(layout, 'neutron/neutron.conf',
-                         'neutron/metadata_agent.ini'), 0)
+                   _conf(layout, 'neutron-metadata-agent'), 0)
 
 
 def nova_api(layout, context):
@@ -174,11 +189,11 @@ def nova_api(layout, context):
 def nova_conductor(layout, context):
     # One process runs the conductor and the scheduler.
     return Command({}, _in_process(layout, 'nova-conductor+scheduler') +
-                   _conf(layout, 'nova/nova.conf'), 0)
+                   _conf(layout, 'nova-conductor'), 0)
 
 
 def hwproxy(layout, context):
-    # The project's LXD proxy (tests/lxd_proxy.py): /1.0/resources answers
+    # The project's LXD proxy (venv/lxd_proxy.py): /1.0/resources answers
     # with the recorded host; gpu and infiniband devices are kept out of
     # the real daemon (it has no such hardware) and shown back to Nova.
     banner = ("SIMULATED hardware '%s' (%s) served at %s in front of %s; "
@@ -186,8 +201,7 @@ def hwproxy(layout, context):
               % (hardware.host_name(layout),
                  hardware.summary(layout.hardware), layout.hw_socket,
                  context.daemon_socket))
-    return Command({'PYTHONPATH': layout_module.REPO_DIR}, [
-        _venv(layout, 'bin', 'python'), '-m', 'tests.lxd_proxy',
+    return Command({}, _venv_side(layout, LXD_PROXY) + [
         '--socket', layout.hw_socket, '--upstream', context.daemon_socket,
         '--resources', os.path.join(layout.hardware, 'resources.json'),
         '--state', layout.hw_devices, '--all-projects', '--banner', banner],
@@ -196,7 +210,7 @@ def hwproxy(layout, context):
 
 def nova_compute(layout, context):
     return Command({}, [_venv(layout, 'bin', 'nova-compute')] +
-                   _conf(layout, 'nova/nova-compute.conf'), 0)
+                   _conf(layout, 'nova-compute'), 0)
 
 
 def horizon(layout, context):
@@ -210,10 +224,86 @@ def horizon(layout, context):
         120)
 
 
+_NEUTRON = 'etc/neutron/neutron.conf'
+_ML2 = 'etc/neutron/plugins/ml2/ml2_conf.ini'
+
+SERVICES = (
+    Service('epmd', ('EPMD',), (), False, epmd, None),
+    Service('rabbitmq', ('AMQP',), ('etc/rabbitmq/rabbitmq.conf',), False,
+            rabbitmq, None),
+    Service('mariadb', ('MYSQL',), (), False, mariadb, None),
+    Service('keystone', ('KEYSTONE',),
+            ('etc/keystone/keystone.conf', WSGI_SERVER), False, keystone,
+            None),
+    Service('placement', ('PLACEMENT',),
+            ('etc/placement/placement.conf', WSGI_SERVER), False, placement,
+            Endpoint('placement', 'placement', 'Placement API', '')),
+    Service('glance', ('GLANCE',),
+            ('etc/glance/glance-api.conf', WSGI_SERVER), False, glance,
+            Endpoint('glance', 'image', 'Image service', '')),
+    Service('neutron', ('NEUTRON',), (_NEUTRON, _ML2, WSGI_SERVER), False,
+            neutron, Endpoint('neutron', 'network', 'Networking', '')),
+    Service('neutron-rpc', (), (_NEUTRON, _ML2, IN_PROCESS), False,
+            neutron_rpc, None),
+    Service('neutron-ovs-agent', (),
+            (_NEUTRON, 'etc/neutron/openvswitch_agent.ini', IN_PROCESS),
+            False, neutron_ovs_agent, None),
+    # runs the L3 agent too (venv/in_process.py)
+    Service('neutron-dhcp-agent', (),
+            (_NEUTRON, 'etc/neutron/dhcp_agent.ini',
+             'etc/neutron/l3_agent.ini', IN_PROCESS), False,
+            neutron_dhcp_agent, None),
+    Service('neutron-metadata-agent', (),
+            (_NEUTRON, 'etc/neutron/metadata_agent.ini'), False,
+            neutron_metadata_agent, None),
+    # serves the metadata API too
+    Service('nova-api', ('NOVA', 'METADATA'),
+            ('etc/nova/nova.conf', 'etc/nova/api-paste.ini', WSGI_SERVER),
+            False, nova_api, Endpoint('nova', 'compute', 'Compute', '/v2.1')),
+    # runs the scheduler too (venv/in_process.py)
+    Service('nova-conductor', (), ('etc/nova/nova.conf', IN_PROCESS), False,
+            nova_conductor, None),
+    Service('hwproxy', (), ('data/hardware/resources.json', LXD_PROXY),
+            True, hwproxy, None),
+    # data/hardware/name: another recorded host behind the same paths
+    Service('nova-compute', (),
+            ('etc/nova/nova-compute.conf', 'data/hardware/name'), False,
+            nova_compute, None),
+    Service('horizon', ('HORIZON',),
+            ('etc/horizon/local_settings.py', 'data/horizon/static.stamp',
+             WSGI_SERVER), True, horizon, None),
+)
+
+# Services that ran as processes of their own before: nova-api's process
+# now serves the metadata API, nova-conductor's runs the scheduler and
+# neutron-dhcp-agent's the L3 agent. 'up' and 'down' stop a sandbox's old
+# processes of these.
+RETIRED_SERVICES = ('nova-metadata', 'nova-scheduler', 'neutron-l3-agent')
+
+#: service name -> its entry
+BY_NAME = collections.OrderedDict(
+    (service.name, service) for service in SERVICES)
+
 #: service name -> its command's function
 COMMANDS = collections.OrderedDict(
-    (name, globals()[name.replace('-', '_')])
-    for name in (service.name for service in layout_module.SERVICES))
+    (service.name, service.start) for service in SERVICES)
+
+#: the APIs in Keystone's catalog, and their service users
+ENDPOINTS = tuple((service.endpoint, service.ports[0])
+                  for service in SERVICES if service.endpoint)
+
+
+def ports(layout, name):
+    """The ports a service listens on (none for agents, unknowns)."""
+    service = BY_NAME.get(name)
+    return [layout.ports[port] for port in service.ports] if service else []
+
+
+def files(layout, name):
+    """The absolute paths of the files a service reads at start."""
+    service = BY_NAME.get(name)
+    return [path if os.path.isabs(path) else layout.path(path)
+            for path in service.files] if service else []
 
 
 def command(layout, name, context):
@@ -226,7 +316,7 @@ def command(layout, name, context):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog='services.py')
+    parser = argparse.ArgumentParser(prog='python3 -m tools.sandbox.services')
     sub = parser.add_subparsers(dest='action', required=True)
     cmd = sub.add_parser('command', help='the argv that starts a service')
     cmd.add_argument('name')

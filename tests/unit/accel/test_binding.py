@@ -24,6 +24,7 @@ from oslotest import base
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 from tests.unit.accel import utils
 
 H100 = 'cmp1_gpu_0000_00_09_0'
@@ -97,7 +98,7 @@ class TestMixedHost(BindingTestBase):
         self.assertEqual({'nova-gpu0': {'type': 'gpu', 'gputype': 'physical',
                                         'pci': '0000:07:00.0'}},
                          result.devices)
-        record = json.loads(result.config[binding.DEVICES_KEY])
+        record = json.loads(result.config[identity.KEY_DEVICES])
         self.assertEqual([{'name': 'nova-gpu0', 'kind': 'pgpu',
                            'resource_class': 'PGPU',
                            'provider': self.rp(A100_0),
@@ -274,7 +275,7 @@ class TestCapturedH200(BindingTestBase):
 class TestRecords(base.BaseTestCase):
 
     def test_held_units_from_record_and_devices(self):
-        config = {binding.DEVICES_KEY: json.dumps([
+        config = {identity.KEY_DEVICES: json.dumps([
             {'unit': 'pci:0000:07:00.0', 'provider': 'p1',
              'resource_class': 'PGPU'}])}
         records = [
@@ -285,7 +286,7 @@ class TestRecords(base.BaseTestCase):
                 'm': {'type': 'gpu', 'gputype': 'mig',
                       'mig.uuid': 'MIG-AbC'},
                 'root': {'type': 'disk', 'path': '/'}}},
-            {'name': 'c', 'config': {binding.DEVICES_KEY: 'not json'}},
+            {'name': 'c', 'config': {identity.KEY_DEVICES: 'not json'}},
         ]
         self.assertEqual({'pci:0000:07:00.0': ['a'],
                           'netdev:ib0': ['b'], 'mig:abc': ['b']},

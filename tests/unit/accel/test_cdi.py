@@ -23,6 +23,7 @@ import json
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import cdi
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 from tests.unit.accel import test_binding
 from tests.unit.accel import utils
 
@@ -47,7 +48,7 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
                 'id': 'nvidia.com/gpu=GPU-00000000-0000-0000-0000-'
                       '000000000000'}}, result.devices)
         # the unit stays the PCI address: records of both modes agree
-        record = json.loads(result.config[binding.DEVICES_KEY])[0]
+        record = json.loads(result.config[identity.KEY_DEVICES])[0]
         self.assertEqual('pci:0000:10:00.0', record['unit'])
         self.assertEqual('nvidia.com/gpu=GPU-00000000-0000-0000-0000-'
                          '000000000000', record['cdi_id'])
@@ -90,14 +91,11 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
                          result.devices['nova-gpu0'])
         self.assertNotIn('nvidia.runtime', result.config)
 
-    def test_default_is_the_host_mode(self):
-        self.addCleanup(cdi.set_host_mode, cdi.RUNTIME)
-        cdi.set_host_mode(CDI)
-        result = self.bind(self.alloc((GPU_10, 'PGPU', 1)))
-        self.assertIn('id', result.devices['nova-gpu0'])
-        cdi.set_host_mode(cdi.RUNTIME)
+    def test_default_is_runtime(self):
+        # no process-wide mode: a caller that names none binds by PCI
         result = self.bind(self.alloc((GPU_10, 'PGPU', 1)))
         self.assertNotIn('id', result.devices['nova-gpu0'])
+        self.assertEqual('0000:10:00.0', result.devices['nova-gpu0']['pci'])
 
 
 class TestCdiMig(test_binding.BindingTestBase):

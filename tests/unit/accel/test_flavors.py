@@ -21,10 +21,11 @@ import testtools
 
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import flavors
-from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import inventory
+from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import flavors as flavors_cmd
-from nova_lxd_accel.cmd import gpu as gpu_cmd
 from tests.unit.accel import utils
 
 
@@ -32,9 +33,9 @@ def _gpus(resources, mig_text):
     class Args(object):
         config_file = ['/dev/null']
         state_dir = None
-    conf = gpu_cmd.load_conf(Args())
-    return flavors_cmd.discovered_gpus(utils.load_json(resources),
-                                       utils.load_text(mig_text), conf)
+    conf = common.load_conf(Args())
+    return inventory.discovered_gpus(utils.load_json(resources),
+                                     utils.load_text(mig_text), conf)
 
 
 class TestPropose(testtools.TestCase):
@@ -108,12 +109,12 @@ class TestPropose(testtools.TestCase):
         with open(host + 'nvidia-smi-L.txt') as f:
             mig_text = f.read()
         with open(host + 'query-gpu.csv') as f:
-            probed = gpu_probe.parse_query_gpu(f.read())
+            probed = nvidia_smi.parse_query_gpu(f.read())
 
         class Args(object):
             config_file = ['/dev/null']
             state_dir = None
-        conf = gpu_cmd.load_conf(Args())
+        conf = common.load_conf(Args())
         for listing, names in ((mig_text, None), ('', {
                 pci: g.name for pci, g in probed.items()})):
             # from nvidia-smi -L, or from the probe's query by bus id

@@ -583,11 +583,11 @@ class TestUsageIdleMetrics(GateTestCase):
         self.assertEqual((3600.0, 1800.0), (unit['allocated_s'],
                                             unit['busy_s']))
         self.assertEqual('proj-a', state['usage'][INSTANCE]['project'])
-        self.assertEqual([], gpu_gate.idle_units(state, self.conf, self.now))
+        self.assertEqual([], gpu_state.idle_units(state, self.conf, self.now))
         self.now += 1800
         self.gate.refresh()
         state = self.gate.store.load()
-        idle = gpu_gate.idle_units(state, self.conf, self.now)
+        idle = gpu_state.idle_units(state, self.conf, self.now)
         self.assertEqual([(INSTANCE, 'proj-a', H100, 3600.0)],
                          [(u['instance'], u['project'], u['pci'],
                            u['idle_s']) for u in idle])
@@ -595,7 +595,7 @@ class TestUsageIdleMetrics(GateTestCase):
         self.containers = [container(status='Stopped')]
         self.now += 60
         self.gate.refresh()
-        self.assertEqual([], gpu_gate.idle_units(
+        self.assertEqual([], gpu_state.idle_units(
             self.gate.store.load(), self.conf, self.now))
 
     def test_metrics_file(self):

@@ -21,6 +21,7 @@ import fixtures
 import testtools
 
 from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import nvidia_smi
 from tests.unit.accel import utils
 
 H100 = '0000:00:09.0'
@@ -46,9 +47,9 @@ def fake_smi(directory, outputs, status=0):
 class TestParseQueryGpu(testtools.TestCase):
 
     def test_recorded_h100_idle_and_load(self):
-        idle = gpu_probe.parse_query_gpu(utils.load_text(
+        idle = nvidia_smi.parse_query_gpu(utils.load_text(
             'nvsmi-h100-80gb-idle-query-gpu.csv'))
-        load = gpu_probe.parse_query_gpu(utils.load_text(
+        load = nvidia_smi.parse_query_gpu(utils.load_text(
             'nvsmi-h100-80gb-load-query-gpu.csv'))
         self.assertEqual([H100], list(idle))
         self.assertEqual((81559, 0, 0), (idle[H100].memory_total_mib,
@@ -63,7 +64,7 @@ class TestParseQueryGpu(testtools.TestCase):
         self.assertEqual([], load[H100].problems())
 
     def test_captured_h200(self):
-        gpus = gpu_probe.parse_query_gpu(utils.load_text(
+        gpus = nvidia_smi.parse_query_gpu(utils.load_text(
             'nvsmi-h200-580-idle-query-gpu.csv'))
         self.assertEqual([H200], list(gpus))
         self.assertEqual(('NVIDIA H200', 143771, 0, 0, 'Disabled'),
@@ -73,7 +74,7 @@ class TestParseQueryGpu(testtools.TestCase):
         self.assertEqual([], gpus[H200].problems())
 
     def test_ecc_retired_remap(self):
-        gpus = gpu_probe.parse_query_gpu(utils.load_text(
+        gpus = nvidia_smi.parse_query_gpu(utils.load_text(
             'handmade-nvsmi-query-gpu-ecc-retired-remap.csv'))
         self.assertEqual({
             '0000:17:00.0': [],
@@ -84,7 +85,7 @@ class TestParseQueryGpu(testtools.TestCase):
         }, {pci: facts.problems() for pci, facts in gpus.items()})
 
     def test_fallen_off_the_bus(self):
-        gpus = gpu_probe.parse_query_gpu(utils.load_text(
+        gpus = nvidia_smi.parse_query_gpu(utils.load_text(
             'handmade-nvsmi-query-gpu-gpu-lost.txt'))
         self.assertEqual([], gpus['0000:17:00.0'].problems())
         self.assertEqual(['fallen off the bus (Unknown Error)'],
@@ -94,16 +95,16 @@ class TestParseQueryGpu(testtools.TestCase):
 
     def test_pci_address_of_nvidia_smi(self):
         self.assertEqual('0000:3b:00.0',
-                         gpu_probe.pci_address('00000000:3B:00.0'))
+                         nvidia_smi.pci_address('00000000:3B:00.0'))
         self.assertEqual('0001:3b:00.0',
-                         gpu_probe.pci_address('00000001:3B:00.0'))
-        self.assertEqual('0000:3b:00.0', gpu_probe.pci_address('3B:00.0'))
+                         nvidia_smi.pci_address('00000001:3B:00.0'))
+        self.assertEqual('0000:3b:00.0', nvidia_smi.pci_address('3B:00.0'))
 
 
 class TestParseComputeApps(testtools.TestCase):
 
     def test_recorded_load(self):
-        apps = gpu_probe.parse_compute_apps(utils.load_text(
+        apps = nvidia_smi.parse_compute_apps(utils.load_text(
             'nvsmi-h100-80gb-load-compute-apps.csv'))
         self.assertEqual([(11327, '/root/tools/memhog', 2566),
                           (11328, '/root/tools/memhog', 1542),
@@ -112,20 +113,20 @@ class TestParseComputeApps(testtools.TestCase):
                           for a in apps[H100]])
 
     def test_recorded_idle_has_header_only(self):
-        self.assertEqual({}, gpu_probe.parse_compute_apps(utils.load_text(
+        self.assertEqual({}, nvidia_smi.parse_compute_apps(utils.load_text(
             'nvsmi-h100-80gb-idle-compute-apps.csv')))
 
 
 class TestParseQuery(testtools.TestCase):
 
     def test_recorded_idle_and_load(self):
-        gpus, apps = gpu_probe.parse_query(utils.load_text(
+        gpus, apps = nvidia_smi.parse_query(utils.load_text(
             'nvsmi-h100-80gb-idle-q.txt'))
         self.assertEqual([], gpus[H100].problems())
         self.assertEqual((81559, 0), (gpus[H100].memory_total_mib,
                                       gpus[H100].memory_used_mib))
         self.assertEqual({}, apps)
-        gpus, apps = gpu_probe.parse_query(utils.load_text(
+        gpus, apps = nvidia_smi.parse_query(utils.load_text(
             'nvsmi-h100-80gb-load-q.txt'))
         self.assertEqual(19818, gpus[H100].memory_used_mib)
         self.assertEqual([11327, 11328, 11345],
@@ -133,7 +134,7 @@ class TestParseQuery(testtools.TestCase):
         self.assertEqual(15690, apps[H100][2].used_memory_mib)
 
     def test_captured_h200(self):
-        gpus, apps = gpu_probe.parse_query(utils.load_text(
+        gpus, apps = nvidia_smi.parse_query(utils.load_text(
             'nvsmi-h200-580-idle-q.txt'))
         self.assertEqual([H200], list(gpus))
         self.assertEqual((143771, 0), (gpus[H200].memory_total_mib,
@@ -142,7 +143,7 @@ class TestParseQuery(testtools.TestCase):
         self.assertEqual({}, apps)
 
     def test_errors(self):
-        gpus, _ = gpu_probe.parse_query(utils.load_text(
+        gpus, _ = nvidia_smi.parse_query(utils.load_text(
             'handmade-nvsmi-h100-q-ecc-retired-remap-pending.txt'))
         self.assertEqual(['3 uncorrectable ECC errors',
                           'retired pages pending', 'row remapping pending'],
@@ -253,7 +254,7 @@ class TestKernelLogXids(testtools.TestCase):
 class TestMigQuery(testtools.TestCase):
 
     def test_recorded_idle_slices(self):
-        mig = gpu_probe.parse_mig_query(
+        mig = nvidia_smi.parse_mig_query(
             utils.load_text('nvsmi-h100-80gb-mig-4slices-idle-q.txt'))
         self.assertEqual(
             [(0, 2, 0, 26, 40448), (1, 3, 0, 17, 20096),
@@ -263,7 +264,7 @@ class TestMigQuery(testtools.TestCase):
         self.assertEqual([()] * 4, [m.apps for m in mig[H100].values()])
 
     def test_process_in_one_slice(self):
-        mig = gpu_probe.parse_mig_query(
+        mig = nvidia_smi.parse_mig_query(
             utils.load_text('handmade-nvsmi-h100-mig-slice2-busy-q.txt'))
         self.assertEqual([(48211, 'python3', 4090)],
                          [(a.pid, a.name, a.used_memory_mib)
@@ -272,5 +273,5 @@ class TestMigQuery(testtools.TestCase):
         self.assertEqual(4100, mig[H100][2].memory_used_mib)
 
     def test_gpu_without_mig_devices_is_left_out(self):
-        self.assertEqual({}, gpu_probe.parse_mig_query(
+        self.assertEqual({}, nvidia_smi.parse_mig_query(
             utils.load_text('nvsmi-h100-80gb-idle-q.txt')))

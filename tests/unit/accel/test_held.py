@@ -16,9 +16,9 @@ import copy
 
 import testtools
 
-from nova_lxd_accel import accel
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import discovery
+from nova_lxd_accel.accel import inventory as accel_inventory
 from nova_lxd_accel import exception
 from tests.unit.accel import utils
 
@@ -193,7 +193,7 @@ class SriovParentTest(testtools.TestCase):
                 'vfs'][:4]):
             vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
                             'protocol': 'infiniband'}]
-        inventory = accel.AcceleratorInventory(
+        inventory = accel_inventory.AcceleratorInventory(
             lambda: resources, lambda: '', utils.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=lambda: [self.foreign(self.SRIOV)],

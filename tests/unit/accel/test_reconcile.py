@@ -17,9 +17,8 @@ import json
 import fixtures
 from oslotest import base
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import reconcile
-from nova_lxd_accel import config as lxd_config
+from nova_lxd_accel.spec import identity
 from tests import fake_lxd
 
 GPU_RP = 'rp-gpu'
@@ -33,9 +32,9 @@ def _record(name, uuid, units, host='cmp1', extra_devices=None):
         records.append({'name': 'nova-x%d' % i, 'kind': kind, 'unit': key,
                         'resource_class': rc, 'provider': GPU_RP})
     devices.update(extra_devices or {})
-    config = {lxd_config.KEY_INSTANCE_UUID: uuid, lxd_config.KEY_HOST: host}
+    config = {identity.KEY_INSTANCE_UUID: uuid, identity.KEY_HOST: host}
     if records:
-        config[binding.DEVICES_KEY] = json.dumps(records)
+        config[identity.KEY_DEVICES] = json.dumps(records)
     return {'name': name, 'config': config, 'devices': devices,
             'architecture': 'x86_64', 'profiles': [], 'ephemeral': False}
 
@@ -70,8 +69,8 @@ class TestReconcile(base.BaseTestCase):
         (name, record), = _puts(client)
         self.assertEqual('nova-a', name)
         self.assertEqual(['root'], list(record['devices']))
-        self.assertNotIn(binding.DEVICES_KEY, record['config'])
-        self.assertEqual('a', record['config'][lxd_config.KEY_INSTANCE_UUID])
+        self.assertNotIn(identity.KEY_DEVICES, record['config'])
+        self.assertEqual('a', record['config'][identity.KEY_INSTANCE_UUID])
         self.assertIn('pci:0000:07:00.0', self.log.output)
 
     def test_nothing_released_when_nova_unknown(self):

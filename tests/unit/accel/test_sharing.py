@@ -17,12 +17,14 @@ import json
 from nova import objects
 import testtools
 
-from nova_lxd_accel import accel
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims
 from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 from tests.unit.accel import test_binding
 from tests.unit.accel import utils
 
@@ -102,8 +104,8 @@ class _Gate(object):
     def __init__(self, memory):
         self.last_snapshot = gpu_probe.Snapshot(
             taken_at=0.0, available=True,
-            gpus={pci: gpu_probe.GpuFacts(pci_address=pci,
-                                          memory_total_mib=mib)
+            gpus={pci: nvidia_smi.GpuFacts(pci_address=pci,
+                                           memory_total_mib=mib)
                   for pci, mib in memory.items()}, apps={})
 
     @staticmethod
@@ -117,12 +119,11 @@ class SharedInventoryTest(testtools.TestCase):
     def report(self, entries, memory=None):
         resources = test_binding._host()
         conf = utils.make_conf(shared_gpus=entries)
-        inventory = accel.AcceleratorInventory(
+        inventory = accel_inventory.AcceleratorInventory(
             lambda: resources,
             lambda: utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
-            conf, provider_allocations=lambda rp: {})
-        if memory is not None:
-            inventory.gate = _Gate(memory)
+            conf, provider_allocations=lambda rp: {},
+            gate=_Gate(memory) if memory is not None else None)
         tree = utils.new_tree(utils.NODE)
         inventory.update_provider_tree(tree, utils.NODE, {})
         return inventory, tree
@@ -184,7 +185,7 @@ class SharedBindingTest(test_binding.BindingTestBase):
         self.assertEqual({'nova-gpushare0': {
             'type': 'gpu', 'gputype': 'physical', 'pci': A100_SHARED}},
             bound.devices)
-        record = json.loads(bound.config[binding.DEVICES_KEY])[0]
+        record = json.loads(bound.config[identity.KEY_DEVICES])[0]
         self.assertEqual(('gpu_share', 'share:%s/0' % A100_SHARED, 'p1'),
                          (record['kind'], record['unit'],
                           record['project_id']))
@@ -211,7 +212,7 @@ class SharedBindingTest(test_binding.BindingTestBase):
         second = self.container(
             self.bind_share(self.share(), held, [first]), 'b')
         self.assertEqual('share:%s/1' % A100_SHARED, json.loads(
-            second['config'][binding.DEVICES_KEY])[0]['unit'])
+            second['config'][identity.KEY_DEVICES])[0]['unit'])
         held = binding.held_units([first, second])
         self.assertRaises(exception.AcceleratorUnavailable,
                           self.bind_share, self.share(), held,

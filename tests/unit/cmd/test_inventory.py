@@ -24,9 +24,9 @@ from oslotest import base
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims
 from nova_lxd_accel.cmd import main
-from nova_lxd_accel import config as lxd_config
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
 from tests import fake_lxd
 from tests.unit.accel import utils
 
@@ -196,7 +196,7 @@ class _Daemon(fake_lxd.FakeLXDClient):
     """The shared fake daemon, answering /1.0/resources too."""
 
     def __init__(self, resources):
-        super().__init__()
+        super().__init__(project='nova')
         self._resources = resources
         self.instance_listings = 0
 
@@ -234,10 +234,13 @@ class TestSharedGpuHolders(base.BaseTestCase):
                                                 nodename='c')
 
     def claim(self, name, instance_uuid, project_id, lxd_project='nova'):
-        """A container holding a slot, written by the claim code."""
+        """A container holding a slot, written by the claim code.
+
+        Made in LXD project ``lxd_project``, by a client of that project.
+        """
+        self.daemon.project = lxd_project
         self.daemon.create_container(
-            name, {lxd_config.KEY_INSTANCE_UUID: instance_uuid}, {}, [], {})
-        self.daemon.records[name]['project'] = lxd_project
+            name, {identity.KEY_INSTANCE_UUID: instance_uuid}, {}, [], {})
         rp_uuid = self.tree.data(SHARED_RP).uuid
         return claims.claim(
             self.daemon, name,
@@ -300,7 +303,7 @@ class TestSharedGpuHolders(base.BaseTestCase):
             'by-hand', {}, {'gpu0': {'type': 'gpu', 'pci': SHARED_PCI}},
             [], {})
         sharing = self.providers()[SHARED_RP]['sharing']
-        self.assertEqual((2, ['by-hand']),
+        self.assertEqual((2, ['nova/by-hand']),
                          (sharing['slots_used'], sharing['card_held_by']))
         self.assertEqual(['uuid-a'], [s['instance']
                                       for s in sharing['slots']])

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run an OpenStack command with its services in this one process.
 
 Usage: in_process.py CONSOLE_SCRIPT [ARGS...]

@@ -24,7 +24,7 @@ import os
 import fixtures
 import testtools
 
-from tests import lxd_proxy
+from tools.sandbox.venv import lxd_proxy
 
 GPU = {'type': 'gpu', 'gputype': 'mig', 'pci': '0000:00:09.0',
        'mig.uuid': 'MIG-00000002-0000-0000-0000-000000000002'}

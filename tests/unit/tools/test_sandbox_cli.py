@@ -28,16 +28,13 @@ import textwrap
 
 import testtools
 
-from tests.unit.cmd.test_sandbox_layout import _load
-from tests.unit.cmd.test_sandbox_layout import HELPERS
-from tests.unit.cmd.test_sandbox_layout import REPO
-
-layout = _load('layout')
-cli = _load('cli')
-daemon = _load('daemon')
-images = _load('images')
-horizon = _load('horizon')
-bench = _load('bench')
+from tests.unit.tools.test_sandbox_layout import REPO
+from tools.sandbox import bench
+from tools.sandbox import cli
+from tools.sandbox import daemon
+from tools.sandbox import horizon
+from tools.sandbox import images
+from tools.sandbox import layout
 
 # Runs two steps of cli.Sandbox in a process of its own, as up does: one
 # that prints (itself and through a child process) and one that fails
@@ -45,7 +42,7 @@ bench = _load('bench')
 _STEPS = textwrap.dedent('''
     import os, subprocess, sys
     sys.path.insert(0, sys.argv[1])
-    import cli, layout
+    from tools.sandbox import cli, layout
     lay = layout.Layout(sys.argv[2], 27100)
     os.makedirs(lay.logs)
     term = cli.Terminal()
@@ -76,7 +73,7 @@ class StepRunnerTest(testtools.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             state = os.path.join(tmp, 'sandbox')
             result = subprocess.run(
-                [sys.executable, '-c', _STEPS, HELPERS, state],
+                [sys.executable, '-c', _STEPS, REPO, state],
                 capture_output=True, text=True, timeout=60)
             with open(os.path.join(state, 'log', 'sandbox.log')) as handle:
                 log = handle.read()

@@ -15,12 +15,12 @@
 - ``python3 -m nova_lxd_accel.cmd.sandbox`` needs only the standard
   library (it must work before the first ``up`` installs anything);
 - ``tools/sandbox.sh status`` warns about secrets other users can read;
-- ``tools/sandbox/wsgi_server.py`` decodes chunked request bodies (the
+- ``tools/sandbox/venv/wsgi_server.py`` decodes chunked request bodies (the
   uploads of Nova's snapshots) and keeps the connection usable after them.
 """
 
 import http.client
-import importlib.util
+import importlib
 import os
 import socket
 import subprocess
@@ -33,7 +33,6 @@ import testtools
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 SANDBOX_SH = os.path.join(REPO, 'tools', 'sandbox.sh')
-WSGI_SERVER = os.path.join(REPO, 'tools', 'sandbox', 'wsgi_server.py')
 
 
 class ModuleWithoutDependenciesTest(testtools.TestCase):
@@ -189,11 +188,7 @@ class PortRangeTest(testtools.TestCase):
 
 
 def _load_wsgi_server():
-    spec = importlib.util.spec_from_file_location(
-        'sandbox_wsgi_server', WSGI_SERVER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module('tools.sandbox.venv.wsgi_server')
 
 
 def _echo_app(environ, start_response):

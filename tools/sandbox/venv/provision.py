@@ -72,18 +72,17 @@ import time
 
 import openstack
 
-import credentials  # tools/sandbox/credentials.py
-import layout  # tools/sandbox/layout.py
+from .. import catalogue
+from .. import credentials
+from .. import layout
+from .. import services as services_module
 
-SERVICE_USERS = ('nova', 'placement', 'glance', 'neutron')
+# (service name, type, description, port variable, path), from services.py
+CATALOG = tuple((endpoint.name, endpoint.type, endpoint.description, port,
+                 endpoint.path)
+                for endpoint, port in services_module.ENDPOINTS)
 
-# (service name, type, description, port variable, path)
-CATALOG = (
-    ('placement', 'placement', 'Placement API', 'PLACEMENT', ''),
-    ('glance', 'image', 'Image service', 'GLANCE', ''),
-    ('neutron', 'network', 'Networking', 'NEUTRON', ''),
-    ('nova', 'compute', 'Compute', 'NOVA', '/v2.1'),
-)
+SERVICE_USERS = tuple(entry[0] for entry in CATALOG)
 
 ACCEL_RC = re.compile(r'^(CUSTOM_[A-Z0-9_]+|PGPU|VGPU|FPGA|PCI_DEVICE)$')
 
@@ -105,7 +104,7 @@ def phase_keystone(conn):
     identity = conn.identity
     sandbox = layout.Layout.from_environ()
     password = credentials.load(sandbox)['SERVICE_PASSWORD']
-    region = layout.REGION
+    region = catalogue.REGION
     domain = identity.find_domain('default')
     project = _ensure(identity.find_project, identity.create_project,
                       'service', domain_id=domain.id,
@@ -366,6 +365,43 @@ RPC_TOPICS = ('q-plugin', 'q-reports-plugin', 'q-l3-plugin',
               'q-server-resource-versions')
 
 
+def _poll(timeout, interval, missing_now, everything, ready, waiting):
+    """Call ``missing_now()`` until it returns nothing, for TIMEOUT s.
+
+    :param ready: what is printed then (``%s``: everything, joined).
+    :param waiting: what is printed on timeout (``%s``: what is missing).
+    :returns: 0, or 1 on timeout.
+    """
+    started = time.monotonic()
+    deadline = started + float(timeout)
+    missing = everything
+    while time.monotonic() < deadline:
+        missing = missing_now()
+        if not missing:
+            print('%.1fs: ' % (time.monotonic() - started)
+                  + ready % ', '.join(everything))
+            return 0
+        time.sleep(interval)
+    print('timed out after %ss: ' % timeout + waiting % ', '.join(missing),
+          file=sys.stderr)
+    return 1
+
+
+def _consumed(connection, topic):
+    """Whether the RabbitMQ queue TOPIC has a consumer."""
+    channel = connection.channel()
+    try:
+        return bool(channel.queue_declare(queue=topic,
+                                          passive=True).consumer_count)
+    except Exception:  # 404: not declared yet
+        return False
+    finally:
+        try:
+            channel.close()
+        except Exception:
+            pass
+
+
 def phase_wait_rpc(timeout):
     import kombu  # oslo.messaging's AMQP library, in the sandbox venv
 
@@ -374,53 +410,23 @@ def phase_wait_rpc(timeout):
         'etc', 'neutron', 'neutron.conf'))
     url = neutron_conf['DEFAULT']['transport_url'].replace('rabbit://',
                                                            'amqp://', 1)
-    started = time.monotonic()
-    deadline = started + float(timeout)
-    waiting = RPC_TOPICS
     with kombu.Connection(url) as connection:
-        while time.monotonic() < deadline:
-            waiting = []
-            for topic in RPC_TOPICS:
-                channel = connection.channel()
-                try:
-                    declared = channel.queue_declare(queue=topic,
-                                                     passive=True)
-                    if not declared.consumer_count:
-                        waiting.append(topic)
-                except Exception:  # 404: not declared yet
-                    waiting.append(topic)
-                finally:
-                    try:
-                        channel.close()
-                    except Exception:
-                        pass
-            if not waiting:
-                print('%.1fs: Neutron RPC server consumes %s' % (
-                    time.monotonic() - started, ', '.join(RPC_TOPICS)))
-                return 0
-            time.sleep(0.5)
-    print('timed out after %ss: nobody consumes %s (see '
-          'log/neutron-rpc.log)' % (timeout, ', '.join(waiting)),
-          file=sys.stderr)
-    return 1
+        return _poll(timeout, 0.5, lambda: [
+            topic for topic in RPC_TOPICS
+            if not _consumed(connection, topic)], RPC_TOPICS,
+            'Neutron RPC server consumes %s',
+            'nobody consumes %s (see log/neutron-rpc.log)')
 
 
 def phase_wait_agents(conn, timeout, since):
-    started = time.monotonic()
-    deadline = started + float(timeout)
-    missing = AGENT_TYPES
-    while time.monotonic() < deadline:
+    def missing_now():
         alive = {a.agent_type for a in conn.network.agents()
                  if a.is_alive and (a.last_heartbeat_at or '') >= since}
-        missing = [t for t in AGENT_TYPES if t not in alive]
-        if not missing:
-            print('%.1fs: Neutron agents alive: %s' % (
-                time.monotonic() - started, ', '.join(AGENT_TYPES)))
-            return 0
-        time.sleep(1)
-    print('timed out after %ss: no live %s (see log/neutron-*-agent.log)'
-          % (timeout, ', '.join(missing)), file=sys.stderr)
-    return 1
+        return [t for t in AGENT_TYPES if t not in alive]
+
+    return _poll(timeout, 1, missing_now, AGENT_TYPES,
+                 'Neutron agents alive: %s',
+                 'no live %s (see log/neutron-*-agent.log)')
 
 
 def _find_or_create(find, create, name, **attrs):

@@ -15,7 +15,7 @@
 - ``tools/sandbox/memory.py`` adds up a service's whole process tree and
   the helpers that left it, in PSS and RSS, read from a ``/proc`` made here
   with the kernel's file formats;
-- ``tools/sandbox/in_process.py`` makes oslo.service start a service in
+- ``tools/sandbox/venv/in_process.py`` makes oslo.service start a service in
   the calling process (no forked worker) and stops it on SIGTERM.
 """
 
@@ -32,17 +32,11 @@ import time
 
 import testtools
 
+from tools.sandbox import memory
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 HELPERS = os.path.join(REPO, 'tools', 'sandbox')
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(
-        'sandbox_' + name, os.path.join(HELPERS, name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakeProc(object):
@@ -77,7 +71,7 @@ class MemoryReportTest(testtools.TestCase):
 
     def setUp(self):
         super(MemoryReportTest, self).setUp()
-        self.memory = _load('memory')
+        self.memory = memory
         tmp_dir = tempfile.TemporaryDirectory()
         self.addCleanup(tmp_dir.cleanup)
         tmp = tmp_dir.name
@@ -148,7 +142,7 @@ needs_oslo_service = testtools.skipUnless(
 _SERVICE_SCRIPT = textwrap.dedent('''
     import os, sys
     sys.path.insert(0, sys.argv[1])
-    import in_process
+    from tools.sandbox.venv import in_process
     in_process.patch_oslo_service()
     from oslo_config import cfg
     from oslo_service import service
@@ -194,7 +188,7 @@ class InProcessLauncherTest(testtools.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             record = os.path.join(tmp, 'record')
             process = subprocess.Popen(
-                [sys.executable, '-c', _SERVICE_SCRIPT, HELPERS, record],
+                [sys.executable, '-c', _SERVICE_SCRIPT, REPO, record],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             self.addCleanup(process.kill)
             deadline = time.monotonic() + 60

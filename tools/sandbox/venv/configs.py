@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Licensed under the Apache License, Version 2.0 (the "License"); you may
 # not use this file except in compliance with the License. You may obtain
 # a copy of the License at
@@ -34,12 +33,14 @@ import os
 import re
 import sys
 
-import credentials
-import hardware
-import layout as layout_module
+from .. import catalogue
+from .. import credentials
+from .. import hardware
+from .. import layout as layout_module
 
-HEADER = ('# Written by nova-lxd-accel\'s sandbox (tools/sandbox/configs.py) '
-          'at every "up":\n# edits here are overwritten.\n')
+HEADER = ('# Written by nova-lxd-accel\'s sandbox '
+          '(tools/sandbox/venv/configs.py) at every "up":\n'
+          '# edits here are overwritten.\n')
 
 Settings = collections.namedtuple('Settings', [
     'layout',          # layout.Layout
@@ -94,7 +95,7 @@ def service_user(settings, user):
         ('project_name', 'service'),
         ('username', user),
         ('password', settings.secrets['SERVICE_PASSWORD']),
-        ('region_name', layout_module.REGION),
+        ('region_name', catalogue.REGION),
     ]
 
 
@@ -258,7 +259,7 @@ def neutron(settings):
                 ('integration_bridge', 'br-int'),
                 ('tunnel_bridge', 'br-tun'),
                 ('bridge_mappings',
-                 'public:%s' % layout_module.NETWORK['BR_EX']),
+                 'public:%s' % catalogue.NETWORK['BR_EX']),
                 ('local_ip', '127.0.0.1'),
                 ('ovsdb_connection', 'tcp:127.0.0.1:6640'),
                 ('of_listen_address', '127.0.0.1'),
@@ -350,9 +351,9 @@ def nova_sections(settings):
         ('vnc', [('enabled', 'false')]),
         ('spice', [('enabled', 'false')]),
         ('serial_console', [('enabled', 'false')]),
-        ('glance', [('region_name', layout_module.REGION),
+        ('glance', [('region_name', catalogue.REGION),
                     ('valid_interfaces', 'public')]),
-        ('cinder', [('os_region_name', layout_module.REGION)]),
+        ('cinder', [('os_region_name', catalogue.REGION)]),
         ('service_user', [
             ('send_service_user_token', 'true'),
             ('auth_type', 'password'),
@@ -409,7 +410,7 @@ def nova(settings):
     # host FAKE_HOST, beside the real one.
     fake = [(name, [(key, 'fake.FakeDriver' if key == 'compute_driver'
                      else value) for key, value in options] +
-             ([('host', layout_module.FAKE_HOST)] if name == 'DEFAULT'
+             ([('host', catalogue.FAKE_HOST)] if name == 'DEFAULT'
               else []))
             for name, options in compute]
     return {'etc/nova/nova.conf': ini(*sections),
@@ -481,7 +482,7 @@ def clients(settings):
         '    identity_api_version: 3\n'
         "    compute_api_version: '%(microversion)s'\n")
     values = {'auth': keystone_v3(settings), 'password': password,
-              'region': layout_module.REGION,
+              'region': catalogue.REGION,
               'microversion': settings.microversion, 'venv': lay.venv}
     return {'openrc': openrc % values, 'clouds.yaml': clouds % values}
 

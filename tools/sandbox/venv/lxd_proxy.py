@@ -45,7 +45,9 @@ With ``strip_devices=False`` the devices reach the real LXD unchanged, so
 LXD really refuses to start the container: the "GPU absent -> start fails
 -> cleanup" path runs against the real daemon.
 
-The proxy runs in a child process (``python -m tests.lxd_proxy``), so it
+The proxy runs in a child process (``python -m tools.sandbox.venv.lxd_proxy``,
+from the repository; the sandbox runs it with ``python tools/sandbox/venv
+lxd_proxy``), so it
 works the same whether the tests run nova on eventlet or native threads.
 The recorded resources are read from a JSON file on every request
 (:meth:`LXDProxy.set_resources` rewrites it); the hidden devices can be
@@ -72,7 +74,8 @@ import uuid
 
 import fixtures
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 FAKED_DEVICE_TYPES = ('gpu', 'infiniband')
 FAKED_CONFIG_PREFIX = 'nvidia.'
@@ -196,11 +199,21 @@ def _vendor_or_class_error(name):
         return 'empty name'
     if not _is_letter(name[0]):
         return '%s, should start with letter' % _q(name)
+    return _rest_of_name_error(name, '_-.', 'name',
+                               '%s, should end with a letter or digit')
+
+
+def _rest_of_name_error(name, allowed, what, bad_end):
+    """The error of NAME past its first character, or None.
+
+    Its middle holds letters, digits and ALLOWED; it ends with a letter or
+    a digit (else ``bad_end % name``).
+    """
     for c in name[1:-1]:
-        if not (_is_alnum(c) or c in '_-.'):
-            return "invalid character '%s' in name %s" % (c, _q(name))
+        if not (_is_alnum(c) or c in allowed):
+            return "invalid character '%s' in %s %s" % (c, what, _q(name))
     if not _is_alnum(name[-1]):
-        return '%s, should end with a letter or digit' % _q(name)
+        return bad_end % _q(name)
     return None
 
 
@@ -212,12 +225,9 @@ def _device_name_error(name):
             _q(name))
     if len(name) == 1:
         return None
-    for c in name[1:-1]:
-        if not (_is_alnum(c) or c in '_-.:'):
-            return "invalid character '%s' in device name %s" % (c, _q(name))
-    if not _is_alnum(name[-1]):
-        return 'invalid name %s, should end with a letter or digit' % _q(name)
-    return None
+    return _rest_of_name_error(
+        name, '_-.:', 'device name',
+        'invalid name %s, should end with a letter or digit')
 
 
 def _parse_qualified_name(device):
@@ -596,7 +606,7 @@ class LXDProxy(fixtures.Fixture):
         self.socket_path = os.path.join(self.directory, 'unix.socket')
         self.resources_file = os.path.join(self.directory, 'resources.json')
         self.set_resources(self.resources)
-        command = [sys.executable, '-m', 'tests.lxd_proxy',
+        command = [sys.executable, '-m', 'tools.sandbox.venv.lxd_proxy',
                    '--socket', self.socket_path, '--upstream', self.upstream,
                    '--resources', self.resources_file]
         if not self.strip_devices:

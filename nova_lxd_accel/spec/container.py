@@ -12,17 +12,17 @@
 
 """Pure translation: instance + flavor + image + policy -> LXD container.
 
-The one place where a container's spec (config keys and devices) is
-assembled. Every part below has the same signature
-``part(instance, flavor, image_meta, policy, host_side)`` and returns a
-fragment ``{'config': {...}, 'devices': {...}}``; :func:`build_container`
-merges them in order. The parts are the flavor's (:data:`FLAVOR_PARTS`:
-limits, root disk, security, GPU runtime; each declares the config keys it
-owns, so resize and migration drop exactly those), the image's and the
-instance's (identity, metadata), and the host side's (:data:`HOST_PARTS`:
-one NIC per port, one device per connected volume). The accelerator
-binding is merged by :func:`with_accelerators`, as it is picked under the
-claim lock against the daemon.
+The one place where a container's spec (config keys and devices) is assembled,
+from the identity, NIC and volume leaves beside it. Every part below has the
+same signature ``part(instance, flavor, image_meta, policy, host_side)`` and
+returns a fragment ``{'config': {...}, 'devices': {...}}``;
+:func:`build_container` merges them in order. The parts are the flavor's
+(:data:`FLAVOR_PARTS`: limits, root disk, security, GPU runtime; each declares
+the config keys it owns, so resize and migration drop exactly those), the
+image's and the instance's (identity, metadata), and the host side's
+(:data:`HOST_PARTS`: one NIC per port, one device per connected volume). The
+accelerator binding is merged by :func:`with_accelerators`, as it is picked
+under the claim lock against the daemon.
 
 Nothing here talks to LXD, Glance or the database (volumes are connected
 before, and the host paths are given in :class:`HostSide`), so each rule
@@ -39,17 +39,9 @@ from oslo_utils import strutils
 
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
-# network and volumes import this module too; only their pure device
-# functions are used here, at call time.
-from nova_lxd_accel import network as lxd_network
-from nova_lxd_accel import volumes as lxd_volumes
-
-# Keys the driver writes into ``user.*`` config to recognise its containers.
-KEY_PREFIX = 'user.nova_lxd_accel.'
-KEY_INSTANCE_UUID = KEY_PREFIX + 'instance_uuid'
-KEY_HOST = KEY_PREFIX + 'host'
-KEY_SUSPENDED = KEY_PREFIX + 'suspended'
-KEY_RESCUE_OF = KEY_PREFIX + 'rescue_of'
+from nova_lxd_accel.spec import identity as spec_identity
+from nova_lxd_accel.spec import nic
+from nova_lxd_accel.spec import volume as volume_spec
 
 # Flavor extra specs of the ``lxd:`` namespace read here (validated at the
 # API by nova_lxd_accel.extra_specs).
@@ -93,20 +85,12 @@ class HostPolicy(object):
 
 
 @dataclasses.dataclass(frozen=True)
-class ConnectedVolume(object):
-    """A Cinder volume connected to this host, to show in the container."""
-
-    name: str
-    host_path: str
-    mountpoint: str = None
-
-
-@dataclasses.dataclass(frozen=True)
 class HostSide(object):
     """What this host made for the instance outside the container.
 
     :ivar network_info: nova's network info: one NIC per port, in order.
-    :ivar volumes: :class:`ConnectedVolume` of each non-root volume.
+    :ivar volumes: :class:`.volume.ConnectedVolume` of each non-root
+        volume.
     """
 
     network_info: tuple = ()
@@ -129,14 +113,6 @@ def flavor_part(config_keys=()):
     return mark
 
 
-def container_name(prefix, instance_uuid):
-    return '%s%s' % (prefix, instance_uuid)
-
-
-def rescue_container_name(prefix, instance_uuid):
-    return '%srescue-%s' % (prefix, instance_uuid)
-
-
 def _spec_is_true(extra_specs, key):
     # The same parser nova's extra-spec validators accept values with.
     return strutils.bool_from_string(extra_specs.get(key, 'false'))
@@ -156,8 +132,8 @@ def profile_masks(instance, flavor, image_meta, policy,
 
 def identity(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Who owns the container, so the driver only ever touches its own."""
-    return {'config': {KEY_INSTANCE_UUID: instance.uuid,
-                       KEY_HOST: policy.host}}
+    return {'config': {spec_identity.KEY_INSTANCE_UUID: instance.uuid,
+                       spec_identity.KEY_HOST: policy.host}}
 
 
 @flavor_part(config_keys=('limits.cpu', 'limits.memory', 'limits.processes'))
@@ -317,15 +293,14 @@ def disk_quota(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
 def nics(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """One ``nic`` device per port of nova's network info, eth0 up."""
     return {'devices': {
-        lxd_network.device_name(vif): lxd_network.nic_device(
-            vif, 'eth%d' % index)
+        nic.device_name(vif): nic.nic_device(vif, 'eth%d' % index)
         for index, vif in enumerate(host_side.network_info or ())}}
 
 
 def volumes(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """One device per non-root volume connected to this host."""
     return {'devices': {
-        volume.name: lxd_volumes.lxd_device(volume.host_path,
+        volume.name: volume_spec.lxd_device(volume.host_path,
                                             volume.mountpoint, volume.name)
         for volume in host_side.volumes}}
 
@@ -403,7 +378,7 @@ def rescue_container(instance, image_meta, policy, original, rootfs):
     """
     container = build_container(instance, instance.flavor, image_meta,
                                 policy)
-    container['config'][KEY_RESCUE_OF] = original
+    container['config'][spec_identity.KEY_RESCUE_OF] = original
     container['devices']['rescue'] = {
         'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
     return container

@@ -21,7 +21,6 @@ a service.
 
 import base64
 import configparser
-import importlib
 import io
 import os
 import re
@@ -36,23 +35,19 @@ import time
 
 import testtools
 
+from tools.sandbox import catalogue
+from tools.sandbox import credentials
+from tools.sandbox import databases
+from tools.sandbox import hardware
+from tools.sandbox import install
+from tools.sandbox import layout
+from tools.sandbox import processes
+from tools.sandbox import services
+from tools.sandbox.venv import configs
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 HELPERS = os.path.join(REPO, 'tools', 'sandbox')
-
-
-def _load(name):
-    """A module of tools/sandbox (they import each other by plain name)."""
-    sys.path.insert(0, HELPERS)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(HELPERS)
-
-
-layout = _load('layout')
-credentials = _load('credentials')
-configs = _load('configs')
 
 
 class LayoutTest(testtools.TestCase):
@@ -66,9 +61,9 @@ class LayoutTest(testtools.TestCase):
 
     def test_nova_api_serves_the_compute_and_metadata_ports(self):
         lay = layout.Layout('/srv/sandbox', 27100)
-        self.assertEqual([27174, 27175], lay.service_ports('nova-api'))
-        self.assertEqual([], lay.service_ports('neutron-ovs-agent'))
-        self.assertEqual([], lay.service_ports('no-such-service'))
+        self.assertEqual([27174, 27175], services.ports(lay, 'nova-api'))
+        self.assertEqual([], services.ports(lay, 'neutron-ovs-agent'))
+        self.assertEqual([], services.ports(lay, 'no-such-service'))
 
     def test_a_base_inside_the_ephemeral_range_is_refused(self):
         problem = layout.Layout('/s', 40000).port_range_problem(
@@ -99,9 +94,10 @@ class LayoutTest(testtools.TestCase):
         # bash reads back exactly what layout.py holds, whatever the path
         odd = "/tmp/a dir/it's $HOME"
         env = dict(os.environ, SANDBOX_DIR=odd, SANDBOX_PORT_BASE='27100')
-        script = ('eval "$(python3 %s shell)"; printf "%%s\\n" "$ETC" '
+        script = ('eval "$(cd %s && python3 -m tools.sandbox.layout shell)"; '
+                  'printf "%%s\\n" "$ETC" '
                   '"$HW_SOCKET" "$PORT_NOVA" "$KEYSTONE_URL" "$OUTSIDE_NS"'
-                  % os.path.join(HELPERS, 'layout.py'))
+                  % REPO)
         result = subprocess.run(['bash', '-c', script], env=env,
                                 capture_output=True, text=True, timeout=60,
                                 check=True)
@@ -142,7 +138,7 @@ class ConfigsTest(testtools.TestCase):
         # the writers agree; nova's paste file (copied from the venv) and
         # the recorded hardware come from elsewhere.
         elsewhere = ('etc/nova/api-paste.ini',)
-        for service in layout.SERVICES:
+        for service in services.SERVICES:
             for path in service.files:
                 if path.startswith('etc/') and path not in elsewhere:
                     self.assertIn(path, self.files, service.name)
@@ -169,7 +165,7 @@ class ConfigsTest(testtools.TestCase):
         # secret nova checks
         self.assertEqual(str(ports['METADATA']),
                          metadata['DEFAULT']['nova_metadata_port'])
-        self.assertEqual(self.layout.service_ports('nova-api')[1],
+        self.assertEqual(services.ports(self.layout, 'nova-api')[1],
                          ports['METADATA'])
         self.assertEqual(nova['neutron']['metadata_proxy_shared_secret'],
                          metadata['DEFAULT']['metadata_proxy_shared_secret'])
@@ -197,7 +193,7 @@ class ConfigsTest(testtools.TestCase):
     def test_the_bench_s_fake_compute_is_another_host(self):
         fake = _parse(self.files['etc/nova/nova-compute-fake.conf'])
         self.assertEqual('fake.FakeDriver', fake['DEFAULT']['compute_driver'])
-        self.assertEqual(layout.FAKE_HOST, fake['DEFAULT']['host'])
+        self.assertEqual(catalogue.FAKE_HOST, fake['DEFAULT']['host'])
         self.assertFalse(fake.has_section('database'))
         compute = _parse(self.files['etc/nova/nova-compute.conf'])
         self.assertEqual('lxd_accel.LXDDriver',
@@ -360,9 +356,6 @@ class NoStrayPortsTest(testtools.TestCase):
         self.assertEqual([], offenders)
 
 
-services = _load('services')
-
-
 class ServicesTest(testtools.TestCase):
     """Each service's command agrees with the layout and the files."""
 
@@ -375,16 +368,16 @@ class ServicesTest(testtools.TestCase):
         return services.command(self.layout, name, self.context)
 
     def test_every_service_has_a_command(self):
-        self.assertEqual([service.name for service in layout.SERVICES],
+        self.assertEqual([service.name for service in services.SERVICES],
                          list(services.COMMANDS))
         self.assertRaises(ValueError, self._command, 'nova-metadata')
 
     def test_every_config_file_a_command_reads_restarts_it(self):
         # sandbox.sh restarts a service when a file of its layout entry
         # changes: each --config-file of its command must be one of them.
-        for service in layout.SERVICES:
+        for service in services.SERVICES:
             argv = self._command(service.name).argv
-            watched = self.layout.service_files(service.name)
+            watched = services.files(self.layout, service.name)
             for index, word in enumerate(argv):
                 if word == '--config-file':
                     self.assertIn(argv[index + 1], watched, service.name)
@@ -392,11 +385,11 @@ class ServicesTest(testtools.TestCase):
                     self.assertIn(word, watched, service.name)
 
     def test_servers_listen_on_the_layout_s_ports(self):
-        for service in layout.SERVICES:
+        for service in services.SERVICES:
             command = self._command(service.name)
             text = ' '.join(command.argv + ['%s=%s' % item for item in
                                             command.env.items()])
-            for port in self.layout.service_ports(service.name):
+            for port in services.ports(self.layout, service.name):
                 self.assertIn(str(port), text, service.name)
             if service.ports:
                 self.assertGreater(command.ready_s, 0, service.name)
@@ -417,28 +410,25 @@ class ServicesTest(testtools.TestCase):
         env = dict(os.environ, SANDBOX_DIR='/srv/sandbox',
                    SANDBOX_PORT_BASE='27100')
         result = subprocess.run(
-            [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
-             'epmd', '--daemon-socket', '/x.sock'], env=env,
+            [sys.executable, '-m', 'tools.sandbox.services', 'command',
+             'epmd', '--daemon-socket', '/x.sock'], env=env, cwd=REPO,
             capture_output=True, timeout=60, check=True)
         self.assertEqual([b'20', b'epmd', b'-address', b'127.0.0.1',
                           b'-port', b'27143', b''],
                          result.stdout.split(b'\0'))
         result = subprocess.run(
-            [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
-             'keystone', '--daemon-socket', '/x.sock'], env=env,
+            [sys.executable, '-m', 'tools.sandbox.services', 'command',
+             'keystone', '--daemon-socket', '/x.sock'], env=env, cwd=REPO,
             capture_output=True, timeout=60, check=True)
         self.assertEqual([b'120', b'env',
                           b'OS_KEYSTONE_CONFIG_DIR=/srv/sandbox/etc/keystone'],
                          result.stdout.split(b'\0')[:3])
         result = subprocess.run(
-            [sys.executable, os.path.join(HELPERS, 'services.py'), 'command',
+            [sys.executable, '-m', 'tools.sandbox.services', 'command',
              'nova-scheduler', '--daemon-socket', '/x.sock'], env=env,
-            capture_output=True, text=True, timeout=60)
+            cwd=REPO, capture_output=True, text=True, timeout=60)
         self.assertEqual(2, result.returncode)
         self.assertIn("no service 'nova-scheduler'", result.stderr)
-
-
-hardware = _load('hardware')
 
 
 class HardwareTest(testtools.TestCase):
@@ -502,9 +492,6 @@ class HardwareTest(testtools.TestCase):
         self.assertIn("no recorded host 'no-such-host'", str(error))
         self.assertIn('h100-mig-a100-ib', str(error))
         self.assertFalse(os.path.exists(self.layout.hardware))
-
-
-processes = _load('processes')
 
 
 class ProcessesTest(testtools.TestCase):
@@ -658,9 +645,6 @@ class ProcessesTest(testtools.TestCase):
         self.assertNotIn('hwproxy', text)
 
 
-install = _load('install')
-
-
 class InstallTest(testtools.TestCase):
     """What ``up`` installs, decided without installing anything."""
 
@@ -777,9 +761,6 @@ class InstallTest(testtools.TestCase):
         os.remove(os.path.join(lay.venv, '.sandbox-project'))
         self.assertTrue(install.install_venv(lay, environ, run=run))
         self.assertEqual([REPO], [argv[-1] for argv in calls])
-
-
-databases = _load('databases')
 
 
 class DatabasesTest(testtools.TestCase):

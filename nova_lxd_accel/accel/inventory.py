@@ -1,0 +1,485 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Accelerator discovery and Placement inventory.
+
+The driver owns one :class:`AcceleratorInventory` and calls its
+:meth:`~AcceleratorInventory.update_provider_tree` from its own
+``update_provider_tree``; the ``nova-lxd-accel inventory`` and ``flavors``
+commands call the very same method on a scratch tree
+(:func:`scratch_tree`, :func:`describe_host`, :func:`discovered_gpus`) and
+print :meth:`describe`, never talking to Placement.
+
+Modules: :mod:`.devices` (device objects), :mod:`.lxd_resources` and
+:mod:`.nvidia_smi` (pure parsers), :mod:`.discovery` (joining and
+filtering), :mod:`.provider_tree` (providers and applying them),
+:mod:`.nova_lookups` (what is read from nova and Placement).
+"""
+
+import dataclasses
+import time
+import typing
+
+from oslo_log import log as logging
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import discovery
+from nova_lxd_accel.accel import nova_lookups
+from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.spec import identity
+
+LOG = logging.getLogger(__name__)
+
+INVENTORY_FIELDS = ('total', 'reserved', 'min_unit', 'max_unit',
+                    'step_size', 'allocation_ratio')
+
+#: the root provider's uuid in a scratch tree (:func:`scratch_tree`)
+SCRATCH_ROOT_UUID = '00000000-0000-0000-0000-000000000000'
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the host looked like when it was last read.
+
+    :ivar taken_at: ``time.monotonic()`` of the read.
+    :ivar resources: the ``/1.0/resources`` answer.
+    :ivar mig_text: ``nvidia-smi -L`` output.
+    :ivar records: every instance of the daemon (all projects), or None
+        when the inventory does not look at holders.
+    """
+
+    taken_at: float
+    resources: dict
+    mig_text: str
+    records: typing.Optional[list]
+
+    def age(self):
+        """Seconds since the host was read."""
+        return time.monotonic() - self.taken_at
+
+
+class ReportedGpus(object):
+    """The GPUs the inventory last reported; the GPU gate reads them.
+
+    Made before both, so that each gets it as a constructor argument.
+    """
+
+    def __init__(self):
+        self._gpus = ()
+
+    def update(self, desired):
+        """Take the GPUs of a :func:`.provider_tree.desired_providers`."""
+        self._gpus = tuple(p.device for p in desired.values()
+                           if isinstance(p.device, devices.Gpu))
+
+    def gpus(self):
+        return list(self._gpus)
+
+
+class AcceleratorInventory(object):
+    """Reports the host's GPUs, MIG devices and InfiniBand cards.
+
+    :param read_resources: zero-argument callable returning the metadata
+        dict of a fresh ``GET /1.0/resources`` (a new object each call;
+        pylxd's cached ``Client.resources`` is not fresh).
+    :param list_mig_devices: zero-argument callable returning
+        ``nvidia-smi -L`` output ('' when none, None when unknown this
+        time); default runs ``[lxd_accelerators] nvidia_smi_path``.
+    :param conf: ConfigOpts with ``nova_lxd_accel.conf`` registered;
+        default ``nova.conf.CONF``.
+    :param provider_allocations: callable(rp_uuid) returning
+        ``{consumer_uuid: {'resources': {...}}}`` for one provider; used only
+        when nova passes no ``allocations`` and a device disappeared or lost
+        a resource class. Default: Placement, through nova's report client.
+    :param list_instances: zero-argument callable returning every instance
+        record of the daemon (all projects); units that instances other
+        than ours hold are reported ``reserved``. None: nothing is.
+    :param is_ours: callable(record) -> whether an instance is one of this
+        nova-compute's (:meth:`nova_lxd_accel.spec.identity.Owner.is_ours`).
+    :param gate: the host's :class:`.gpu_gate.GpuGate` (held, unhealthy and
+        not yet verified units), or None.
+    :param reported: the :class:`ReportedGpus` the gate reads.
+    """
+
+    def __init__(self, read_resources, list_mig_devices=None, conf=None,
+                 provider_allocations=None, list_instances=None,
+                 is_ours=None, gate=None, reported=None):
+        if conf is None:
+            import nova.conf
+            conf = nova.conf.CONF
+        self._conf = conf
+        self._read_resources = read_resources
+        self._list_mig_devices = list_mig_devices or self._run_nvidia_smi
+        self._provider_allocations = (provider_allocations or
+                                      nova_lookups.provider_allocations)
+        self._states = {}
+        self._last_inputs = None
+        self._last_desired = None
+        self._last_mig_text = ''
+        self._gate = gate
+        self._reported = reported or ReportedGpus()
+        self._list_instances = list_instances
+        self._is_ours = is_ours or (lambda record: False)
+        self._foreign_logged = None
+        self._snapshot = None
+
+    def _run_nvidia_smi(self):
+        group = self._conf.lxd_accelerators
+        return nvidia_smi.run_list(group.nvidia_smi_path,
+                                   group.nvidia_smi_timeout)
+
+    def _mig_text(self, options):
+        if not options.report_mig:
+            return ''
+        text = self._list_mig_devices()
+        if text is None:
+            return self._last_mig_text
+        self._last_mig_text = text
+        return text
+
+    def refresh(self):
+        """Read the host now and keep what was read as the snapshot.
+
+        Reads ``/1.0/resources``, ``nvidia-smi -L`` and (when the inventory
+        was given ``list_instances``) every instance of the daemon. Call it
+        outside nova's resource tracker lock: the driver does so from
+        ``get_available_resource``, which nova's periodic task calls before
+        it takes that lock, so :meth:`update_provider_tree`, which runs
+        under it (for every instance claim too), reads nothing.
+
+        After the first call, :meth:`update_provider_tree` always works
+        from the last snapshot; until then (the ``inventory`` command, a
+        caller without a refresher) it reads the host itself each time.
+
+        :returns: the new :class:`Snapshot`.
+        """
+        self._snapshot = self._read_host()
+        return self._snapshot
+
+    def _read_host(self):
+        options = discovery.Options.from_conf(self._conf)
+        resources = self._read_resources() or {}
+        mig_text = self._mig_text(options)
+        records = (self._list_instances()
+                   if self._list_instances is not None else None)
+        return Snapshot(time.monotonic(), resources, mig_text, records)
+
+    def snapshot(self):
+        """The last :class:`Snapshot`, or a fresh read when none was made."""
+        return self._snapshot or self._read_host()
+
+    def desired_providers(self, nodename, resources=None, mig_text=None):
+        """The child providers the host should have.
+
+        :param resources: a ``/1.0/resources`` answer the caller has just
+            read; None reads a fresh one.
+        :param mig_text: ``nvidia-smi -L`` output read with it; None reads
+            it now.
+        :returns: dict provider name -> DesiredProvider.
+        """
+        options = discovery.Options.from_conf(self._conf)
+        if resources is None:
+            resources = self._read_resources()
+        resources = resources or {}
+        if mig_text is None or not options.report_mig:
+            mig_text = self._mig_text(options)
+        memory = self._probed('memory_total_mib') if options.shared_gpus \
+            else {}
+        names = self._probed('name')
+        inputs = (nodename, options, resources.get('gpu'),
+                  resources.get('network'), mig_text,
+                  tuple(sorted(memory.items())), tuple(sorted(names.items())))
+        if inputs == self._last_inputs:
+            return self._last_desired
+        gpus, ib_cards = discovery.discover(resources, mig_text, options,
+                                            probed_names=names)
+        gpus = [dataclasses.replace(g, memory_mib=memory.get(g.pci_address))
+                if g.shared_slots else g for g in gpus]
+        for gpu in gpus:
+            if gpu.shared_slots and not gpu.memory_mib:
+                LOG.warning('Shared GPU %s: its memory is unknown (no GPU '
+                            'probe answer yet), so it offers no %s and '
+                            'flavors with lxd:gpu_memory_mb cannot land '
+                            'on it', gpu.pci_address, accel_tree.MEMORY_RC)
+        desired = accel_tree.desired_providers(nodename, gpus, ib_cards)
+        self._last_inputs, self._last_desired = inputs, desired
+        self._reported.update(desired)
+        return desired
+
+    def _probed(self, fact):
+        """PCI address -> one fact of each GPU (its memory MiB, its name).
+
+        From the GPU probe's last snapshot, read from memory: the probe runs
+        outside nova's lock (``gate``). GPUs without the fact are left out.
+        """
+        snapshot = getattr(self._gate, 'last_snapshot', None)
+        if snapshot is None:
+            return {}
+        return {pci: getattr(facts, fact)
+                for pci, facts in snapshot.gpus.items()
+                if getattr(facts, fact)}
+
+    def update_provider_tree(self, provider_tree, nodename,
+                             allocations=None, resources=None,
+                             snapshot=None):
+        """Add, update or remove the accelerator children of ``nodename``.
+
+        Only children named ``<nodename>_gpu_*`` / ``<nodename>_ib_*`` are
+        touched. Call after the root provider's own inventory is set.
+
+        :param provider_tree: nova ``ProviderTree`` holding ``nodename``.
+        :param allocations: nova's ``{consumer_uuid: {'allocations':
+            {rp_uuid: {'resources': {...}}}}}`` or None (unknown: then
+            Placement is asked, only about providers that would lose
+            inventory, and a provider is never deleted while that answer is
+            missing).
+        :param resources: a fresh ``/1.0/resources`` answer the caller has
+            already read; None: the host is not read here, the last
+            :class:`Snapshot` (``snapshot`` or :meth:`snapshot`) is used:
+            see :meth:`refresh`.
+        """
+        records = None
+        if resources is None:
+            snapshot = snapshot or self.snapshot()
+            LOG.debug('Accelerator inventory from the host as read %.1f s '
+                      'ago', snapshot.age())
+            resources, mig_text = snapshot.resources, snapshot.mig_text
+            records = snapshot.records
+            desired = self.desired_providers(nodename, resources, mig_text)
+        else:
+            desired = self.desired_providers(nodename, resources)
+            if self._list_instances is not None:
+                records = self._list_instances()
+        if records is not None:
+            desired = self.with_foreign_reserved(desired, records)
+        if self._gate is not None:
+            # held, unhealthy and not yet verified units (accel.gpu_gate)
+            desired = self._gate.apply(desired)
+        state = self._states.setdefault(nodename, accel_tree.TreeState())
+        state.apply(provider_tree, nodename, desired,
+                    self._usage_lookup(allocations))
+
+    def with_foreign_reserved(self, desired, records):
+        """``desired`` with the units foreign instances hold reserved.
+
+        A unit held by anything on the daemon that is not one of our
+        instances (another project, a VM, a container made by hand, a
+        profile's device) can never be bound, so Placement must not offer
+        it: it is counted in its resource class's ``reserved``. Each such
+        unit is logged, with its holders, when the set changes.
+        """
+        host_devices = [p.device for p in desired.values()]
+        foreign = [r for r in records or () if not self._is_ours(r)]
+        held = binding.held_units(foreign, host_devices=host_devices)
+        out, logged = {}, []
+        for name, want in desired.items():
+            inventory = want.inventory
+            for rc, keys in binding.provider_units(want.device).items():
+                taken = [k for k in keys if binding.holders_of(held, k)]
+                if rc == accel_tree.RC_INFINIBAND_VF:
+                    free = [k for k in keys if k not in taken]
+                    others = binding.unspecified_vfs(held, want.device)
+                    taken += free[max(0, len(free) - len(others)):] \
+                        if others else []
+                    held = dict(held, **{
+                        k: ['%s (nictype=sriov)' % h] for k, h in zip(
+                            reversed(free), others)})
+                if not taken or rc not in inventory:
+                    continue
+                inventory = dict(inventory)
+                # on top of what is reserved already (a held GPU, ...)
+                inventory[rc] = dict(inventory[rc], reserved=min(
+                    inventory[rc].get('reserved', 0) + len(taken),
+                    inventory[rc]['total']))
+                logged.extend((k, name, tuple(sorted(
+                    binding.holders_of(held, k)))) for k in taken)
+            out[name] = dataclasses.replace(want, inventory=inventory)
+        logged = sorted(logged)
+        if logged != self._foreign_logged:
+            for key, name, holders in logged:
+                LOG.warning('Accelerator %(unit)s of %(provider)s is held by '
+                            '%(holders)s, which is not an instance of this '
+                            'nova-compute: reported reserved in Placement '
+                            'and never bound',
+                            {'unit': key, 'provider': name,
+                             'holders': ', '.join(holders)})
+            self._foreign_logged = logged
+        return out
+
+    def _usage_lookup(self, allocations):
+        if allocations is not None:
+            index = {}
+            for consumer, data in allocations.items():
+                for rp_uuid, alloc in ((data or {}).get('allocations')
+                                       or {}).items():
+                    index.setdefault(rp_uuid, {})[consumer] = (
+                        (alloc or {}).get('resources') or {})
+            return lambda rp_uuid: (True, index.get(rp_uuid, {}))
+
+        def _ask(rp_uuid):
+            try:
+                allocs = self._provider_allocations(rp_uuid) or {}
+            except Exception as exc:
+                LOG.warning('Cannot read the allocations of resource '
+                            'provider %(uuid)s (%(error)s): treating it as '
+                            'in use', {'uuid': rp_uuid, 'error': exc})
+                return False, {}
+            return True, {consumer: (a or {}).get('resources') or {}
+                          for consumer, a in allocs.items()}
+        return _ask
+
+    def device_for_provider(self, rp_uuid):
+        """The device last reported under provider ``rp_uuid``, or None."""
+        for state in self._states.values():
+            if rp_uuid in state.devices:
+                device = state.devices[rp_uuid]
+                if self._gate is not None:
+                    self._gate.check_bindable(device, rp_uuid)
+                return device
+        return None
+
+    def reported_gpus(self):
+        """The GPUs of the last update."""
+        return self._reported.gpus()
+
+    def all_devices(self):
+        """Every device last reported (or kept while in use)."""
+        return tuple(device for state in self._states.values()
+                     for device in state.devices.values()
+                     if device is not None)
+
+    def describe(self, provider_tree, nodename):
+        """The node's providers as the ``inventory`` command prints them.
+
+        :returns: ``{"providers": [{"name", "parent", "inventories",
+            "traits"}]}``, the root provider first, then its descendants
+            top-down, children in name order.
+        """
+        return describe(provider_tree, nodename)
+
+
+def describe(provider_tree, nodename):
+    """See :meth:`AcceleratorInventory.describe`."""
+    names = {}
+    datas = []
+    for uuid in provider_tree.get_provider_uuids(nodename):
+        data = provider_tree.data(uuid)
+        names[uuid] = data.name
+        datas.append(data)
+    root, children = datas[0], sorted(datas[1:], key=lambda d: d.name)
+    providers = []
+    for data in [root] + children:
+        providers.append({
+            'name': data.name,
+            'parent': names.get(data.parent_uuid),
+            'inventories': {
+                rc: {f: rec[f] for f in INVENTORY_FIELDS if f in rec}
+                for rc, rec in sorted(data.inventory.items())},
+            'traits': sorted(data.traits),
+        })
+    return {'providers': providers}
+
+
+def scratch_tree(nodename):
+    """A new nova ``ProviderTree`` holding only the root ``nodename``."""
+    from nova.compute import provider_tree
+
+    tree = provider_tree.ProviderTree()
+    tree.new_root(nodename, SCRATCH_ROOT_UUID)
+    return tree
+
+
+def _scratch_inventory(tree, nodename, resources, mig_text, conf):
+    """The driver's code path on ``tree``, never asking Placement."""
+    list_mig = None if mig_text is None else (lambda: mig_text)
+    inventory = AcceleratorInventory(
+        lambda: resources, list_mig, conf,
+        provider_allocations=lambda rp_uuid: {})
+    inventory.update_provider_tree(tree, nodename, allocations={})
+    return inventory
+
+
+def discovered_gpus(resources, mig_text, conf):
+    """The GPUs the driver reports for these inputs."""
+    return _scratch_inventory(scratch_tree('host'), 'host', resources,
+                              mig_text, conf).reported_gpus()
+
+
+def describe_host(tree, nodename, resources, mig_text, conf,
+                  list_instances=None):
+    """Run the driver's code path on the scratch tree ``tree``.
+
+    :param tree: from :func:`scratch_tree` (its root may carry traits).
+    :param mig_text: ``nvidia-smi -L`` text, or None to run nvidia-smi.
+    :param list_instances: zero-argument callable returning every
+        instance record of the daemon; called only when a GPU is shared.
+        None: who holds the slots is unknown.
+    :returns: the :func:`describe` dict; each shared GPU's provider has a
+        ``sharing`` entry (:func:`shared_gpu_usage`).
+    """
+    inventory = _scratch_inventory(tree, nodename, resources, mig_text, conf)
+    description = inventory.describe(tree, nodename)
+    shared = {accel_tree.gpu_provider_name(nodename, gpu.pci_address): gpu
+              for gpu in inventory.reported_gpus() if gpu.shared_slots}
+    if shared:
+        # read after the resources, so no slot claimed since is missed
+        records = list_instances() if list_instances is not None else None
+        for provider in description['providers']:
+            gpu = shared.get(provider['name'])
+            if gpu is not None:
+                provider['sharing'] = shared_gpu_usage(
+                    gpu, records, inventory.all_devices())
+    return description
+
+
+def shared_gpu_usage(gpu, records, host_devices=()):
+    """Who holds the slots of the shared GPU ``gpu``.
+
+    Read from the instances' binding records as a claim reads them
+    (:func:`nova_lxd_accel.accel.claims.claim`): a slot is held by every
+    instance whose record names it, whatever its project or host, and
+    anything else holding the card itself (a container made by hand, a
+    profile's ``gpu`` device) leaves no slot free.
+
+    :param records: every instance record of the daemon, or None when
+        they were not read: then only the total is known.
+    :returns: ``{"slots_total", "slots_used", "slots", "card_held_by"}``;
+        ``slots`` lists each held slot's ``slot``, ``unit``,
+        ``instance`` (uuid), ``project`` and ``container``
+        (``<LXD project>/<name>``).
+    """
+    total = gpu.shared_slots
+    if records is None:
+        return {'slots_total': total, 'slots_used': None, 'slots': None,
+                'card_held_by': None}
+    slots = []
+    for record in records:
+        config = record.get('config') or {}
+        for unit in identity.recorded_units(config):
+            if unit.get('kind') != binding.KIND_SHARE or \
+                    devices.normalise_pci_address(unit.get('pci') or '') \
+                    != gpu.pci_address:
+                continue
+            slots.append({'slot': unit.get('slot'), 'unit': unit['unit'],
+                          'instance': identity.instance_uuid(record),
+                          'project': unit.get('project_id'),
+                          'container': binding.holder_name(record)})
+    slots.sort(key=lambda s: (str(s['unit']), str(s['container'])))
+    held = binding.held_units(records, host_devices=host_devices)
+    card_held_by = sorted(binding.holders_of(held, 'pci:' + gpu.pci_address))
+    offered = {binding.share_key(gpu.pci_address, n) for n in range(total)}
+    used = len(offered & {s['unit'] for s in slots})
+    return {'slots_total': total,
+            'slots_used': total if card_held_by else used,
+            'slots': slots, 'card_held_by': card_held_by}

@@ -1,0 +1,436 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The instance client, the whole seam.
+
+Containers, their config, devices, state, snapshots and files, LXD's
+operations on them, and their migration.
+
+:class:`LXDClient` is the whole seam: these requests on top of the
+connection (:mod:`.connection`), the event subscription (:mod:`.events`)
+and the images (:mod:`.images`).
+"""
+
+import time
+
+from oslo_concurrency import lockutils
+from oslo_log import log as logging
+from pylxd import exceptions as lxd_exceptions
+
+from nova_lxd_accel.client import connection
+from nova_lxd_accel.client import events
+from nova_lxd_accel.client import images
+from nova_lxd_accel import exception
+
+LOG = logging.getLogger(__name__)
+
+#: What LXD says when another update of the instance is under way.
+_BUSY_UPDATE = 'non-reusable operation'
+
+
+class LXDClient(events.EventsClient, images.ImageClient):
+    """A connection to one LXD daemon and project, opened on first use."""
+
+    # -- instances --------------------------------------------------------
+
+    def list_containers(self):
+        """Every container of the project, with config and status."""
+        return self._call('list', 'instances', self.api.instances.get,
+                          params={'recursion': 1,
+                                  'filter': 'type eq container'},
+                          ).json()['metadata']
+
+    def get_container(self, name):
+        """The container's record, or None when LXD has no such one."""
+        try:
+            return self._call('read', 'instance %s' % name,
+                              self.api.instances[name].get).json()['metadata']
+        except exception.LXDObjectNotFound:
+            return None
+
+    def get_state(self, name):
+        return self._call('read', 'state of instance %s' % name,
+                          self.api.instances[name].state.get
+                          ).json()['metadata']
+
+    def create_container(self, name, config, devices, profiles, source):
+        body = {'name': name, 'type': 'container', 'config': config,
+                'devices': devices, 'profiles': profiles, 'source': source}
+        self._request('post', self.api.instances, 'create',
+                      'instance %s' % name, json=body)
+
+    def update_container(self, name, config=None, devices=None):
+        """Replace config and/or devices (PATCH merges top-level keys)."""
+        body = {}
+        if config is not None:
+            body['config'] = config
+        if devices is not None:
+            body['devices'] = devices
+        self._request('patch', self.api.instances[name], 'update',
+                      'instance %s' % name, json=body)
+
+    def put_container(self, name, record):
+        """Write a whole instance record back (config, devices, ...)."""
+        body = {key: record[key] for key in
+                ('architecture', 'config', 'devices', 'ephemeral',
+                 'profiles', 'description') if key in record}
+        self._request('put', self.api.instances[name], 'update',
+                      'instance %s' % name, json=body)
+
+    # -- every project; ETag-guarded writes --------------------------------
+
+    def _all_projects_api(self):
+        """The API root without this client's ``project`` parameter."""
+        api = self.api
+        return type(api)(api._api_endpoint, session=api.session,
+                         timeout=api._timeout)
+
+    def list_all_instances(self):
+        """Every instance of the daemon: all projects, containers and VMs.
+
+        Each record carries its ``project`` and ``expanded_devices`` (the
+        devices its profiles add), so it says everything it holds.
+        """
+        return self._call('list', 'instances of all projects',
+                          self._all_projects_api().instances.get,
+                          params={'recursion': 1, 'all-projects': 'true'},
+                          ).json()['metadata']
+
+    def get_container_etag(self, name):
+        """``(record, etag)`` of a container, ``(None, None)`` if absent."""
+        try:
+            response = self._call('read', 'instance %s' % name,
+                                  self.api.instances[name].get)
+        except exception.LXDObjectNotFound:
+            return None, None
+        return response.json()['metadata'], response.headers.get('ETag')
+
+    def _put_if_match(self, name, record, etag):
+        body = {key: record[key] for key in
+                ('architecture', 'config', 'devices', 'ephemeral',
+                 'profiles', 'description') if key in record}
+        headers = {'If-Match': etag} if etag else {}
+        node = self.api.instances[name]
+
+        def put(**kwargs):
+            try:
+                return node.put(**kwargs)
+            except lxd_exceptions.LXDAPIException as exc:
+                response = getattr(exc, 'response', None)
+                if getattr(response, 'status_code', None) == 412:
+                    raise exception.LXDPreconditionFailed(
+                        action='update', target='instance %s' % name,
+                        reason=connection.lxd_error(exc))
+                raise
+
+        target = 'instance %s' % name
+        self._wait(self._call('update', target, put, json=body,
+                              headers=headers), 'update', target)
+
+    def instance_lock_name(self, name):
+        """The lock serialising this process's writes to one instance."""
+        return 'lxd-instance-%s-%s' % (self._conf.lxd.project, name)
+
+    def modify_container(self, name, change, attempts=10):
+        """Read-modify-write of one container, guarded by its ETag.
+
+        :param change: callable(config, devices) that edits copies of the
+            container's own ``config`` and ``devices`` in place, touching
+            only the keys its caller owns, and returns False when there is
+            nothing to write. It may be called again with fresher copies.
+        :returns: the record as written, or None when there is no such
+            container.
+        :raises: LXDConcurrentUpdate after ``attempts`` 412 answers.
+
+        Writes of this process to one instance are serialised; writers
+        elsewhere (another process, an operator) are caught by the ETag:
+        LXD answers 412 when the container changed since it was read, and
+        the change is applied again to what is there now.
+        """
+        with lockutils.lock(self.instance_lock_name(name)):
+            for attempt in range(1, attempts + 1):
+                record, etag = self.get_container_etag(name)
+                if record is None:
+                    return None
+                config = dict(record.get('config') or {})
+                devices = {k: dict(v) for k, v in
+                           (record.get('devices') or {}).items()}
+                if change(config, devices) is False:
+                    return record
+                record = dict(record, config=config, devices=devices)
+                try:
+                    self._put_if_match(name, record, etag)
+                except exception.LXDPreconditionFailed:
+                    LOG.debug('Instance %(name)s changed while we updated '
+                              'it (attempt %(n)d); reading it again',
+                              {'name': name, 'n': attempt})
+                    continue
+                except exception.LXDOperationFailed as exc:
+                    # LXD runs one update of an instance at a time and
+                    # refuses another meanwhile ("A matching non-reusable
+                    # operation ..."): the same as a stale ETag
+                    if _BUSY_UPDATE not in str(exc):
+                        raise
+                    LOG.debug('Instance %(name)s is being updated by '
+                              'another writer (attempt %(n)d); reading it '
+                              'again', {'name': name, 'n': attempt})
+                    time.sleep(0.05 * attempt)
+                    continue
+                return record
+        raise exception.LXDConcurrentUpdate(
+            action='update', target='instance %s' % name, attempts=attempts)
+
+    def change_state(self, name, action, force=False, timeout=None):
+        """start, stop, restart, freeze or unfreeze a container.
+
+        ``timeout`` is LXD's own clean-shutdown timeout for stop/restart.
+        """
+        body = {'action': action, 'force': force}
+        lxd_timeout = None
+        if timeout is not None:
+            body['timeout'] = int(timeout)
+            lxd_timeout = int(timeout) + self._conf.lxd.timeout
+        self._request('put', self.api.instances[name].state, action,
+                      'instance %s' % name, timeout=lxd_timeout, json=body)
+
+    def stop_now(self, name, record=None):
+        """Stop a container at once, thawing it first if it is frozen.
+
+        :param record: its record when the caller has just read it.
+        :returns: the record as it was, or None when there is no such
+            container (a stopped or absent container is left alone).
+        """
+        if record is None:
+            record = self.get_container(name)
+        if record is None or record['status'] == 'Stopped':
+            return record
+        if record['status'] == 'Frozen':
+            self.change_state(name, 'unfreeze')
+        self.change_state(name, 'stop', force=True)
+        return record
+
+    def remove_container(self, name, attempts=6):
+        """Remove a container in whatever state it is; verify it is gone.
+
+        A container can be in the middle of something when nova wants it
+        gone: LXD still creating it, or still running the "stop" hook of a
+        start that failed (LXD then refuses the delete with "busy running
+        a 'stop' operation" for a moment). Each attempt lets LXD's
+        operations on the container end (cancelling those that can be),
+        forces it to stop, deletes it and reads it back; a refusal is
+        retried after a growing pause (about 8 s in all for 6 attempts;
+        LXD's stop hook after a failed start takes under a second), at
+        most ``attempts`` times; the first attempt goes straight ahead, as
+        most containers are idle.
+
+        :returns: whether the container existed.
+        :raises LXDOperationFailed: it is still there after every attempt;
+            the message carries LXD's last answer.
+        """
+        existed = False
+        last_error = None
+        for attempt in range(1, attempts + 1):
+            try:
+                if attempt > 1:
+                    self.settle_operations(name)
+                record = self.stop_now(name)
+                if record is None:
+                    return existed
+                existed = True
+                self.delete_container(name)
+                if self.get_container(name) is None:
+                    return True
+                last_error = 'LXD still lists it after the delete'
+            except exception.LXDUnreachable:
+                raise
+            except exception.LXDObjectNotFound:
+                # Gone between two requests: the next read says so.
+                continue
+            except exception.LXDAccelException as exc:
+                last_error = exc.format_message()
+            LOG.debug('Removing container %(name)s, attempt %(attempt)d '
+                      'of %(attempts)d: %(error)s', {
+                          'name': name, 'attempt': attempt,
+                          'attempts': attempts, 'error': last_error})
+            if attempt < attempts:
+                time.sleep(min(0.25 * 2 ** (attempt - 1), 5))
+        if self.get_container(name) is None:
+            return existed
+        raise exception.LXDOperationFailed(
+            action='remove', target='instance %s' % name,
+            reason='still there after %d attempts (last: %s); remove it '
+                   'with `lxc delete --force %s --project %s`' % (
+                       attempts, last_error, name, self._conf.lxd.project))
+
+    def delete_container(self, name):
+        self._request('delete', self.api.instances[name], 'delete',
+                      'instance %s' % name)
+
+    def instance_operations(self, name):
+        """LXD's running or pending operations on one instance."""
+        groups = self._call('list', 'operations', self.api.operations.get,
+                            params={'recursion': 1}).json()['metadata']
+        url = '/1.0/instances/%s' % name
+        found = []
+        for status in ('running', 'pending'):
+            for operation in (groups or {}).get(status) or []:
+                resources = operation.get('resources') or {}
+                urls = (resources.get('instances') or []) + (
+                    resources.get('containers') or [])
+                if any(u.split('?')[0].rstrip('/') == url for u in urls):
+                    found.append(operation)
+        return found
+
+    def settle_operations(self, name, timeout=None):
+        """Let LXD's operations on an instance end, or cancel them.
+
+        Each running operation is waited for (at most ``timeout``, by
+        default [lxd] timeout); one that is still running then is
+        cancelled when LXD allows it. Nothing is raised for an
+        operation's own failure: it ends either way.
+        """
+        timeout = timeout or self._conf.lxd.timeout
+        for operation in self.instance_operations(name):
+            operation_id = operation['id']
+            try:
+                result = self._wait_result(
+                    operation_id, 'wait for', 'operation %s' % operation_id,
+                    timeout)
+            except exception.LXDObjectNotFound:
+                continue
+            if result.get('status') in ('Running', 'Pending'):
+                cancel = bool(result.get('may_cancel'))
+                LOG.warning('LXD operation %(op)s (%(what)s) on %(name)s '
+                            'still runs after %(timeout)ss; %(next)s',
+                            {'op': operation_id, 'name': name,
+                             'what': operation.get('description'),
+                             'timeout': timeout,
+                             'next': 'cancelling it' if cancel else
+                             'LXD does not allow cancelling it'})
+                if cancel:
+                    self.cancel_operation(operation_id)
+
+    def console_log(self, name):
+        response = self._call('read', 'console log of instance %s' % name,
+                              self.api.instances[name].console.get,
+                              is_api=False)
+        return response.content
+
+    def push_file(self, name, path, data, mode=0o644, uid=0, gid=0):
+        headers = {'X-LXD-type': 'file', 'X-LXD-mode': '%04o' % mode,
+                   'X-LXD-uid': str(uid), 'X-LXD-gid': str(gid),
+                   'X-LXD-write': 'overwrite',
+                   'Content-Type': 'application/octet-stream'}
+        self._call('write', '%s in instance %s' % (path, name),
+                   self.api.instances[name].files.post,
+                   params={'path': path}, data=data, headers=headers)
+
+    def make_directory(self, name, path, mode=0o755):
+        headers = {'X-LXD-type': 'directory', 'X-LXD-mode': '%04o' % mode,
+                   'X-LXD-uid': '0', 'X-LXD-gid': '0'}
+        try:
+            self._call('write', '%s in instance %s' % (path, name),
+                       self.api.instances[name].files.post,
+                       params={'path': path}, headers=headers)
+        except exception.LXDOperationFailed as exc:
+            if 'exists' not in str(exc):
+                raise
+
+    def create_snapshot(self, name, snapshot):
+        self._request('post', self.api.instances[name].snapshots,
+                      'snapshot', 'instance %s' % name,
+                      json={'name': snapshot, 'stateful': False})
+
+    def delete_snapshot(self, name, snapshot):
+        self._request('delete', self.api.instances[name].snapshots[snapshot],
+                      'delete snapshot', '%s/%s' % (name, snapshot))
+
+    # -- migration (nova_lxd_accel.migration) -----------------------------
+
+    def remote(self, endpoint, cert=None, key=None, verify='true'):
+        """A client of another host's LXD over HTTPS, in this project."""
+        return RemoteLXDClient(self._conf, endpoint, cert, key, verify)
+
+    def rename_container(self, name, new_name):
+        try:
+            self._request('post', self.api.instances[name], 'rename',
+                          'instance %s' % name, json={'name': new_name})
+        except exception.LXDOperationGone:
+            # Its result is lost, its effect is not.
+            if self.get_container(new_name) is None or \
+                    self.get_container(name) is not None:
+                raise
+            LOG.debug('LXD forgot the rename of %s to %s; it was done',
+                      name, new_name)
+
+    def copy_container(self, name, new_name, profiles):
+        """A local copy of a stopped container, without its snapshots."""
+        body = {'name': new_name, 'type': 'container', 'profiles': profiles,
+                'source': {'type': 'copy', 'source': name,
+                           'instance_only': True}}
+        self._request('post', self.api.instances, 'copy',
+                      'instance %s to %s' % (name, new_name), json=body)
+
+    def offer_migration(self, name):
+        """Offer a stopped container to another daemon.
+
+        :returns: (operation id, websocket secrets) of the source side;
+            the operation ends once a target has pulled the container.
+        """
+        response = self._call('migrate', 'instance %s' % name,
+                              self.api.instances[name].post,
+                              json={'migration': True, 'live': False,
+                                    'instance_only': True})
+        metadata = response.json()['metadata']
+        return metadata['id'], metadata['metadata']
+    def create_from_migration(self, name, record, operation_url,
+                              certificate, secrets, timeout=None):
+        """Pull a container offered by another daemon (pull mode).
+
+        :param record: architecture, config, devices and profiles of the
+            new container.
+        :param operation_url: the source's migration operation URL.
+        :param certificate: the source daemon's server certificate (PEM).
+        """
+        body = {'name': name, 'type': 'container',
+                'architecture': record['architecture'],
+                'config': record['config'], 'devices': record['devices'],
+                'profiles': record['profiles'], 'ephemeral': False,
+                'source': {'type': 'migration', 'mode': 'pull',
+                           'operation': operation_url,
+                           'certificate': certificate,
+                           'secrets': secrets, 'instance_only': True}}
+        self._request('post', self.api.instances, 'migrate',
+                      'instance %s from %s' % (name, operation_url),
+                      timeout=timeout, json=body)
+
+
+class RemoteLXDClient(LXDClient):
+    """Another host's LXD daemon over HTTPS (the target of a migration)."""
+
+    def __init__(self, conf, endpoint, cert, key, verify):
+        super(RemoteLXDClient, self).__init__(conf)
+        self._remote_endpoint = endpoint
+        self._cert = (cert, key) if cert or key else None
+        self._remote_verify = verify
+
+    @property
+    def endpoint(self):
+        return self._remote_endpoint
+
+    def _verify(self):
+        return connection.verify_setting(self._remote_verify)
+
+    def _connect(self):
+        return connection.https_client(
+            self.endpoint, self._verify(), self._cert,
+            self._conf.lxd.timeout, self._conf.lxd.project)

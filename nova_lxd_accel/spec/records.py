@@ -1,0 +1,119 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Pure transforms of a container record for resize and migration.
+
+What the kept original, the copy sent to another daemon and the resized
+container look like, as config and devices, from the record LXD gave
+(see :mod:`nova_lxd_accel.migration` for the steps that write them).
+"""
+
+from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.spec import identity
+
+
+def accelerator_device_names(record):
+    """Names of the container's devices that come from a binding."""
+    config = record.get('config') or {}
+    names = {unit.get('name') for unit in identity.recorded_units(config)}
+    names.update(name for name in record.get('devices') or {}
+                 if name.startswith(identity.ACCEL_DEVICE_PREFIXES))
+    names.discard(None)
+    return names
+
+
+def is_host_side_device(name, device):
+    """NICs and volumes: made again from nova's data on each host."""
+    kind = device.get('type')
+    if kind in ('nic', 'unix-block'):
+        return True
+    return (kind == 'disk' and name != 'root' and
+            str(device.get('source', '')).startswith('/dev/'))
+
+
+def without_accelerators(record):
+    """config and devices of ``record`` without any accelerator binding."""
+    names = accelerator_device_names(record)
+    config = dict(record.get('config') or {})
+    config.pop(identity.KEY_DEVICES, None)
+    if names:
+        # the binding adds the NVIDIA runtime for MIG devices; the flavor
+        # may ask for it again (container.gpu_runtime)
+        config.pop('nvidia.runtime', None)
+    devices = {name: dict(device) for name, device in
+               (record.get('devices') or {}).items() if name not in names}
+    return config, devices
+
+
+def backup_config(config, host):
+    """The kept original's config: marked, and not listed as an instance."""
+    config = dict(config)
+    config.pop(identity.KEY_HOST, None)
+    config[identity.KEY_BACKUP_OF] = host
+    return config
+
+
+def with_volatile(config, current):
+    """``config`` with the ``volatile.*`` keys LXD set on ``current``."""
+    out = {k: v for k, v in config.items() if not k.startswith('volatile.')}
+    out.update((k, v) for k, v in current.items()
+               if k.startswith('volatile.'))
+    return out
+
+
+def restored_config(config, host):
+    config = dict(config)
+    config.pop(identity.KEY_BACKUP_OF, None)
+    config[identity.KEY_HOST] = host
+    return config
+
+
+def transfer_record(record, dest_host):
+    """What the destination daemon creates: no host-side or bound devices."""
+    config, devices = without_accelerators(record)
+    config = restored_config(config, dest_host)
+    devices = {name: device for name, device in devices.items()
+               if not is_host_side_device(name, device)}
+    config = {key: value for key, value in config.items()
+              if not key.startswith('volatile.')}
+    return {'architecture': record['architecture'], 'config': config,
+            'devices': devices, 'profiles': record.get('profiles') or []}
+
+
+#: Keys a flavor may set or not; removed before the new flavor's are set.
+#: Declared by the flavor's parts of the spec (container.FLAVOR_PARTS).
+FLAVOR_KEYS = container_spec.flavor_config_keys()
+
+
+def resized(record, fragment, host, host_devices, bound):
+    """The container after a resize or migration, as config and devices.
+
+    :param record: the container as it is (copied or migrated).
+    :param fragment: :func:`.container.resize_fragment` of the
+        new flavor.
+    :param host: the host that owns it now.
+    :param host_devices: this host's NIC and volume devices.
+    :param bound: the :class:`nova_lxd_accel.accel.binding.Binding` of
+        the new allocation.
+    """
+    config, devices = without_accelerators(record)
+    for key in FLAVOR_KEYS:
+        config.pop(key, None)
+    config.update(fragment.get('config', {}))
+    config = restored_config(config, host)
+    devices = {name: device for name, device in devices.items()
+               if not is_host_side_device(name, device)}
+    devices.update(fragment.get('devices', {}))
+    devices.update(host_devices)
+    container = container_spec.with_accelerators(
+        {'config': config, 'devices': devices}, bound)
+    return container['config'], container['devices']

@@ -1,0 +1,112 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The package's imports run one way (doc/source/admin/code-layout.rst)."""
+
+import ast
+import os
+
+import testtools
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'nova_lxd_accel')
+
+
+def _modules():
+    out = {}
+    for folder, _dirs, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith('.py'):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, os.path.dirname(PACKAGE))
+                module = rel[:-3].replace(os.sep, '.')
+                if module.endswith('.__init__'):
+                    module = module[:-len('.__init__')]
+                out[module] = path
+    return out
+
+
+def _imports(module, path, known):
+    """The package modules ``module`` imports, at any depth of its code."""
+    tree = ast.parse(open(path).read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                parts = module.split('.')
+                if not path.endswith('__init__.py'):
+                    parts = parts[:-1]
+                parts = parts[:len(parts) - node.level + 1]
+                base = '.'.join(parts + ([base] if base else []))
+            for alias in node.names:
+                name = '%s.%s' % (base, alias.name)
+                found.add(name if name in known else base)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name in known and name != module}
+
+
+class LayoutTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.modules = _modules()
+        self.graph = {m: _imports(m, p, self.modules)
+                      for m, p in self.modules.items()}
+
+    def test_no_import_circle(self):
+        state, cycles = {}, []
+
+        def visit(module, trail):
+            state[module] = 'open'
+            for dep in sorted(self.graph[module]):
+                if state.get(dep) == 'open':
+                    cycles.append(trail[trail.index(dep):] + [dep])
+                elif dep not in state:
+                    visit(dep, trail + [dep])
+            state[module] = 'done'
+
+        for module in sorted(self.graph):
+            if module not in state:
+                visit(module, [module])
+        self.assertEqual([], cycles)
+
+    def test_spec_is_pure(self):
+        # the spec never reaches for the host side, the daemon or nova's
+        # services: only its own leaves and the validation it applies
+        allowed = ('nova_lxd_accel.spec', 'nova_lxd_accel.exception',
+                   'nova_lxd_accel.extra_specs')
+        for module, deps in self.graph.items():
+            if module.startswith('nova_lxd_accel.spec'):
+                self.assertEqual(
+                    set(), {d for d in deps if not d.startswith(allowed)},
+                    module)
+
+    def test_only_the_client_package_imports_the_daemon_library(self):
+        users = set()
+        for module, path in self.modules.items():
+            tree = ast.parse(open(path).read())
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names]
+                         if isinstance(node, ast.Import) else
+                         [node.module or ''] if isinstance(
+                             node, ast.ImportFrom) else [])
+                if any(n.split('.')[0] == 'pylxd' for n in names):
+                    users.add(module.split('.')[1])
+        self.assertEqual({'client'}, users)
+
+    def test_no_module_over_700_lines(self):
+        long = {m: n for m, n in (
+            (m, sum(1 for _ in open(p))) for m, p in self.modules.items())
+            if n > 700}
+        self.assertEqual({}, long)

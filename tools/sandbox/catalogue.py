@@ -1,0 +1,41 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The sandbox's cloud: the fixed names every part of it agrees on.
+
+Region, image, flavors, the fake compute host of ``sandbox.sh bench`` and
+the networking names and addresses. Paths and ports are in layout.py, the
+services (one entry each) in services.py. Any Python 3, standard library
+only.
+"""
+
+import collections
+
+REGION = 'RegionOne'
+IMAGE_NAME = 'lxd-tiny'
+PLAIN_FLAVOR = 'sandbox.small'
+# A second CPU flavor, so that resize can be tried.
+SECOND_FLAVOR = 'sandbox.medium'
+# "sandbox.sh bench": the host of its nova-compute on Nova's fake driver
+FAKE_HOST = 'sandbox-fake-compute'
+
+# Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
+# the network namespace that plays "the outside" of the external network.
+# Addresses from the documentation ranges, used inside this machine only.
+NETWORK = collections.OrderedDict([
+    ('BR_EX', 'br-ex'),
+    ('OUTSIDE_NS', 'sandbox-outside'),
+    ('OUTSIDE_VETH', 'sbx-outside'),
+    ('PUBLIC_CIDR', '203.0.113.0/24'),
+    ('OUTSIDE_IP', '203.0.113.1'),
+    ('PRIVATE_CIDR', '192.0.2.0/24'),
+])

@@ -55,7 +55,7 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
 
     def proposals(self):
         driver = self.computes[test_gpu_gate.HOST].driver
-        snapshot = driver._parts.inventory.gate.last_snapshot
+        snapshot = driver._parts.gate.last_snapshot
         memory = {pci: g.memory_total_mib for pci, g in snapshot.gpus.items()}
         return flavors.propose(driver._parts.inventory.reported_gpus(), memory,
                                vcpus=1, ram=128, disk=0)

@@ -194,6 +194,16 @@ def _instrument(phases):
         phases.wrap(owner, attr, label, index)
 
 
+def _in_threads(target, items):
+    """Call ``target(item)`` for each item, each in a thread; wait for all."""
+    threads = [threading.Thread(target=target, args=(item,))
+               for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _cpu_seconds():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -239,12 +249,7 @@ def _make_case():
             cpu = _cpu_seconds()
             begin = time.time()
             start = time.monotonic()
-            posters = [threading.Thread(target=post, args=(g,))
-                       for g in groups]
-            for thread in posters:
-                thread.start()
-            for thread in posters:
-                thread.join()
+            _in_threads(post, groups)
             final = [self.wait_built(s) for s in servers]
             cloud = time.monotonic() - start
             cpu = _cpu_seconds() - cpu
@@ -267,12 +272,7 @@ def _make_case():
                     'action': 'start'}))
 
             start = time.monotonic()
-            threads = [threading.Thread(target=launch, args=(name,))
-                       for name in names]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            _in_threads(launch, names)
             raw = time.monotonic() - start
             out = sys.__stdout__
             out.write('%d servers through the cloud: %.1f s (%d ACTIVE, '

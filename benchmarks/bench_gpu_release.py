@@ -50,6 +50,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+import _common  # noqa: E402  (this folder, the script's own)
 # the sandbox's package: standard library only
 from tools.sandbox import catalogue  # noqa: E402
 from tools.sandbox import layout  # noqa: E402
@@ -93,16 +94,12 @@ def orchestrate(args):
     subprocess.run(['bash', SANDBOX_SH, 'up', '--hardware',
                     bench_host(work)], check=True)
     try:
-        venv_python = os.path.join(LAYOUT.dir, 'venv', 'bin', 'python')
-        out = subprocess.run(
-            [venv_python, os.path.abspath(__file__), '--measure',
-             '--iterations', str(args.iterations)],
-            check=True, stdout=subprocess.PIPE, text=True).stdout
+        results = _common.measure_in_venv(LAYOUT.dir, __file__,
+                                          args.iterations)
     finally:
         if not args.keep:
             subprocess.run(['bash', SANDBOX_SH, 'up', '--hardware',
                             'h100-mig-a100-ib'], check=True)
-    results = json.loads(out.strip().splitlines()[-1])
     print('\nDELETE to unit allocatable again, sandbox on the SIMULATED '
           'host h100-mig-a100-ib (A100 %s shared), %d iterations each'
           % (SHARED.rsplit(':', 1)[0], args.iterations))
@@ -121,16 +118,6 @@ def orchestrate(args):
 
 
 # --- measurements (inside the sandbox venv) ---------------------------------
-
-def _wait(predicate, timeout=180.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(interval)
-    raise RuntimeError('timed out after %ss' % timeout)
-
 
 class Placement(object):
 
@@ -160,8 +147,6 @@ class Placement(object):
 
 
 def measure_kind(conn, placement, image, kind, rc, specs, iterations):
-    import openstack.exceptions
-
     name = 'bench.release.%s' % rc.lower()
     flavor = conn.compute.find_flavor(name)
     if flavor is None:
@@ -186,19 +171,13 @@ def measure_kind(conn, placement, image, kind, rc, specs, iterations):
                         server.id).fault))
             return status == 'ACTIVE'
 
-        _wait(is_active)
+        _common.wait(is_active)
         started = time.monotonic()
         conn.compute.delete_server(server.id)
-
-        def is_gone():
-            try:
-                conn.compute.get_server(server.id)
-            except openstack.exceptions.NotFoundException:
-                return time.monotonic()
-            return None
-        gone = _wait(is_gone) - started
-        free = _wait(lambda: placement.free(rc) == before and
-                     time.monotonic()) - started
+        gone = _common.wait(lambda: _common.server_gone(conn, server.id) and
+                            time.monotonic()) - started
+        free = _common.wait(lambda: placement.free(rc) == before and
+                            time.monotonic()) - started
         rows.append({'gone': gone, 'free': free})
         print('%s %d: gone %.2fs, allocatable again %.2fs' % (
             kind, index, gone, free), file=sys.stderr)
@@ -207,11 +186,7 @@ def measure_kind(conn, placement, image, kind, rc, specs, iterations):
 
 
 def measure(args):
-    import openstack
-
-    os.environ.setdefault('OS_CLIENT_CONFIG_FILE',
-                          os.path.join(LAYOUT.dir, 'clouds.yaml'))
-    conn = openstack.connect(cloud='sandbox')
+    conn = _common.connect(LAYOUT.dir)
     placement = Placement(conn)
     image = conn.image.find_image(IMAGE, ignore_missing=False)
     results = {}
@@ -227,12 +202,7 @@ def main(argv=None):
     parser.add_argument('--iterations', type=int, default=5)
     parser.add_argument('--keep', action='store_true',
                         help='leave the sandbox on the bench\'s host')
-    parser.add_argument('--measure', action='store_true',
-                        help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.measure:
-        return measure(args)
-    return orchestrate(args)
+    return _common.orchestrate_or_measure(parser, argv, orchestrate, measure)
 
 
 if __name__ == '__main__':

@@ -33,6 +33,7 @@ sandbox venv. Example::
 """
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+import _common  # noqa: E402  (this folder, the script's own)
 # the sandbox's package: standard library only
 from tools.sandbox import catalogue  # noqa: E402
 from tools.sandbox import layout  # noqa: E402
@@ -97,12 +99,7 @@ def orchestrate(args):
     }[args.start_from]
     up_s = time_up(args.start_from)
     rows, lxd = memory_report()
-    venv_python = os.path.join(SANDBOX_DIR, 'venv', 'bin', 'python')
-    measured = subprocess.run(
-        [venv_python, os.path.abspath(__file__), '--measure',
-         '--iterations', str(args.iterations)],
-        check=True, stdout=subprocess.PIPE, text=True)
-    latency = json.loads(measured.stdout)
+    latency = _common.measure_in_venv(SANDBOX_DIR, __file__, args.iterations)
 
     print()
     print('nova-lxd-accel sandbox benchmark (%d CPUs, %s)' % (
@@ -138,18 +135,10 @@ def orchestrate(args):
 
 # --- measurements (inside the sandbox venv) ---------------------------------
 
-def _wait(predicate, timeout=120.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise RuntimeError('timed out after %ss' % timeout)
+_wait = functools.partial(_common.wait, timeout=120.0)
 
 
 def measure_api(conn, iterations):
-    import openstack.exceptions
-
     image = conn.image.find_image(IMAGE, ignore_missing=False)
     flavor = conn.compute.find_flavor(FLAVOR, ignore_missing=False)
     active, deleted = [], []
@@ -169,23 +158,13 @@ def measure_api(conn, iterations):
         active.append(time.monotonic() - started)
         started = time.monotonic()
         conn.compute.delete_server(server.id)
-
-        def is_gone():
-            try:
-                conn.compute.get_server(server.id)
-            except openstack.exceptions.NotFoundException:
-                return True
-            return False
-
-        _wait(is_gone)
+        _wait(lambda: _common.server_gone(conn, server.id))
         deleted.append(time.monotonic() - started)
     return active, deleted
 
 
 def measure_snapshot(conn, iterations):
     """Seconds from createImage to an active image, per snapshot."""
-    import openstack.exceptions
-
     image = conn.image.find_image(IMAGE, ignore_missing=False)
     flavor = conn.compute.find_flavor(FLAVOR, ignore_missing=False)
     server = conn.compute.create_server(
@@ -214,15 +193,7 @@ def measure_snapshot(conn, iterations):
             conn.image.delete_image(snap.id)
     finally:
         conn.compute.delete_server(server.id)
-
-        def is_gone():
-            try:
-                conn.compute.get_server(server.id)
-            except openstack.exceptions.NotFoundException:
-                return True
-            return False
-
-        _wait(is_gone)
+        _wait(lambda: _common.server_gone(conn, server.id))
     return took
 
 
@@ -256,11 +227,7 @@ def measure_raw_lxd(iterations):
 
 
 def measure(args):
-    import openstack
-
-    os.environ.setdefault('OS_CLIENT_CONFIG_FILE',
-                          os.path.join(SANDBOX_DIR, 'clouds.yaml'))
-    conn = openstack.connect(cloud='sandbox')
+    conn = _common.connect(SANDBOX_DIR)
     api_active, api_delete = measure_api(conn, args.iterations)
     lxd_create_start, lxd_stop_delete = measure_raw_lxd(args.iterations)
     api_snapshot = measure_snapshot(conn, args.iterations)
@@ -278,12 +245,7 @@ def main(argv=None):
                         help='starting point of the timed "up" (default: '
                              'running, which reuses a running sandbox)')
     parser.add_argument('--iterations', type=int, default=3)
-    parser.add_argument('--measure', action='store_true',
-                        help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.measure:
-        return measure(args)
-    return orchestrate(args)
+    return _common.orchestrate_or_measure(parser, argv, orchestrate, measure)
 
 
 if __name__ == '__main__':

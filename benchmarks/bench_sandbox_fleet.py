@@ -42,28 +42,11 @@ import sys
 import time
 
 import openstack
-import openstack.exceptions
 import pylxd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
 import bench_sandbox  # noqa: E402  (the memory report)
-
-
-def _wait(predicate, timeout=180.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise RuntimeError('timed out after %ss' % timeout)
-
-
-def _gone(conn, server_id):
-    try:
-        conn.compute.get_server(server_id)
-    except openstack.exceptions.NotFoundException:
-        return True
-    return False
 
 
 def _boot(conn, host, image, flavor, name):
@@ -88,7 +71,7 @@ def _active_times(conn, started):
                 done[server_id] = time.monotonic() - t0
         return len(done) == len(started)
 
-    _wait(all_active)
+    _common.wait(all_active)
     return done
 
 
@@ -96,7 +79,7 @@ def _delete(conn, ids):
     for server_id in ids:
         conn.compute.delete_server(server_id)
     for server_id in ids:
-        _wait(lambda: _gone(conn, server_id))
+        _common.wait(lambda: _common.server_gone(conn, server_id))
 
 
 def api_sequential(conn, host, image, flavor, count):

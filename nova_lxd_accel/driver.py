@@ -12,11 +12,12 @@
 
 """The Nova compute driver: a facade over the modules that do the work.
 
-Each ComputeDriver method is a few lines delegating to one module:
-``host`` (host facts, root provider), ``guest`` (one container's power and
-console), ``lifecycle`` (spawn/destroy/rescue/snapshot), ``image`` (Glance
-<-> LXD images) and ``events`` (lifecycle events). Only ``client`` talks
-to LXD.
+Each ComputeDriver method is a few lines delegating to one part, all built
+once by :class:`nova_lxd_accel.parts.Parts`: ``host`` (host facts, root
+provider), ``guest`` (one container's power and console), ``lifecycle``
+(spawn/destroy/rescue/snapshot), ``migration`` (resize, cold migration),
+``image`` (Glance <-> LXD images), ``events`` (lifecycle events) and the
+accelerator inventory. Only ``client`` talks to LXD.
 """
 
 from nova.compute import utils as compute_utils

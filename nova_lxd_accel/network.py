@@ -129,31 +129,34 @@ class Networking(object):
         forced['details'][network_model.VIF_DETAILS_OVS_HYBRID_PLUG] = True
         return os_vif_util.nova_to_osvif_vif(forced)
 
+    def _os_vif(self, action, instance, vif):
+        """os-vif's ``plug`` or ``unplug`` of an OVS port.
+
+        :returns: whether there was anything to do (other VIF types have
+            no host side to make).
+        """
+        if vif.get('type') != network_model.VIF_TYPE_OVS:
+            return False
+        _initialize_os_vif()
+        try:
+            getattr(os_vif, action)(
+                self._osvif_vif(vif),
+                os_vif_util.nova_to_osvif_instance(instance))
+        except osv_exception.ExceptionBase as exc:
+            raise exception.VIFPlugFailed(port_id=vif['id'],
+                                          action=action, reason=exc)
+        return True
+
     def _plug(self, instance, vif):
         nic.check_supported(vif)
-        if vif['type'] != network_model.VIF_TYPE_OVS:
-            return
-        _initialize_os_vif()
-        try:
-            os_vif.plug(self._osvif_vif(vif),
-                        os_vif_util.nova_to_osvif_instance(instance))
-        except osv_exception.ExceptionBase as exc:
-            raise exception.VIFPlugFailed(port_id=vif['id'],
-                                          action='plug', reason=exc)
-        LOG.debug('Plugged port %(port)s: bridge %(bridge)s',
-                  {'port': vif['id'], 'bridge': nic.hybrid_bridge_name(vif)},
-                  instance=instance)
+        if self._os_vif('plug', instance, vif):
+            LOG.debug('Plugged port %(port)s: bridge %(bridge)s',
+                      {'port': vif['id'],
+                       'bridge': nic.hybrid_bridge_name(vif)},
+                      instance=instance)
 
     def _unplug(self, instance, vif):
-        if vif.get('type') != network_model.VIF_TYPE_OVS:
-            return
-        _initialize_os_vif()
-        try:
-            os_vif.unplug(self._osvif_vif(vif),
-                          os_vif_util.nova_to_osvif_instance(instance))
-        except osv_exception.ExceptionBase as exc:
-            raise exception.VIFPlugFailed(port_id=vif['id'],
-                                          action='unplug', reason=exc)
+        self._os_vif('unplug', instance, vif)
 
     def plug_vifs(self, instance, network_info):
         """Prepare the host side of the ports before the container starts.

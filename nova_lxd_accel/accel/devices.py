@@ -95,8 +95,8 @@ class MigDevice:
 
 
 @dataclasses.dataclass(frozen=True)
-class GpuVf:
-    """An SR-IOV virtual function of a GPU, pinned by its PCI address."""
+class PciFunction:
+    """A PCI function: its address and, when LXD gives them, its ids."""
 
     pci_address: str
     vendor_id: typing.Optional[str] = None
@@ -104,12 +104,14 @@ class GpuVf:
 
 
 @dataclasses.dataclass(frozen=True)
-class PciCard:
+class GpuVf(PciFunction):
+    """An SR-IOV virtual function of a GPU, pinned by its PCI address."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PciCard(PciFunction):
     """The PCI identity LXD gives a GPU and a network card alike."""
 
-    pci_address: str
-    vendor_id: typing.Optional[str] = None
-    product_id: typing.Optional[str] = None
     numa_node: typing.Optional[int] = None
     driver: typing.Optional[str] = None
     vendor: typing.Optional[str] = None
@@ -164,13 +166,10 @@ class IbPort:
 
 
 @dataclasses.dataclass(frozen=True)
-class IbVf:
+class IbVf(PciFunction):
     """An InfiniBand SR-IOV virtual function, pinned by its PCI address."""
 
-    pci_address: str
     netdevs: typing.Tuple[str, ...] = ()
-    vendor_id: typing.Optional[str] = None
-    product_id: typing.Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,13 @@ def read(path):
         raise InputError('%s: cannot read: %s' % (path, exc))
 
 
+def add_command(subparsers, name, func, help, description):
+    """The parser of ``nova-lxd-accel <name>``, which runs ``func(args)``."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def add_config_file(parser):
     parser.add_argument(
         '--config-file', metavar='FILE', action='append', default=None,

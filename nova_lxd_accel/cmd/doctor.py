@@ -37,8 +37,9 @@ from nova_lxd_accel.cmd import common
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'doctor', help='check this compute host and say how to fix it',
+    parser = common.add_command(
+        subparsers, 'doctor', _run,
+        help='check this compute host and say how to fix it',
         description='Check the daemon, NVIDIA driver and CDI, MIG, IOMMU, '
                     'InfiniBand, cgroup v2, nova.conf and the GPU states. '
                     'Exits 1 when a check finds an error.')
@@ -47,7 +48,6 @@ def register(subparsers):
                         help='check a recorded host (see the module help)')
     common.add_at(parser, help='evaluate idle GPUs at this UNIX time')
     common.add_common(parser)
-    parser.set_defaults(func=_run)
 
 
 def _read(path):

@@ -34,22 +34,20 @@ from nova_lxd_accel.cmd import inventory
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'flavors', help='propose or create GPU flavors',
+    parser = common.add_command(
+        subparsers, 'flavors', _run, help='propose or create GPU flavors',
         description='Propose (print) or create GPU flavors for the GPUs '
                     'and MIG slices this host reports, with the '
                     'Accelerator:* properties of cASO and '
                     'cloud-info-provider.')
-    parser.add_argument('--resources-file', metavar='FILE',
-                        help='saved LXD /1.0/resources JSON (default: ask '
-                             'the local daemon)')
-    parser.add_argument('--nvidia-smi-list', metavar='FILE',
-                        help='saved "nvidia-smi -L" output (default: run '
-                             'nvidia-smi)')
-    parser.add_argument('--query-gpu', metavar='FILE',
-                        help='saved "nvidia-smi --query-gpu=... '
-                             '--format=csv" output, for GPU memory '
-                             '(default: run nvidia-smi)')
+    for option, saved, default in (
+            ('--resources-file', 'LXD /1.0/resources JSON',
+             'ask the local daemon'),
+            ('--nvidia-smi-list', '"nvidia-smi -L" output', 'run nvidia-smi'),
+            ('--query-gpu', '"nvidia-smi --query-gpu=... --format=csv" '
+             'output, for GPU memory', 'run nvidia-smi')):
+        parser.add_argument(option, metavar='FILE',
+                            help='saved %s (default: %s)' % (saved, default))
     parser.add_argument('--vcpus', type=int, default=4)
     parser.add_argument('--ram', type=int, default=16384, help='MiB')
     parser.add_argument('--disk', type=int, default=20, help='GiB')
@@ -65,7 +63,6 @@ def register(subparsers):
                              'OS_* environment variables)')
     parser.add_argument('--config-file', metavar='FILE', action='append',
                         default=None, help='nova configuration file')
-    parser.set_defaults(func=_run)
 
 
 def _error(message):

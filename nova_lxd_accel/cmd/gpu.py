@@ -29,8 +29,8 @@ from nova_lxd_accel.cmd import common
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'gpu', help='hold, release or list held GPUs',
+    parser = common.add_command(
+        subparsers, 'gpu', _run, help='hold, release or list held GPUs',
         description='Hold a GPU (drain it for maintenance: reserved in '
                     'Placement, never bound) or release a held or '
                     'unhealthy GPU.')
@@ -44,11 +44,11 @@ def register(subparsers):
         sub.add_argument('--reason', required=True,
                          help='why (kept in the state file and logged)')
         common.add_common(sub)
-        sub.set_defaults(func=_run, action=name)
+        sub.set_defaults(action=name)
     sub = actions.add_parser('list', help='list held GPUs and dirty units')
     common.add_format(sub)
     common.add_common(sub)
-    sub.set_defaults(func=_run, action='list')
+    sub.set_defaults(action='list')
 
 
 def _error(message):

@@ -34,37 +34,37 @@ from nova_lxd_accel.cmd import common
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'usage', help='GPU-hours allocated and busy per instance or project',
+    usage = common.add_command(
+        subparsers, 'usage', _usage,
+        help='GPU-hours allocated and busy per instance or project',
         description='GPU-hours allocated against GPU-hours busy (a compute '
                     'process or utilisation seen by the probe), per '
                     'instance or per project.')
-    parser.add_argument('--by', choices=('instance', 'project'),
-                        default='instance')
-    common.add_format(parser)
-    common.add_common(parser)
-    parser.set_defaults(func=_usage)
+    usage.add_argument('--by', choices=('instance', 'project'),
+                       default='instance')
+    common.add_format(usage)
 
-    parser = subparsers.add_parser(
-        'idle', help='GPUs of running instances with no compute use',
+    idle = common.add_command(
+        subparsers, 'idle', _idle,
+        help='GPUs of running instances with no compute use',
         description='GPUs bound to running instances that showed no compute '
                     'use for [lxd_accelerators] idle_report_after seconds.')
-    common.add_format(parser)
-    parser.add_argument('--after', type=int, default=None, metavar='SECONDS',
-                        help='override [lxd_accelerators] idle_report_after')
-    common.add_at(parser)
-    common.add_common(parser)
-    parser.set_defaults(func=_idle)
+    common.add_format(idle)
+    idle.add_argument('--after', type=int, default=None, metavar='SECONDS',
+                      help='override [lxd_accelerators] idle_report_after')
 
-    parser = subparsers.add_parser(
-        'metrics', help='GPU states and usage in Prometheus text format',
+    metrics = common.add_command(
+        subparsers, 'metrics', _metrics,
+        help='GPU states and usage in Prometheus text format',
         description='Print (or write, for node_exporter\'s textfile '
                     'collector) the GPU metrics.')
-    parser.add_argument('--output', metavar='FILE',
-                        help='write the file atomically instead of printing')
-    common.add_at(parser)
-    common.add_common(parser)
-    parser.set_defaults(func=_metrics)
+    metrics.add_argument('--output', metavar='FILE',
+                         help='write the file atomically instead of printing')
+
+    for parser in (idle, metrics):
+        common.add_at(parser)
+    for parser in (usage, idle, metrics):
+        common.add_common(parser)
 
 
 def _reading_state(name):

@@ -14,6 +14,21 @@
 
 from oslo_config import cfg
 
+
+def client_key_opt(*related):
+    """The ``client_key`` option of a group that has a ``client_cert``."""
+    return cfg.StrOpt('client_key',
+                      default=None,
+                      secret=True,
+                      help="""
+Private key (PEM) of ``client_cert``.
+
+Related options:
+
+* %s
+""" % ', '.join('``%s``' % name for name in related))
+
+
 lxd_group = cfg.OptGroup(
     'lxd',
     title='LXD options',
@@ -56,16 +71,7 @@ Related options:
 
 * ``endpoint``, ``client_key``
 """),
-    cfg.StrOpt('client_key',
-               default=None,
-               secret=True,
-               help="""
-Private key (PEM) of ``client_cert``.
-
-Related options:
-
-* ``endpoint``, ``client_cert``
-"""),
+    client_key_opt('endpoint', 'client_cert'),
     cfg.StrOpt('verify',
                default='true',
                help="""

@@ -14,6 +14,8 @@
 
 from oslo_config import cfg
 
+from nova_lxd_accel.conf import lxd
+
 migration_group = cfg.OptGroup(
     'lxd_migration',
     title='LXD migration options',
@@ -76,16 +78,7 @@ Related options:
 
 * ``client_key``
 """),
-    cfg.StrOpt('client_key',
-               default=None,
-               secret=True,
-               help="""
-Private key (PEM) of ``client_cert``.
-
-Related options:
-
-* ``client_cert``
-"""),
+    lxd.client_key_opt('client_cert'),
     cfg.DictOpt('server_certs',
                 default={},
                 help="""

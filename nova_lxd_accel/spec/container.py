@@ -163,6 +163,15 @@ def root_disk(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     return {'devices': {'root': device}}
 
 
+#: What a flavor may ask for only where the operator allows it:
+#: (extra spec, config key, what it is, HostPolicy field, [lxd] option).
+_OPERATOR_ALLOWED = (
+    (SPEC_PRIVILEGED, 'security.privileged', 'a privileged container',
+     'allow_privileged', 'allow_privileged_containers'),
+    (SPEC_NESTING, 'security.nesting', 'nested containers',
+     'allow_nesting', 'allow_nesting'))
+
+
 @flavor_part(config_keys=('security.privileged', 'security.nesting',
                           'security.idmap.isolated'))
 def security(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
@@ -173,20 +182,14 @@ def security(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """
     specs = flavor.extra_specs
     config = {'security.privileged': 'false', 'security.nesting': 'false'}
-    if _spec_is_true(specs, SPEC_PRIVILEGED):
-        if not policy.allow_privileged:
-            raise exception.FlavorNotAllowed(
-                flavor=flavor.name, feature='a privileged container',
-                how='an operator must set [lxd] '
-                    'allow_privileged_containers = true on this host')
-        config['security.privileged'] = 'true'
-    if _spec_is_true(specs, SPEC_NESTING):
-        if not policy.allow_nesting:
-            raise exception.FlavorNotAllowed(
-                flavor=flavor.name, feature='nested containers',
-                how='an operator must set [lxd] allow_nesting = true on '
-                    'this host')
-        config['security.nesting'] = 'true'
+    for spec, key, feature, allowed, option in _OPERATOR_ALLOWED:
+        if _spec_is_true(specs, spec):
+            if not getattr(policy, allowed):
+                raise exception.FlavorNotAllowed(
+                    flavor=flavor.name, feature=feature,
+                    how='an operator must set [lxd] %s = true on this '
+                        'host' % option)
+            config[key] = 'true'
     if _spec_is_true(specs, SPEC_ISOLATED_IDMAP):
         config['security.idmap.isolated'] = 'true'
     return {'config': config}

@@ -54,12 +54,17 @@ def without_accelerators(record):
     return config, devices
 
 
+def _owned_as(config, key, host, instead_of):
+    config = dict(config)
+    config.pop(instead_of, None)
+    config[key] = host
+    return config
+
+
 def backup_config(config, host):
     """The kept original's config: marked, and not listed as an instance."""
-    config = dict(config)
-    config.pop(identity.KEY_HOST, None)
-    config[identity.KEY_BACKUP_OF] = host
-    return config
+    return _owned_as(config, identity.KEY_BACKUP_OF, host,
+                     instead_of=identity.KEY_HOST)
 
 
 def with_volatile(config, current):
@@ -71,10 +76,9 @@ def with_volatile(config, current):
 
 
 def restored_config(config, host):
-    config = dict(config)
-    config.pop(identity.KEY_BACKUP_OF, None)
-    config[identity.KEY_HOST] = host
-    return config
+    """The config of the instance's container again, owned by ``host``."""
+    return _owned_as(config, identity.KEY_HOST, host,
+                     instead_of=identity.KEY_BACKUP_OF)
 
 
 def transfer_record(record, dest_host):

@@ -294,8 +294,7 @@ class Rewriter(object):
     """The proxy's state and rewriting rules (runs in the proxy process)."""
 
     def __init__(self, resources_file, strip_devices, upstream,
-                 server_info_file=None, state_file=None,
-                 all_projects=False):
+                 server_info_file=None, state_file=None, all_projects=False):
         self.resources_file = resources_file
         self.state_file = state_file
         self.all_projects = all_projects
@@ -680,8 +679,7 @@ def main(argv=None):
     parser.add_argument('--no-strip', action='store_true')
     parser.add_argument('--server-info')
     parser.add_argument('--state', metavar='FILE',
-                        help='keep the hidden devices in FILE across '
-                             'restarts')
+                        help='keep the hidden devices in FILE across restarts')
     parser.add_argument('--all-projects', action='store_true',
                         help='show every project in all-projects listings '
                              '(one client owns the daemon)')

@@ -12,8 +12,9 @@
 
 """Accelerator bindings after a nova-compute restart.
 
-The containers' configs are the source of truth (``user.nova_lxd_accel.
-devices``, written by :mod:`.binding`). At ``init_host`` the driver calls
+The containers' configs are the source of truth (the binding record,
+:data:`nova_lxd_accel.spec.identity.KEY_DEVICES`, written by
+:mod:`.binding`). At ``init_host`` the driver calls
 :func:`reconcile`, which:
 
 * releases the bindings of this host's containers whose instance nova no

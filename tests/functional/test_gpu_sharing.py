@@ -32,7 +32,6 @@ from nova.tests.functional.api import client as api_client
 from nova_lxd_accel import conf as lxd_conf
 
 from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims
 from nova_lxd_accel.spec import identity
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
@@ -106,7 +105,7 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
         Every instance of the daemon, all projects, read through the
         driver's own client (the proxy adds back the recorded devices),
         then :func:`binding.held_units`, as
-        :func:`nova_lxd_accel.accel.claims.claim` does.
+        :func:`nova_lxd_accel.accel.claims.claiming` does.
         """
         records = self.compute.driver._parts.client.list_all_instances()
         return {key: sorted(holders) for key, holders in
@@ -317,15 +316,16 @@ class SharedGpuStartFailsTest(SharedGpuTestBase):
 
     def test_start_fails_and_the_slot_is_released(self):
         claimed = []
-        real_claim = claims.claim
+        real_bind = binding.bind
 
-        def claim(*args, **kwargs):
-            bound = real_claim(*args, **kwargs)
+        def bind(*args, **kwargs):
+            # what the claim picked (under its lock, in the claim)
+            bound = real_bind(*args, **kwargs)
             claimed.extend(u.key for u in bound.units)
             return bound
 
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.accel.claims.claim', claim))
+            'nova_lxd_accel.accel.binding.bind', bind))
         server = self.wait_built(self.post(self.share_flavor(
             memory_mb=8192)))
         self.assertEqual('ERROR', server['status'])

@@ -36,7 +36,6 @@ from nova.compute import vm_states
 from nova import exception as nova_exception
 
 from nova_lxd_accel import exception
-from nova_lxd_accel import migration
 from nova_lxd_accel.spec import identity
 from tests.integration import base
 from tests.integration import test_migration
@@ -355,7 +354,8 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
 
         instance = self.spawn(vcpus=1, memory_mb=128)
         name = self.container_name(instance)
-        backup = migration.backup_name('nova-', instance.uuid)
+        backup = identity.container_name('nova-', instance.uuid,
+                                         identity.ROLE_BACKUP)
         mig = self.migration(instance, self.host, peer_host)
         disk_info = self.driver.migrate_disk_and_power_off(
             self.context, instance, '127.0.0.1', instance.flavor, None,
@@ -381,7 +381,8 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
         # a second revert completes it.
         instance = self.spawn(vcpus=1, memory_mb=128)
         name = self.container_name(instance)
-        backup = migration.backup_name('nova-', instance.uuid)
+        backup = identity.container_name('nova-', instance.uuid,
+                                         identity.ROLE_BACKUP)
         mig = self.migration(instance, self.host, self.host)
         self.driver.migrate_disk_and_power_off(
             self.context, instance, '127.0.0.1', self.new_flavor(), None,

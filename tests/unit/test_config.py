@@ -267,7 +267,7 @@ class SpecPartsTest(testtools.TestCase):
 
     def test_flavor_parts_set_only_the_keys_they_declare(self):
         # A key a flavor part sets but does not declare would survive a
-        # resize to a flavor without it (migration.FLAVOR_KEYS).
+        # resize to a flavor without it (records.FLAVOR_KEYS).
         for part in container_spec.FLAVOR_PARTS:
             for flavor in _flavors():
                 config = part(_instance(flavor), flavor, _image(),

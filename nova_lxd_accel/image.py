@@ -51,6 +51,7 @@ from nova.image import glance
 from oslo_concurrency import lockutils
 from oslo_concurrency import processutils
 from oslo_log import log as logging
+from oslo_utils import excutils
 from oslo_utils import timeutils
 
 from nova_lxd_accel import exception
@@ -291,15 +292,42 @@ class ImageCache(object):
             existing = self._client.get_alias(alias)
             if self._is_cached(existing, checksum):
                 return alias
-            fingerprint, key = self._import(context, image_meta, checksum,
-                                            existing)
+            fingerprint, key, created = self._import(context, image_meta,
+                                                     checksum, existing)
             if existing is not None and existing.get('description') == key \
                     and existing.get('target') == fingerprint:
                 return alias
-            self._client.set_alias(alias, fingerprint, description=key)
+            try:
+                self._client.set_alias(alias, fingerprint, description=key)
+            except Exception:
+                with excutils.save_and_reraise_exception():
+                    if created:
+                        self._remove_unnamed(fingerprint, image_id)
             LOG.info('Imported Glance image %(image)s into LXD as %(fp)s',
                      {'image': image_id, 'fp': fingerprint})
             return alias
+
+    def _remove_unnamed(self, fingerprint, image_id):
+        """Remove an image this import made when its alias was not set.
+
+        :meth:`prune` walks the driver's aliases only: an image left
+        without one would stay in the daemon for good. One that another
+        alias names meanwhile (the same bytes under another Glance id) is
+        kept.
+        """
+        try:
+            if any(other.get('target') == fingerprint
+                   for other in self._client.list_aliases()):
+                return
+            self._client.delete_image(fingerprint)
+            LOG.warning('Removed LXD image %(fp)s imported from Glance image '
+                        '%(image)s: its alias could not be set',
+                        {'fp': fingerprint, 'image': image_id})
+        except exception.LXDAccelException as exc:
+            LOG.error('Could not remove LXD image %(fp)s, imported from '
+                      'Glance image %(image)s without an alias (%(exc)s); '
+                      'remove it with `lxc image delete %(fp)s`',
+                      {'fp': fingerprint, 'image': image_id, 'exc': exc})
 
     @property
     def image_api(self):
@@ -357,20 +385,22 @@ class ImageCache(object):
         return removed
 
     def _import_unified(self, target, payload):
+        """(fingerprint, whether this import made the image)."""
         # LXD names a unified image by the SHA-256 of its tarball: when
         # that image is already there (another Glance image with the same
         # bytes, or an earlier import whose alias was lost) reuse it.
         fingerprint = _sha256(payload)
         if self._client.image_exists(fingerprint):
-            return fingerprint
+            return fingerprint, False
         try:
             with open(payload, 'rb') as data:
                 return self._client.import_image(
-                    target, data, {'Content-Type': 'application/octet-stream'})
+                    target, data,
+                    {'Content-Type': 'application/octet-stream'}), True
         except exception.LXDOperationFailed:
             # Lost a race with a concurrent import of the same bytes.
             if self._client.image_exists(fingerprint):
-                return fingerprint
+                return fingerprint, False
             raise
 
     def _download(self, context, image_id, work):
@@ -382,7 +412,7 @@ class ImageCache(object):
         return payload
 
     def _import(self, context, image_meta, checksum, existing):
-        """(fingerprint, cache key) of the image, imported into LXD."""
+        """(fingerprint, cache key, whether this import made the image)."""
         image_id = image_meta.id
         parent = download_dir(self._conf)
         os.makedirs(parent, mode=0o700, exist_ok=True)
@@ -393,11 +423,12 @@ class ImageCache(object):
             key = checksum or 'sha256:%s' % _sha256(payload)
             if not checksum and self._is_cached(existing, key):
                 # The same bytes as last time: nothing to import.
-                return existing['target'], key
+                return existing['target'], key, False
             kind = sniff_image(payload, image_id)
             target = 'from Glance image %s' % image_id
             if kind == KIND_UNIFIED:
-                return self._import_unified(target, payload), key
+                fingerprint, created = self._import_unified(target, payload)
+                return fingerprint, key, created
             metadata = os.path.join(work, 'metadata.tar.gz')
             properties = image_meta.properties
             architecture = (properties.get('hw_architecture')
@@ -405,8 +436,9 @@ class ImageCache(object):
                             else None) or platform.machine()
             write_metadata_tarball(metadata, architecture,
                                    'Glance image %s' % image_id)
+            # the metadata names this Glance image: always a new image
             return self._client.import_split_image(
-                target, metadata, payload, kind == KIND_SQUASHFS), key
+                target, metadata, payload, kind == KIND_SQUASHFS), key, True
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

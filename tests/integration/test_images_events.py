@@ -19,6 +19,7 @@ import time
 from nova import objects
 from nova.virt import event as virtevent
 
+from nova_lxd_accel import exception
 from tests.integration import base
 
 
@@ -63,6 +64,18 @@ class ImageCacheTest(base.DriverTestCase):
                          self._images_with_alias(image)['description'])
 
     def test_rootfs_tarball_becomes_split_image(self):
+        image = self._rootfs_only_image('rootfs-only')
+        instance = self.make_instance()
+        self.driver.spawn(self.context, instance, image, [], None, {})
+        self.assertEqual('Running', self.container(instance)['status'])
+        self.assertIsNotNone(self._images_with_alias(image))
+
+    def _fingerprints(self):
+        return {image.fingerprint
+                for image in self.project.client.images.all()}
+
+    def _rootfs_only_image(self, checksum):
+        """A Glance image of the tiny rootfs alone (a split import)."""
         data = io.BytesIO()
         with tarfile.open(fileobj=data, mode='w:gz') as archive:
             with tarfile.open(base.lxd_fixtures.tiny_image_path()) as tiny:
@@ -72,10 +85,31 @@ class ImageCacheTest(base.DriverTestCase):
                     member.name = member.name[len('rootfs/'):] or '.'
                     archive.addfile(member, tiny.extractfile(member)
                                     if member.isfile() else None)
-        image = self.create_image(data.getvalue(), checksum='rootfs-only')
-        instance = self.make_instance()
-        self.driver.spawn(self.context, instance, image, [], None, {})
-        self.assertEqual('Running', self.container(instance)['status'])
+        return self.create_image(data.getvalue(), checksum=checksum)
+
+    def test_image_without_alias_is_not_left_behind(self):
+        # prune walks the driver's aliases: an image imported whose alias
+        # could not be set would stay in the daemon for good
+        image = self._rootfs_only_image('alias-fails')
+        before = self._fingerprints()
+        client = self.driver._parts.client
+
+        def refuse(alias, fingerprint, description=''):
+            raise exception.LXDOperationFailed(
+                action='create', target='image alias %s' % alias,
+                reason='refused by the test')
+
+        real = client.set_alias
+        client.set_alias = refuse
+        try:
+            self.assertRaises(exception.LXDOperationFailed,
+                              self.driver._parts.images.ensure,
+                              self.context, image)
+        finally:
+            client.set_alias = real
+        self.assertEqual(before, self._fingerprints())
+        # and the next boot imports it again, with its alias
+        self.driver._parts.images.ensure(self.context, image)
         self.assertIsNotNone(self._images_with_alias(image))
 
 

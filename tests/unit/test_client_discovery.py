@@ -12,10 +12,10 @@
 
 """The seam finds the local daemon, once, and knows which one it is.
 
-Daemons here are either the run's real one (LXD or Incus, see
-tests/lxd_fixtures.py) or :class:`tests.recorded_daemon.RecordedDaemon`: a
-unix socket answering ``GET /1.0`` with a recorded answer of a real daemon
-(``tests/unit/samples/daemons``), which is all discovery reads.
+Daemons here are :class:`tests.recorded_daemon.RecordedDaemon`: a unix
+socket answering ``GET /1.0`` with a recorded answer of a real daemon
+(``tests/unit/samples/daemons``), which is all discovery reads. The run's
+real daemon is in tests/integration/test_discovery.py.
 """
 
 import grp
@@ -30,7 +30,6 @@ from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from tests import lxd_fixtures
 from tests import recorded_daemon
 
 RecordedDaemon = recorded_daemon.RecordedDaemon
@@ -38,11 +37,6 @@ sample = recorded_daemon.sample
 LXD_502 = 'lxd-5.0.2-debian12.json'
 INCUS_604 = 'incus-6.0.4-bookworm-backports.json'
 LXD_62 = 'lxd-6.2-snap-recorded-api.json'
-
-
-def real_lxd_socket():
-    """The run's real daemon (LXD or Incus, see tests/lxd_fixtures.py)."""
-    return lxd_fixtures.lxd_socket()
 
 
 def _conf(endpoint=None):
@@ -119,18 +113,6 @@ class DiscoverTest(testtools.TestCase):
             _conf().lxd, environ={'INCUS_DIR': incus.directory},
             well_known=self._known(lxd, incus))
         self.assertEqual(incus.socket_path, path)
-
-    def test_one_daemon_behind_two_sockets_is_one(self):
-        # The real LXD, reached also through a directory whose unix.socket
-        # is a link to it: one daemon (same certificate), not two.
-        real = real_lxd_socket()
-        linked = self.useFixture(fixtures.TempDir()).path
-        os.symlink(real, os.path.join(linked, 'unix.socket'))
-        path, client = lxd_client.discover(
-            _conf().lxd, environ={},
-            well_known=[('lxd', real),
-                        ('incus', os.path.join(linked, 'unix.socket'))])
-        self.assertEqual(real, path)
 
     def test_nothing_answers(self):
         root = self.useFixture(fixtures.TempDir()).path
@@ -250,12 +232,6 @@ class DaemonInfoTest(testtools.TestCase):
         self.assertEqual([('projects', 'LXD 3.6, any Incus')],
                          daemon.missing_required())
 
-    def test_real_daemon(self):
-        client = lxd_client.LXDClient(_conf(endpoint=real_lxd_socket()))
-        info = client.daemon_info()
-        self.assertEqual(lxd_fixtures.daemon(), info.server)
-        self.assertEqual([], info.missing_required())
-
 
 class CommandsTest(testtools.TestCase):
     """Every operator command exists in both forms."""
@@ -288,11 +264,7 @@ class CommandsTest(testtools.TestCase):
         client = lxd_client.LXDClient(_conf(endpoint=incus.socket_path))
         self.assertEqual('incus delete --force c1',
                          lxd_daemon.cli_for(client, 'delete', name='c1'))
-        real = lxd_client.LXDClient(_conf(endpoint=real_lxd_socket()))
-        self.assertEqual(
-            {'lxd': 'lxc', 'incus': 'incus'}[lxd_fixtures.daemon()] +
-            ' delete --force c1',
-            lxd_daemon.cli_for(real, 'delete', name='c1'))
+        # the run's real daemon: tests/integration/test_discovery.py
         # daemon down: the message still names a command
         down = lxd_client.LXDClient(_conf(endpoint='/nonexistent/s'))
         self.assertEqual('lxc delete --force c1',

@@ -43,6 +43,13 @@ _SETTLED_STATES = (vm_states.ACTIVE, vm_states.STOPPED, vm_states.PAUSED,
                    vm_states.SUSPENDED)
 
 
+#: Pool drivers whose stopped instances' root file systems the host sees
+#: (rescue shows them in the rescue container from that path): dir, and
+#: btrfs, whose subvolumes stay mounted with the pool. zfs and lvm mount
+#: an instance's volume only while it runs.
+RESCUE_POOL_DRIVERS = ('dir', 'btrfs')
+
+
 def _wants_accelerators(allocations):
     for alloc in (allocations or {}).values():
         for rc, amount in ((alloc or {}).get('resources') or {}).items():
@@ -347,21 +354,60 @@ class Lifecycle(object):
 
     # -- rescue -----------------------------------------------------------
 
-    def _rootfs_path(self, guest):
-        pool_name = self._conf.lxd.storage_pool
-        pool = self._client.storage_pool(pool_name)
-        if pool.get('driver') != 'dir':
+    def _pool_mount(self, guest, pool_name, pool):
+        """Where the daemon has pool ``pool_name`` mounted.
+
+        :returns: (path, whether this process sees it): Incus mounts its
+            pools in a mount namespace of its own, where the rescue
+            container's disk device is resolved.
+        """
+        driver = pool.get('driver')
+        if driver == 'dir':
+            return pool['config']['source'], True
+        if driver not in RESCUE_POOL_DRIVERS:
             raise exception.RescueFailed(
                 instance_id=guest.instance.uuid,
-                reason='rescue needs the root file system on a host path; '
-                       'storage pool %s uses the %s driver, only dir is '
-                       'supported' % (pool_name, pool.get('driver')))
+                reason='rescue shows the root file system from a host '
+                       'path; storage pool %s uses the %s driver, whose '
+                       'volumes are not mounted while the instance is '
+                       'stopped (rescue works on %s pools)' % (
+                           pool_name, driver,
+                           ' and '.join(RESCUE_POOL_DRIVERS)))
+        # The daemon mounts the pool at <its directory>/storage-pools/<pool>:
+        # its directory holds the loop file of a loop-backed pool
+        # (<directory>/disks/<pool>.img), and the socket nova-compute uses.
+        homes = []
+        source = (pool.get('config') or {}).get('source') or ''
+        if os.path.basename(os.path.dirname(source)) == 'disks':
+            homes.append(os.path.dirname(os.path.dirname(source)))
+        socket = self._client.endpoint or ''
+        if socket.startswith('/'):
+            homes.append(os.path.dirname(os.path.realpath(socket)))
+        mounts = [os.path.join(home, 'storage-pools', pool_name)
+                  for home in homes]
+        for mount in mounts:
+            if os.path.ismount(mount):
+                return mount, True
+        if not mounts:
+            raise exception.RescueFailed(
+                instance_id=guest.instance.uuid,
+                reason='rescue on a %s pool needs the daemon on this host, '
+                       'reached through its unix socket' % driver)
+        # mounted in the daemon's own mount namespace: the daemon checks
+        return mounts[0], False
+
+    def _rootfs_path(self, guest):
+        record = guest.require_record()
+        root = ((record.get('expanded_devices') or {}).get('root') or
+                (record.get('devices') or {}).get('root') or {})
+        pool_name = root.get('pool') or self._conf.lxd.storage_pool
+        pool = self._client.storage_pool(pool_name)
         volume = guest.name
         if self._conf.lxd.project != 'default':
             volume = '%s_%s' % (self._conf.lxd.project, guest.name)
-        path = os.path.join(pool['config']['source'], 'containers', volume,
-                            'rootfs')
-        if not os.path.isdir(path):
+        mount, visible = self._pool_mount(guest, pool_name, pool)
+        path = os.path.join(mount, 'containers', volume, 'rootfs')
+        if visible and not os.path.isdir(path):
             raise exception.RescueFailed(
                 instance_id=guest.instance.uuid,
                 reason='root file system %s is not visible on this host'

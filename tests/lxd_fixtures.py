@@ -203,6 +203,46 @@ def lxd_socket():
     return os.path.join(daemon_dir(), 'unix.socket')
 
 
+#: Storage pool drivers the suites run on ($NOVA_LXD_ACCEL_TEST_POOL).
+POOL_DRIVERS = ('dir', 'btrfs')
+
+
+def pool_driver():
+    """``dir`` (the daemons' ``default`` pool) or ``btrfs``.
+
+    $NOVA_LXD_ACCEL_TEST_POOL; the -btrfs tox environments set btrfs.
+    """
+    driver = _ENVIRON.get('NOVA_LXD_ACCEL_TEST_POOL') or 'dir'
+    if driver not in POOL_DRIVERS:
+        raise RuntimeError('NOVA_LXD_ACCEL_TEST_POOL=%s: use one of %s'
+                           % (driver, ', '.join(POOL_DRIVERS)))
+    return driver
+
+
+def pool_name():
+    """The pool the driver puts containers on in this run."""
+    driver = pool_driver()
+    return 'default' if driver == 'dir' else 'nova-test-%s' % driver
+
+
+def ensure_pool(admin):
+    """Make the run's pool on a daemon (pylxd client), once.
+
+    A btrfs pool is a loop file the daemon makes (3 GiB, sparse); it is
+    kept between tests and runs, as the ``default`` pool is.
+    """
+    name = pool_name()
+    if name in {pool.name for pool in admin.storage_pools.all()}:
+        return
+    try:
+        admin.storage_pools.create({'name': name, 'driver': pool_driver(),
+                                    'config': {'size': '3GiB'}})
+    except pylxd.exceptions.LXDAPIException:
+        # another test process may have made it meanwhile
+        if not admin.storage_pools.exists(name):
+            raise
+
+
 _EXEC_LOCK = threading.Lock()
 
 
@@ -280,6 +320,7 @@ class LXDProject(fixtures.Fixture):
         self.useFixture(DaemonEnvironment())
         socket = self.socket or lxd_socket()
         self.admin = pylxd.Client(endpoint=socket)
+        ensure_pool(self.admin)
         self.admin.api.projects.post(json={
             'name': self.name,
             'config': {'features.images': 'true',

@@ -32,16 +32,16 @@ state=$repo/.ci/state
 mkdir -p "$state"
 
 # Longest first: tox starts them in this order, $TOX_PARALLEL at a time.
-envs=functional,functional-incus,integration,integration-incus,py3,pep8,genconfig,releasenotes,docs,devstack,federation
+envs=functional,functional-incus,integration,integration-incus,integration-btrfs,integration-incus-btrfs,py3,pep8,genconfig,releasenotes,docs,devstack,federation
 if [ "${SKIP_INCUS:-0}" = 1 ]; then
-    envs=functional,integration,py3,pep8,genconfig,releasenotes,docs,devstack,federation
+    envs=functional,integration,integration-btrfs,py3,pep8,genconfig,releasenotes,docs,devstack,federation
 fi
 if [ "${1:-}" = "-e" ]; then
     envs=${2:?usage: run-tests.sh [-e ENV[,ENV...]]}
 fi
 # Incus is needed by the -incus environments (and the full run).
 with_incus=0
-case ",$envs," in *-incus,*) with_incus=1;; esac
+case ",$envs," in *-incus,*|*-incus-*) with_incus=1;; esac
 
 step() {
     printf '\n=== %s (%s)\n' "$*" "$(date +%T)"
@@ -49,7 +49,7 @@ step() {
 
 step "Debian packages"
 need=()
-for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch zstd xz-utils bzip2 squashfs-tools; do
+for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch zstd xz-utils bzip2 squashfs-tools btrfs-progs; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 need_incus=0

@@ -64,7 +64,8 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         lxd_conf.register_opts(nova.conf.CONF)
         self.flags(project=self.lxd.name,
                    lifecycle_poll_interval=self.lifecycle_poll_interval,
-                   lifecycle_events=self.lifecycle_events, group='lxd')
+                   lifecycle_events=self.lifecycle_events,
+                   storage_pool=lxd_fixtures.pool_name(), group='lxd')
         # each test has its own GPU state file (accel.gpu_state)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
                    group='lxd_accelerators')

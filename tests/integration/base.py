@@ -43,7 +43,7 @@ class DriverTestCase(test.NoDBTestCase):
         self.driver = virt_driver.load_compute_driver(
             None, 'lxd_accel.LXDDriver')
         self.flags(project=self.project.name, lifecycle_poll_interval=0,
-                   group='lxd')
+                   storage_pool=lxd_fixtures.pool_name(), group='lxd')
         self.flags(shutdown_timeout=5)
         # This test's image downloads only (init_host empties the dir).
         self.flags(image_download_dir=self.useFixture(

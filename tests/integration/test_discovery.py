@@ -49,10 +49,10 @@ class RealDaemonTest(testtools.TestCase):
         # unix.socket is a link to it: one daemon (same certificate).
         linked = self.useFixture(fixtures.TempDir()).path
         os.symlink(self.socket, os.path.join(linked, 'unix.socket'))
+        sockets = {'lxd': self.socket,
+                   'incus': os.path.join(linked, 'unix.socket')}
         path, client = lxd_client.discover(
-            _conf().lxd, environ={},
-            well_known=[('lxd', self.socket),
-                        ('incus', os.path.join(linked, 'unix.socket'))])
+            _conf().lxd, environ={}, well_known=list(sockets.items()))
         self.assertEqual(self.socket, path)
 
     def test_daemon_info(self):

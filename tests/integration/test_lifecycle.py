@@ -128,8 +128,12 @@ class LifecycleTest(base.DriverTestCase):
             self.container_name(instance)].snapshots.get().json()['metadata'])
 
     def test_rescue_and_unrescue(self):
+        # on every pool the suite runs on (dir; btrfs in the -btrfs envs)
         instance = self.make_instance()
         image = self._spawn(instance)
+        marker = 'written before the rescue %s' % instance.uuid
+        self.project.execute(self.container_name(instance),
+                             'echo "%s" > /root/marker' % marker)
         self.driver.rescue(self.context, instance, None, image, None, None,
                            None)
         rescue_name = 'nova-rescue-%s' % instance.uuid
@@ -137,6 +141,9 @@ class LifecycleTest(base.DriverTestCase):
         rescue = self.project.instance(rescue_name)
         self.assertEqual('Running', rescue['status'])
         self.assertEqual('/mnt/rescue', rescue['devices']['rescue']['path'])
+        # the instance's own root file system, seen from the rescue one
+        self.assertEqual(marker, self.project.execute(
+            rescue_name, 'cat /mnt/rescue/root/marker').decode().strip())
         self.assertEqual(power_state.RUNNING,
                          self.driver.get_info(instance).state)
         self.driver.unrescue(self.context, instance)

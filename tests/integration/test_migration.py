@@ -78,17 +78,7 @@ class PeerProject(lxd_fixtures.LXDProject):
     """The project of the same name on the peer daemon, removed after."""
 
     def __init__(self, name):
-        super(PeerProject, self).__init__()
-        self.name = name
-
-    def _setUp(self):
-        self.admin = pylxd.Client(endpoint=PEER_SOCKET)
-        self.admin.api.projects.post(json={
-            'name': self.name,
-            'config': {'features.images': 'true',
-                       'features.profiles': 'false'}})
-        self.client = pylxd.Client(endpoint=PEER_SOCKET, project=self.name)
-        self.addCleanup(self._remove)
+        super(PeerProject, self).__init__(socket=PEER_SOCKET, name=name)
 
 
 def read_file(client, name, path):

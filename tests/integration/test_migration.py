@@ -164,6 +164,28 @@ class SameHostResizeTest(_MigrationTestBase):
         self.driver.destroy(self.context, instance, None)
         self.assertEqual([], self.container_names())
 
+    def _fits(self, instance, mib):
+        """Whether ``mib`` MiB can be written into the root file system."""
+        code, _out, _err = lxd_fixtures.execute(
+            self.project.client, self.container_name(instance),
+            'dd if=/dev/zero of=/root/fill bs=1M count=%d; rc=$?; '
+            'rm -f /root/fill; exit $rc' % mib)
+        return code == 0
+
+    def test_root_disk_size_follows_the_flavor(self):
+        # The root disk gets the flavor's root_gb as its size; pools that
+        # enforce it (btrfs here; the dir pool sets no quota) refuse a
+        # write past it, and a resize to a bigger disk lets it through.
+        instance = self.spawn(vcpus=1, memory_mb=128, root_gb=1)
+        self.assertEqual('1GiB', self.container(instance)['devices'][
+            'root']['size'])
+        if lxd_fixtures.pool_driver() == 'btrfs':
+            self.assertFalse(self._fits(instance, 1200))
+        self._resize(instance, self.new_flavor(root_gb=2))
+        self.assertEqual('2GiB', self.container(instance)['devices'][
+            'root']['size'])
+        self.assertTrue(self._fits(instance, 1200))
+
     def test_resize_revert(self):
         instance = self.spawn(vcpus=1, memory_mb=128)
         before = self.container(instance)

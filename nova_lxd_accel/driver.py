@@ -66,6 +66,7 @@ class LXDDriver(driver.ComputeDriver):
         self._server_info = {}
         self._resource = None
         self._profile_masks = None
+        self._pool_driver = None
         self._watcher = None
 
     @property
@@ -80,6 +81,7 @@ class LXDDriver(driver.ComputeDriver):
                                                 client=self._parts.client)
         self._server_info = lxd_host.check_lxd(self._parts.client, CONF)
         self._profile_masks = lxd_host.check_profiles(self._parts.client, CONF)
+        self._pool_driver = lxd_host.pool_driver(self._parts.client, CONF)
         lxd_image.clean_download_dir(CONF)
         daemon = self._parts.client.daemon_info()
         LOG.info('%s', lxd_host.startup_line(daemon, CONF))
@@ -181,8 +183,9 @@ class LXDDriver(driver.ComputeDriver):
         merged = dict(provider_tree.data(nodename).inventory)
         merged.update(inventory)
         provider_tree.update_inventory(nodename, merged)
-        lxd_host.apply_daemon_traits(provider_tree, nodename,
-                                     self._parts.client.daemon_info())
+        lxd_host.apply_daemon_traits(
+            provider_tree, nodename, self._parts.client.daemon_info(),
+            pool_driver=self._pool_driver)
         self._parts.inventory.update_provider_tree(
             provider_tree, nodename, allocations, snapshot=snapshot)
 

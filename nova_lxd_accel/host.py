@@ -18,6 +18,7 @@ names the command of the one in use.
 
 import json
 import platform
+import re
 
 import os_resource_classes as orc
 from oslo_log import log as logging
@@ -87,6 +88,11 @@ def check_lxd(client, conf):
     return info
 
 
+def pool_driver(client, conf):
+    """The driver of ``[lxd] storage_pool`` (``dir``, ``btrfs``, ...)."""
+    return client.storage_pool(conf.lxd.storage_pool).get('driver')
+
+
 def features_in_use(daemon, conf):
     """Feature -> how it is served on this host (for the start-up line)."""
     accel = conf.lxd_accelerators
@@ -131,14 +137,25 @@ def startup_line(daemon, conf):
 #: Root-provider traits saying what the daemon can do. A cloud mixing LXD
 #: and Incus hosts can require or forbid them in flavors.
 TRAIT_DAEMON_PREFIX = 'CUSTOM_LXD_DAEMON_'
+#: ``CUSTOM_LXD_STORAGE_<driver>``: the driver of ``[lxd] storage_pool``,
+#: so a flavor can ask for it (``trait:CUSTOM_LXD_STORAGE_ZFS=required``
+#: where root_gb must be a hard limit, say).
+TRAIT_STORAGE_PREFIX = 'CUSTOM_LXD_STORAGE_'
 TRAIT_CDI = 'CUSTOM_LXD_CDI'
 TRAIT_MIG_CDI = 'CUSTOM_LXD_MIG_CDI'
 _MANAGED_EXACT = (TRAIT_CDI, TRAIT_MIG_CDI)
 
 
-def daemon_traits(daemon):
-    """``CUSTOM_LXD_DAEMON_<LXD|INCUS>`` plus one trait per capability."""
+def daemon_traits(daemon, pool_driver=None):
+    """``CUSTOM_LXD_DAEMON_<LXD|INCUS>`` plus one trait per capability.
+
+    :param pool_driver: the driver of ``[lxd] storage_pool`` (``dir``,
+        ``btrfs``, ...): ``CUSTOM_LXD_STORAGE_<DRIVER>``; None: no trait.
+    """
     traits = {TRAIT_DAEMON_PREFIX + daemon.server.upper()}
+    if pool_driver:
+        traits.add(TRAIT_STORAGE_PREFIX +
+                   re.sub('[^A-Z0-9_]', '_', pool_driver.upper()))
     if daemon.has(cdi.EXT_GPU_CDI):
         traits.add(TRAIT_CDI)
     if daemon.has(cdi.EXT_GPU_MIG_CDI):
@@ -146,15 +163,15 @@ def daemon_traits(daemon):
     return frozenset(traits)
 
 
-def apply_daemon_traits(provider_tree, nodename, daemon):
+def apply_daemon_traits(provider_tree, nodename, daemon, pool_driver=None):
     """Set :func:`daemon_traits` on the root provider, drop stale ones.
 
     Other traits (nova's own, an operator's) are left alone.
     """
-    want = daemon_traits(daemon)
+    want = daemon_traits(daemon, pool_driver)
     current = provider_tree.data(nodename).traits
     stale = {t for t in current
-             if (t.startswith(TRAIT_DAEMON_PREFIX) or
+             if (t.startswith((TRAIT_DAEMON_PREFIX, TRAIT_STORAGE_PREFIX)) or
                  t in _MANAGED_EXACT) and t not in want}
     if stale:
         provider_tree.remove_traits(nodename, *stale)

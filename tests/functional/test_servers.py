@@ -143,3 +143,29 @@ class LXDDownTest(base.LXDFunctionalTestCase):
         self.assertEqual([], self.container_names())
         self.assertEqual({}, self._get_allocations_by_server_uuid(
             server['id']))
+
+
+class StoragePoolTraitTest(base.LXDFunctionalTestCase):
+    """A flavor asks for the driver of the hosts' pool by its trait."""
+
+    def test_flavor_requires_the_pool_driver(self):
+        rp_uuid = self._get_provider_uuid_by_host('compute1')
+        trait = 'CUSTOM_LXD_STORAGE_%s' % lxd_fixtures.pool_driver().upper()
+        self.assertIn(trait, self._get_provider_traits(rp_uuid))
+        # a pool driver no host has: no valid host, nothing made
+        other = 'CUSTOM_LXD_STORAGE_ZFS'
+        self.assertNotIn(other, self._get_provider_traits(rp_uuid))
+        refused = self._create_flavor(
+            memory_mb=128, vcpu=1, disk=0, ephemeral=0,
+            extra_spec={'trait:%s' % other: 'required'})
+        server = self.api.post_server({'server': self._build_server(
+            image_uuid=self.image_id, flavor_id=refused, networks='none')})
+        server = self._wait_for_state_change(server, 'ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        self.assertEqual([], self.container_names())
+        wanted = self._create_flavor(
+            memory_mb=128, vcpu=1, disk=0, ephemeral=0,
+            extra_spec={'trait:%s' % trait: 'required'})
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=wanted, networks='none')
+        self.assertEqual('Running', self.container_of(server)['status'])

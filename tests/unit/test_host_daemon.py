@@ -146,6 +146,18 @@ class TraitsTest(testtools.TestCase):
         self.assertEqual({'CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_CDI'},
                          lxd_host.daemon_traits(_info(recorded.LXD_62)))
 
+    def test_storage_pool_driver_trait(self):
+        info = _info(recorded.LXD_502)
+        self.assertEqual({'CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_STORAGE_BTRFS'},
+                         lxd_host.daemon_traits(info, pool_driver='btrfs'))
+        # the pool moved to another driver: the old trait goes
+        tree = self._tree(['CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_STORAGE_DIR',
+                           'CUSTOM_OPERATOR_RACK_7'])
+        lxd_host.apply_daemon_traits(tree, 'node1', info, pool_driver='zfs')
+        self.assertEqual({'CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_STORAGE_ZFS',
+                          'CUSTOM_OPERATOR_RACK_7'},
+                         tree.data('node1').traits)
+
     def test_host_moved_from_lxd_to_incus(self):
         tree = self._tree(['CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_CDI',
                            'COMPUTE_NET_ATTACH_INTERFACE',

@@ -18,24 +18,12 @@ Discovery on recorded daemons is in tests/unit/test_client_discovery.py.
 import os
 
 import fixtures
-from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel import client as lxd_client
-from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon
 from tests import lxd_fixtures
-
-
-def _conf(endpoint=None):
-    conf = cfg.ConfigOpts()
-    lxd_conf.register_opts(conf)
-    conf([])
-    # Overrides live on the shared option group: start from none.
-    conf.clear_override('endpoint', group='lxd')
-    if endpoint:
-        conf.set_override('endpoint', endpoint, group='lxd')
-    return conf
+from tests.unit.test_client_discovery import _conf
 
 
 class RealDaemonTest(testtools.TestCase):

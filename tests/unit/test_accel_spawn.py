@@ -56,15 +56,21 @@ class FakeImages(object):
         return 'alias'
 
 
+def lifecycle_conf():
+    """A ConfigOpts with the driver's options and nova's shutdown_timeout."""
+    conf = cfg.ConfigOpts()
+    lxd_conf.register_opts(conf)
+    conf([], default_config_files=[])
+    conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
+    return conf
+
+
 class SpawnTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
         objects.register_all()
-        self.conf = cfg.ConfigOpts()
-        lxd_conf.register_opts(self.conf)
-        self.conf([], default_config_files=[])
-        self.conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
+        self.conf = lifecycle_conf()
         self.client = fake_lxd.FakeLXDClient()
         self.lifecycle = lifecycle.Lifecycle(
             self.client, self.conf, FakeImages(),

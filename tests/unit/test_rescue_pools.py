@@ -20,13 +20,12 @@ a clear fault before anything is stopped.
 
 import fixtures
 from nova import objects
-from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
 from tests import fake_lxd
+from tests.unit import test_accel_spawn
 
 UUID = '3c9b1e2a-0000-4000-8000-00000000000a'
 NAME = 'nova-' + UUID
@@ -38,21 +37,12 @@ def _pool(driver, source):
             'config': {'source': source}, 'description': '', 'used_by': []}
 
 
-class FakeImages(object):
-
-    def ensure(self, context, image_meta):
-        return 'alias'
-
-
 class RescuePoolTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
         objects.register_all()
-        self.conf = cfg.ConfigOpts()
-        lxd_conf.register_opts(self.conf)
-        self.conf([], default_config_files=[])
-        self.conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
+        self.conf = test_accel_spawn.lifecycle_conf()
         self.client = fake_lxd.FakeLXDClient({
             'name': NAME, 'status': 'Running',
             'config': {'user.nova_lxd_accel.instance_uuid': UUID},
@@ -62,8 +52,8 @@ class RescuePoolTest(testtools.TestCase):
         self.useFixture(fixtures.MockPatchObject(
             self.client, 'storage_pool', side_effect=self.pools.get,
             create=True))
-        self.lifecycle = lifecycle.Lifecycle(self.client, self.conf,
-                                             FakeImages())
+        self.lifecycle = lifecycle.Lifecycle(
+            self.client, self.conf, test_accel_spawn.FakeImages())
         self.instance = objects.Instance(uuid=UUID)
 
     def rescue(self):

@@ -396,8 +396,7 @@ class Lifecycle(object):
         # mounted in the daemon's own mount namespace: the daemon checks
         return mounts[0], False
 
-    def _rootfs_path(self, guest):
-        record = guest.require_record()
+    def _rootfs_path(self, guest, record):
         root = ((record.get('expanded_devices') or {}).get('root') or
                 (record.get('devices') or {}).get('root') or {})
         pool_name = root.get('pool') or self._conf.lxd.storage_pool
@@ -416,11 +415,12 @@ class Lifecycle(object):
 
     def rescue(self, context, instance, rescue_image_meta, policy):
         guest = self.guest(instance)
-        rootfs = self._rootfs_path(guest)
+        record = guest.require_record()
+        rootfs = self._rootfs_path(guest, record)
         alias = self._images.ensure(context, rescue_image_meta)
         container = container_spec.rescue_container(
             instance, rescue_image_meta, policy, guest.name, rootfs)
-        was_running = guest.status() != 'Stopped'
+        was_running = record['status'] != 'Stopped'
         guest.stop(timeout=self._conf.shutdown_timeout)
         try:
             self._client.create_container(

@@ -132,9 +132,14 @@ def claim(client, name, allocations, device_for_provider, host_devices=(),
     :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
     :raises: as :func:`claiming`, and ContainerNotFound.
     """
-    instance = kwargs.get('instance')
-    with claiming(client, name, allocations, device_for_provider,
-                  host_devices, **kwargs) as bound:
+    return _recorded(client, name, kwargs.get('instance'), claiming(
+        client, name, allocations, device_for_provider, host_devices,
+        **kwargs))
+
+
+def _recorded(client, name, instance, holding):
+    """Record in ``name`` what a :func:`claiming` picks, under its lock."""
+    with holding as bound:
         if bound.units:
             record(client, name, bound, instance)
     return bound
@@ -177,10 +182,8 @@ class Claims(object):
 
         :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
         """
-        with self.holding(name, allocations, instance) as bound:
-            if bound.units:
-                record(self._client, name, bound, instance)
-        return bound
+        return _recorded(self._client, name, instance,
+                         self.holding(name, allocations, instance))
 
 
 def record(client, name, bound, instance=None):

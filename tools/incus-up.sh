@@ -69,6 +69,9 @@ mkdir -p "$INCUS_DIR"
 # uid/gid 0 of containers must be able to traverse every parent.
 chmod 711 "$INCUS_DIR"
 
+# the per-container /proc (lxcfs; Incus looks in its own directory)
+"$here/lxcfs-up.sh" /var/lib/incus-lxcfs
+
 if ! incus info >/dev/null 2>&1; then
     python3 "$here/subid-ranges.py" "$INCUS_IDMAP_DIR"
     # The proxy variables point at a closed local port so that the

@@ -48,6 +48,9 @@ mkdir -p "$LXD_DIR"
 # uid 100000 (the container root) must be able to traverse every parent.
 chmod 711 "$LXD_DIR"
 
+# the per-container /proc (lxcfs), as systemd's lxcfs.service gives it
+"$(dirname "$0")/lxcfs-up.sh" /var/lib/lxcfs
+
 if ! lxc info >/dev/null 2>&1; then
     python3 "$(dirname "$0")/subid-ranges.py" --host-only
     # The proxy variables point at a closed local port so that LXD's

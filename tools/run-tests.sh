@@ -168,7 +168,8 @@ if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     step "Sandbox: Debian cloud-init image, SSH through a floating IP"
     SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" --debian ||
         { "$repo/tools/sandbox.sh" down; exit 1; }
-    # Tempest's compute and image smoke tests against the same cloud (the
+    # Tempest's compute and image smoke tests against the same cloud, with
+    # SSH validation on the Debian image the step before built (the
     # full compute set is run by hand: tools/sandbox-tempest.sh --subset
     # compute, see doc/source/reference/conformance.rst)
     step "Tempest (smoke subset) against the sandbox"

@@ -2,7 +2,9 @@
 # Tempest, OpenStack's conformance suite, against a running sandbox.
 #
 #   tools/sandbox.sh up
+#   tools/sandbox.sh image debian
 #   tools/sandbox-tempest.sh [--subset ci|compute] [--concurrency N]
+#                            [--no-validation]
 #
 # Installs tempest 47.0.0 and python-tempestconf 3.5.4 in their own venv
 # under the sandbox's state directory (pinned with the project's
@@ -20,6 +22,13 @@
 #
 # Environment: SANDBOX_DIR (default /var/tmp/nova-lxd-accel-sandbox),
 # TEMPEST_CONSTRAINTS (default <repo>/constraints.txt).
+#
+# Validation is on: tempest boots the sandbox's Debian 12 cloud-init image
+# (tools/sandbox.sh image debian), gives each server a key pair, a
+# security group and a floating IP, and checks the guest over SSH (its
+# hostname, vCPUs, interfaces, reboots). Tempest runs on this host, so the
+# script puts the host on the external network first (tools/sandbox.sh
+# reach on). --no-validation runs the tiny image without SSH, as before.
 set -Eeuo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,12 +39,14 @@ VENV=$SANDBOX_DIR/tempest-venv
 WORK=$SANDBOX_DIR/tempest
 SUBSET=ci
 CONCURRENCY=2
+VALIDATION=true
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --subset) SUBSET=$2; shift 2 ;;
         --concurrency) CONCURRENCY=$2; shift 2 ;;
-        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --no-validation) VALIDATION=false; shift ;;
+        -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "sandbox-tempest: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -67,9 +78,30 @@ id_of() {  # id_of image|flavor NAME
     "$OPENSTACK" --os-cloud sandbox "$1" show "$2" -f value -c id ||
         fail "the sandbox has no $1 $2"
 }
-IMAGE=$(id_of image lxd-tiny)
 FLAVOR=$(id_of flavor sandbox.small)
 FLAVOR_ALT=$(id_of flavor sandbox.medium)
+VALIDATION_CONF=()
+if [ "$VALIDATION" = true ]; then
+    IMAGE=$("$OPENSTACK" --os-cloud sandbox image show debian-12 \
+        -f value -c id 2>/dev/null) ||
+        fail "validation needs the Debian image: run tools/sandbox.sh image" \
+            "debian first (or --no-validation)"
+    PUBLIC=$(id_of network public)
+    "$REPO_DIR/tools/sandbox.sh" reach on
+    VALIDATION_CONF=(
+        validation.run_validation true
+        validation.connect_method floating
+        validation.auth_method keypair
+        validation.image_ssh_user debian
+        validation.image_alt_ssh_user debian
+        validation.ip_version_for_ssh 4
+        network.public_network_id "$PUBLIC"
+        network.floating_network_name public
+    )
+else
+    IMAGE=$(id_of image lxd-tiny)
+    VALIDATION_CONF=(validation.run_validation false)
+fi
 
 if [ ! -f "$WORK/.stestr.conf" ]; then
     rm -rf "$WORK"
@@ -104,12 +136,11 @@ FEATURES=(
     compute-feature-enabled.change_password false       # needs a guest agent
     compute-feature-enabled.personality false           # deprecated file injection
     compute-feature-enabled.config_drive false          # user data goes through the LXD seed instead
-    compute-feature-enabled.interface_attach false      # tempest's interface tests need validation (SSH into the guest)
+    compute-feature-enabled.interface_attach true       # a NIC hot-plugged into the running container
     compute-feature-enabled.attach_encrypted_volume false  # no Cinder in the sandbox
     compute-feature-enabled.stable_rescue false         # rescue keeps the root disk of the image only
     # the sandbox's own limits
     auth.create_isolated_networks true                  # each test project gets its network, subnet and router (ML2/OVS)
-    validation.run_validation false                     # the tiny image runs no SSH server (the Debian image would; CI does not build it)
     service_available.cinder false                      # no Cinder in the sandbox
     service_available.swift false                       # no Swift in the sandbox
 )
@@ -123,10 +154,16 @@ say "writing tempest.conf (offline: the sandbox's image and flavors)"
     --no-default-deployer --image-disk-format raw --out etc/tempest.conf \
     compute.image_ref "$IMAGE" compute.image_ref_alt "$IMAGE" \
     compute.flavor_ref "$FLAVOR" compute.flavor_ref_alt "$FLAVOR_ALT" \
-    "${overrides[@]}" >"$WORK/results/discover.log" 2>&1 ||
+    "${overrides[@]}" "${VALIDATION_CONF[@]}" \
+    >"$WORK/results/discover.log" 2>&1 ||
     fail "discover-tempest-config failed: see $WORK/results/discover.log"
 # the reasons, for the conformance page
 grep -E '^ +[a-z_-]+\.[a-z_]+ (true|false)' "$SCRIPT_DIR/sandbox-tempest.sh" >"$WORK/results/features.txt"
+if [ "$VALIDATION" = true ]; then
+    echo "    validation.run_validation true   # the Debian cloud-init image, SSH through a floating IP (tools/sandbox.sh reach on)" >>"$WORK/results/features.txt"
+else
+    echo "    validation.run_validation false  # --no-validation: the tiny image runs no SSH server" >>"$WORK/results/features.txt"
+fi
 
 say "tempest run --subset $SUBSET --concurrency $CONCURRENCY"
 status=0

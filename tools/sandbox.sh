@@ -4,6 +4,7 @@
 # Usage: tools/sandbox.sh up [--backend lxd|incus] [--hardware NAME|DIR|none]
 #                            [--with-horizon|--without-horizon]
 #        tools/sandbox.sh down|status|clean|bench [N]|horizon-test|image debian
+#        tools/sandbox.sh reach on|off
 #
 #   up      install what is missing (Debian: lxd, rabbitmq-server,
 #           mariadb-server; PyPI: one venv pinned by constraints.txt), start
@@ -20,6 +21,9 @@
 #           raw launches; print the ratios.
 #   horizon-test   the browser test against Horizon (up --with-horizon).
 #   image debian   Debian 12 with cloud-init and openssh-server, in Glance.
+#   reach on|off   this host on the external network (203.0.113.254), so
+#           that floating IPs answer here (tempest's SSH validation); the
+#           servers still cannot connect to this host.
 #
 # Environment:
 #   SANDBOX_DIR             state, logs, pids, venv

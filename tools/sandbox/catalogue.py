@@ -37,5 +37,9 @@ NETWORK = collections.OrderedDict([
     ('OUTSIDE_VETH', 'sbx-outside'),
     ('PUBLIC_CIDR', '203.0.113.0/24'),
     ('OUTSIDE_IP', '203.0.113.1'),
+    # "reach on": this host's own address on the external network (outside
+    # the allocation pool, .10 to .200), for tempest's SSH validation
+    ('HOST_VETH', 'sbx-host'),
+    ('HOST_IP', '203.0.113.254'),
     ('PRIVATE_CIDR', '192.0.2.0/24'),
 ])

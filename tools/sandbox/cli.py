@@ -45,7 +45,7 @@ from . import services
 
 USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
          'none] [--with-horizon|--without-horizon]|down|status|clean|'
-         'bench [N]|horizon-test|image debian')
+         'bench [N]|horizon-test|image debian|reach on|off')
 
 
 class Exit(Exception):
@@ -559,6 +559,21 @@ def cmd_image(sandbox, kind):
     return 0
 
 
+def cmd_reach(sandbox, choice):
+    """reach on|off: this host on the external network, or not.
+
+    On, a client on this host reaches floating IPs directly (tempest's
+    SSH validation runs here); the servers still cannot open connections
+    to this host. Needs a running sandbox (its external bridge).
+    """
+    if choice not in ('on', 'off'):
+        sandbox.term.die('usage: %s reach on|off' % sandbox.script)
+    if choice == 'on' and not sandbox.is_running('neutron-ovs-agent'):
+        sandbox.term.die('the sandbox does not run: tools/sandbox.sh up')
+    network.host_reach(choice == 'on')
+    return 0
+
+
 # --- entry -------------------------------------------------------------------
 
 def defaults(environ):
@@ -638,6 +653,8 @@ def main(argv=None):
                 term.say(USAGE % {'script': script})
                 return 2
             return cmd_bench(sandbox, count)
+        if command == 'reach' and len(args.args) == 1:
+            return cmd_reach(sandbox, args.args[0])
         if command == 'image' and len(args.args) <= 1:
             return cmd_image(sandbox, args.args[0] if args.args else '')
         term.say(USAGE % {'script': script})

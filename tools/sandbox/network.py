@@ -16,7 +16,11 @@ Open vSwitch with the userspace datapath (``tools/ovs-up.sh``: no systemd,
 no kernel module), the external bridge, and "the outside" of the external
 network: a network namespace of this sandbox wired into the bridge by a
 veth pair, holding the external subnet's gateway address. Nothing routes
-further. :func:`remove_plumbing` takes all of it away again (``clean``).
+further. :func:`host_reach` (``reach on``) gives this host an address on
+the external network too, so that a client here (tempest's SSH
+validation) reaches floating IPs; connections from the servers to this
+host stay refused. :func:`remove_plumbing` takes all of it away again
+(``clean``).
 Any Python 3, standard library only.
 """
 
@@ -76,6 +80,60 @@ def ovs_ready(environ):
           % (bridge, space, net['OUTSIDE_IP']))
 
 
+#: the iptables chain that keeps the servers from opening connections to
+#: this host through its address on the external network
+_HOST_CHAIN = 'sandbox-host-in'
+
+
+def _host_firewall(on):
+    """Only replies reach this host from the external network."""
+    veth = catalogue.NETWORK['HOST_VETH']
+    jump = ['INPUT', '-i', veth, '-j', _HOST_CHAIN]
+    while _quiet(['iptables', '-D'] + jump):
+        pass
+    _quiet(['iptables', '-F', _HOST_CHAIN])
+    _quiet(['iptables', '-X', _HOST_CHAIN])
+    if not on:
+        return
+    _run(['iptables', '-N', _HOST_CHAIN])
+    _run(['iptables', '-A', _HOST_CHAIN, '-m', 'conntrack', '--ctstate',
+          'ESTABLISHED,RELATED', '-j', 'ACCEPT'])
+    _run(['iptables', '-A', _HOST_CHAIN, '-j', 'DROP'])
+    _run(['iptables', '-I'] + jump)
+
+
+def host_reach(on):
+    """This host on the external network (``reach on``), or not (``off``).
+
+    A veth pair into the external bridge with an address outside the
+    floating IPs' pool: the host then reaches floating IPs directly (as
+    the ``sandbox-outside`` namespace does), which tempest's validation
+    needs because it runs here, next to the APIs on 127.0.0.1.
+    """
+    net = catalogue.NETWORK
+    veth, peer = net['HOST_VETH'], net['HOST_VETH'] + '-br'
+    if not on:
+        _host_firewall(False)
+        if _quiet(['ip', 'link', 'delete', veth]):
+            print('this host is off the external network')
+        return
+    if shutil.which('iptables') is None:
+        raise ValueError('iptables is missing (apt-get install iptables): '
+                         'without it the servers could connect to this '
+                         'host')
+    if not _quiet(['ip', 'link', 'show', veth]):
+        _run(['ip', 'link', 'add', veth, 'type', 'veth', 'peer', 'name',
+              peer])
+    _run(['ip', 'link', 'set', peer, 'up'])
+    _run(['ovs-vsctl', '--may-exist', 'add-port', net['BR_EX'], peer])
+    _run(['ip', 'addr', 'replace', net['HOST_IP'] + '/24', 'dev', veth])
+    _run(['ip', 'link', 'set', veth, 'up'])
+    _host_firewall(True)
+    print('this host is on the external network at %s (%s): floating IPs '
+          'answer here; connections from the servers are dropped'
+          % (net['HOST_IP'], veth))
+
+
 def remove_plumbing():
     """The agents' and the outside's namespaces, the bridges, the veth."""
     net = catalogue.NETWORK
@@ -87,3 +145,4 @@ def remove_plumbing():
                 '--if-exists', 'del-br', 'br-tun', '--', '--if-exists',
                 'del-br', net['BR_EX']])
     _quiet(['ip', 'link', 'delete', net['OUTSIDE_VETH']])
+    host_reach(False)

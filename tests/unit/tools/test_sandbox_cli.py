@@ -212,11 +212,22 @@ class CommandLineTest(testtools.TestCase):
             image = subprocess.run(['bash', sandbox, 'image', 'ubuntu'],
                                    env=env, capture_output=True, text=True,
                                    timeout=60)
+            reach = subprocess.run(['bash', sandbox, 'reach', 'maybe'],
+                                   env=env, capture_output=True, text=True,
+                                   timeout=60)
+            # on, with no sandbox: refused before the host is touched
+            reach_on = subprocess.run(['bash', sandbox, 'reach', 'on'],
+                                      env=env, capture_output=True,
+                                      text=True, timeout=60)
         self.assertEqual(2, usage.returncode)
         self.assertIn('usage: %s up [--backend lxd|incus]' % sandbox,
                       usage.stdout)
         self.assertEqual(1, image.returncode)
         self.assertIn('usage: %s image debian' % sandbox, image.stderr)
+        self.assertEqual(1, reach.returncode)
+        self.assertIn('usage: %s reach on|off' % sandbox, reach.stderr)
+        self.assertEqual(1, reach_on.returncode)
+        self.assertIn('the sandbox does not run', reach_on.stderr)
 
 
 class HelpersTest(testtools.TestCase):

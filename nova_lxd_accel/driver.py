@@ -283,12 +283,21 @@ class LXDDriver(driver.ComputeDriver):
         return self._parts.owner.instance_uuids(
             self._parts.client.list_containers())
 
+    def get_num_instances(self):
+        # One listing of the containers, with their status: nova's
+        # power-state sync calls this, then get_info for every instance,
+        # which the listing answers (Lifecycle.state_record).
+        return len(self.list_instances())
+
     def instance_exists(self, instance):
         return self._parts.lifecycle.guest(instance).record() is not None
 
     def get_info(self, instance, use_cache=True):
+        # use_cache=False (nova's _get_power_state, around its actions)
+        # always reads the daemon
         return hardware.InstanceInfo(
-            state=self._parts.lifecycle.power_state(instance))
+            state=self._parts.lifecycle.power_state(
+                instance, use_cache=use_cache))
 
     # -- lifecycle --------------------------------------------------------
 

@@ -457,20 +457,24 @@ class Lifecycle(object):
         self._client.remove_container(guest.rescue_name)
         guest.ensure_running()
 
-    def power_state(self, instance):
+    def power_state(self, instance, use_cache=False):
         """The instance's power state, for nova's ``get_info``.
 
-        A container deleted on the daemon while nova had the server settled
-        (no task running) is reported SHUTDOWN, not "not found": nova
-        ignores NOSTATE, so the server would stay ACTIVE for good. With
-        SHUTDOWN the lifecycle event (or nova's power sync) stops the
-        server; ``server start`` then says that the container is gone.
+        The rescue container's state wins while there is one. A container
+        deleted on the daemon while nova had the server settled (no task
+        running) is reported SHUTDOWN, not "not found": nova ignores
+        NOSTATE, so the server would stay ACTIVE for good. With SHUTDOWN
+        the lifecycle event (or nova's power sync) stops the server;
+        ``server start`` then says that the container is gone.
 
+        :param use_cache: answer from the last listing of the containers
+            when it can (see :meth:`state_record`): nova's power-state sync
+            lists them once (``get_num_instances``) and then asks for
+            every instance.
         :raises: ContainerNotFound for an instance in a task (building,
             deleting, moving) whose container is missing.
         """
-        record = self.rescue_record(instance) or \
-            self.guest(instance).record()
+        record = self.state_record(instance, use_cache=use_cache)
         if record is not None:
             return lxd_guest.power_state_of(record)
         if getattr(instance, 'task_state', None) is None and getattr(
@@ -484,6 +488,25 @@ class Lifecycle(object):
 
     def rescue_record(self, instance):
         return self._client.get_container(self.guest(instance).rescue_name)
+
+    def state_record(self, instance, use_cache=False):
+        """The record the power state comes from, or None: no container.
+
+        The rescue container's while there is one, else the container's.
+
+        :param use_cache: from the client's last listing, without a
+            request, when it is recent and this process changed neither
+            container since it was asked
+            (:meth:`.client.LXDClient.listed_containers`); read otherwise
+            (two reads while nothing is rescued).
+        """
+        guest = self.guest(instance)
+        if use_cache:
+            listed = self._client.listed_containers(
+                (guest.rescue_name, guest.name))
+            if listed is not None:
+                return listed[guest.rescue_name] or listed[guest.name]
+        return self.rescue_record(instance) or guest.record()
 
     # -- snapshot ---------------------------------------------------------
 

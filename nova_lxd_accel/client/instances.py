@@ -20,6 +20,10 @@ connection (:mod:`.connection`), the event subscription (:mod:`.events`)
 and the images (:mod:`.images`).
 """
 
+import functools
+import inspect
+import itertools
+import threading
 import time
 
 from oslo_concurrency import lockutils
@@ -36,18 +40,122 @@ LOG = logging.getLogger(__name__)
 #: What LXD says when another update of the instance is under way.
 _BUSY_UPDATE = 'non-reusable operation'
 
+#: How long (s) the last listing of the containers may answer for them
+#: (:meth:`LXDClient.listed_containers`). Nova's power-state sync asks for
+#: each instance's state right after its count (one listing), five
+#: instances at a time: seconds for hundreds; later questions are read.
+LISTING_MAX_AGE = 60.0
+
+
+class ListingMemory(object):
+    """The last listing of the containers, and the writes made since.
+
+    Every request is stamped from one counter: a listing when it is
+    asked, a write when it ends (done, failed or timed out). A container
+    written after the listing was asked is not answered for: the listing
+    may predate the change.
+    """
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stamps = itertools.count(1)
+        #: (stamp, monotonic time asked, {name: record}) or None
+        self._listing = None
+        #: {container name: stamp of the last write to it}
+        self._written = {}
+
+    def stamp(self):
+        """A stamp and the time, taken just before a listing is asked."""
+        with self._lock:
+            return next(self._stamps), self._clock()
+
+    def wrote(self, names):
+        with self._lock:
+            stamp = next(self._stamps)
+            for name in names:
+                self._written[name] = stamp
+
+    def keep(self, stamp, asked_at, records):
+        """Keep a listing, unless a later one was kept meanwhile."""
+        by_name = {record.get('name'): record for record in records}
+        with self._lock:
+            if self._listing is not None and self._listing[0] > stamp:
+                return
+            self._listing = (stamp, asked_at, by_name)
+            # older writes are in this listing
+            self._written = {name: written for name, written in
+                             self._written.items() if written > stamp}
+
+    def records(self, names, max_age):
+        """``{name: record or None}``, or None when the listing cannot say.
+
+        It cannot when there is none younger than ``max_age`` seconds, or
+        when one of ``names`` was written after it was asked.
+        """
+        with self._lock:
+            if self._listing is None:
+                return None
+            stamp, asked_at, by_name = self._listing
+            if self._clock() - asked_at > max_age or any(
+                    self._written.get(name, 0) > stamp for name in names):
+                return None
+            return {name: by_name.get(name) for name in names}
+
+
+def _writes(*arguments):
+    """Note the containers a write names, however the write ends.
+
+    :param arguments: names of the method's arguments that name
+        containers it changes (state, config, existence, name).
+    """
+    def decorate(method):
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def write(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                bound = signature.bind(self, *args, **kwargs).arguments
+                self.listings.wrote([bound[name] for name in arguments])
+        return write
+    return decorate
+
 
 class LXDClient(events.EventsClient, images.ImageClient):
     """A connection to one LXD daemon and project, opened on first use."""
 
+    def __init__(self, conf):
+        super(LXDClient, self).__init__(conf)
+        #: the last listing of the containers (:meth:`listed_containers`)
+        self.listings = ListingMemory()
+
     # -- instances --------------------------------------------------------
 
     def list_containers(self):
-        """Every container of the project, with config and status."""
-        return self._call('list', 'instances', self.api.instances.get,
-                          params={'recursion': 1,
-                                  'filter': 'type eq container'},
-                          ).json()['metadata']
+        """Every container of the project, with config and status.
+
+        The answer is kept for :meth:`listed_containers`.
+        """
+        stamp, asked_at = self.listings.stamp()
+        records = self._call('list', 'instances', self.api.instances.get,
+                             params={'recursion': 1,
+                                     'filter': 'type eq container'},
+                             ).json()['metadata']
+        self.listings.keep(stamp, asked_at, records)
+        return records
+
+    def listed_containers(self, names, max_age=LISTING_MAX_AGE):
+        """What the last :meth:`list_containers` said of these containers.
+
+        No request: ``{name: record, or None when it was not listed}``,
+        or None when the listing is older than ``max_age`` seconds, or
+        this client changed one of them (created, started, stopped,
+        updated, renamed, deleted it...) after the listing was asked;
+        the caller then reads them.
+        """
+        return self.listings.records(names, max_age)
 
     def get_container(self, name):
         """The container's record, or None when LXD has no such one."""
@@ -62,12 +170,14 @@ class LXDClient(events.EventsClient, images.ImageClient):
                           self.api.instances[name].state.get
                           ).json()['metadata']
 
+    @_writes('name')
     def create_container(self, name, config, devices, profiles, source):
         body = {'name': name, 'type': 'container', 'config': config,
                 'devices': devices, 'profiles': profiles, 'source': source}
         self._request('post', self.api.instances, 'create',
                       'instance %s' % name, json=body)
 
+    @_writes('name')
     def update_container(self, name, config=None, devices=None):
         """Replace config and/or devices (PATCH merges top-level keys)."""
         body = {}
@@ -78,6 +188,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
         self._request('patch', self.api.instances[name], 'update',
                       'instance %s' % name, json=body)
 
+    @_writes('name')
     def put_container(self, name, record):
         """Write a whole instance record back (config, devices, ...)."""
         body = {key: record[key] for key in
@@ -114,6 +225,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
             return None, None
         return response.json()['metadata'], response.headers.get('ETag')
 
+    @_writes('name')
     def _put_if_match(self, name, record, etag):
         body = {key: record[key] for key in
                 ('architecture', 'config', 'devices', 'ephemeral',
@@ -189,6 +301,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
         raise exception.LXDConcurrentUpdate(
             action='update', target='instance %s' % name, attempts=attempts)
 
+    @_writes('name')
     def change_state(self, name, action, force=False, timeout=None):
         """start, stop, restart, freeze or unfreeze a container.
 
@@ -271,6 +384,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
                    'with `lxc delete --force %s --project %s`' % (
                        attempts, last_error, name, self._conf.lxd.project))
 
+    @_writes('name')
     def delete_container(self, name):
         self._request('delete', self.api.instances[name], 'delete',
                       'instance %s' % name)
@@ -360,6 +474,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
         """A client of another host's LXD over HTTPS, in this project."""
         return RemoteLXDClient(self._conf, endpoint, cert, key, verify)
 
+    @_writes('name', 'new_name')
     def rename_container(self, name, new_name):
         try:
             self._request('post', self.api.instances[name], 'rename',
@@ -372,6 +487,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
             LOG.debug('LXD forgot the rename of %s to %s; it was done',
                       name, new_name)
 
+    @_writes('new_name')
     def copy_container(self, name, new_name, profiles):
         """A local copy of a stopped container, without its snapshots."""
         body = {'name': new_name, 'type': 'container', 'profiles': profiles,
@@ -392,6 +508,8 @@ class LXDClient(events.EventsClient, images.ImageClient):
                                     'instance_only': True})
         metadata = response.json()['metadata']
         return metadata['id'], metadata['metadata']
+
+    @_writes('name')
     def create_from_migration(self, name, record, operation_url,
                               certificate, secrets, timeout=None):
         """Pull a container offered by another daemon (pull mode).

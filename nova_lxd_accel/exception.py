@@ -95,6 +95,15 @@ class SharedGpuOtherProject(AcceleratorUnavailable):
                'shared_gpu_any_project lets projects share a GPU)')
 
 
+class SharedGpuModeMismatch(AcceleratorUnavailable):
+    msg_fmt = ('Flavor %(flavor)s %(quota)s, so it needs a GPU shared in '
+               '%(flavor_mode)s mode, but GPU %(pci)s is shared in '
+               '%(card_mode)s mode: the flavor must require '
+               '%(trait)s=required (`openstack flavor set --property`; '
+               '`nova-lxd-accel flavors` writes it). Nova reschedules the '
+               'instance (resource provider %(provider)s).')
+
+
 class AcceleratorNotBindable(LXDAccelException):
     msg_fmt = ('Cannot bind %(resource_class)s of resource provider '
                '%(provider)s into an LXD container: %(reason)s')
@@ -155,6 +164,18 @@ class FlavorExtraSpecInvalid(LXDAccelException, nova_exception.Invalid):
                'nova-lxd-accel refuses: %(reason)s. Fix the flavor '
                '(`openstack flavor set` / `unset --property %(key)s`); '
                'compute API microversion 2.86 or later checks it when set.')
+
+
+class FlavorExtraSpecsInconsistent(FlavorExtraSpecInvalid):
+    """Extra specs that are valid one by one but not together.
+
+    The compute API checks each extra spec alone, so only spawn refuses
+    these (the build aborts, the fault says what to change).
+    """
+
+    msg_fmt = ('Flavor %(flavor)s: %(reason)s (`openstack flavor set '
+               '--property`). The compute API checks each extra spec alone, '
+               'so this is refused when an instance boots.')
 
 
 class DaemonAmbiguous(LXDAccelException):

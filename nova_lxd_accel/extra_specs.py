@@ -23,6 +23,7 @@ from nova.api.validation.extra_specs import base
 from nova import exception
 from oslo_utils import strutils
 
+from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception as lxd_exception
 
 #: The kernel's PID_MAX_LIMIT on 64-bit hosts: the pids cgroup refuses a
@@ -96,10 +97,14 @@ EXTRA_SPEC_VALIDATORS = [
     LXDExtraSpecValidator(
         name='lxd:gpu_memory_mb',
         description=(
-            'On a shared GPU, the MiB of GPU memory the container may '
-            'allocate (NVIDIA MPS CUDA_MPS_PINNED_DEVICE_MEM_LIMIT). The '
-            'flavor must also request resources:%s with the same number, '
-            'so Placement never over-commits the card.' % GPU_MEMORY_RC),
+            'On a GPU shared with MPS quotas, the MiB of GPU memory the '
+            'container may allocate (NVIDIA MPS '
+            'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT). The flavor must also '
+            'request resources1:%s with the same number, with '
+            'resources1:CUSTOM_GPU_SHARE=1 (one GPU gives both) and '
+            'trait1:CUSTOM_GPU_SHARING_QUOTA=required, so Placement never '
+            'over-commits the card; checked when an instance boots.'
+            % GPU_MEMORY_RC),
         value={'type': int, 'min': 1, 'max': MAX_GPU_MEMORY_MB,
                'description': 'an integer from 1 to %d (MiB)'
                               % MAX_GPU_MEMORY_MB},
@@ -107,9 +112,10 @@ EXTRA_SPEC_VALIDATORS = [
     LXDExtraSpecValidator(
         name='lxd:gpu_compute_percent',
         description=(
-            'On a shared GPU, the percentage of the GPU\'s streaming '
-            'multiprocessors the container may use (NVIDIA MPS '
-            'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).'),
+            'On a GPU shared with MPS quotas, the percentage of the GPU\'s '
+            'streaming multiprocessors the container may use (NVIDIA MPS '
+            'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); only with '
+            'lxd:gpu_memory_mb.'),
         value={'type': int, 'min': 1, 'max': 100,
                'description': 'an integer from 1 to 100 (percent)'},
     ),
@@ -170,34 +176,97 @@ def check_flavor(flavor, policy):
                 how='an operator must set [lxd] %s = true on this host'
                     % gate[2])
     _check_gpu_memory_request(flavor, specs)
+    _check_sharing_mode_traits(flavor, specs)
+
+
+def _inconsistent(flavor, reason):
+    return lxd_exception.FlavorExtraSpecsInconsistent(flavor=flavor.name,
+                                                      reason=reason)
+
+
+#: a request group's suffix in ``resources<suffix>:`` / ``trait<suffix>:``
+#: ('' for the unnumbered group), as nova reads them
+_GROUP = r'(\d*|_[A-Za-z0-9_-]+)'
+
+
+def _groups(specs, prefix, name):
+    """Suffixes of the request groups with a ``<prefix><suffix>:<name>``."""
+    out = []
+    for key in specs:
+        match = re.match(r'^%s%s:%s$' % (prefix, _GROUP, re.escape(name)),
+                         key)
+        if match:
+            out.append(match.group(1))
+    return out
 
 
 def _check_gpu_memory_request(flavor, specs):
     """A memory quota must equal the flavor's Placement memory request.
 
     Placement counts a shared GPU's memory only through the
-    ``resources:CUSTOM_GPU_MEMORY_MB`` request; the MPS limit enforces
+    ``resources<N>:CUSTOM_GPU_MEMORY_MB`` request; the MPS limit enforces
     ``lxd:gpu_memory_mb`` inside the card. Only when both are the same
-    number can the quotas of the instances on one card never add up to
-    more than its memory.
+    number, and the slot and the memory come from one GPU (one numbered
+    request group: in the unnumbered one Placement may take them from two
+    GPUs of the host), can the quotas of the instances on one card never
+    add up to more than its memory. Nova's API checks one key at a time,
+    so these are checked here, at boot.
     """
     quota = specs.get('lxd:gpu_memory_mb')
-    request = None
-    for key, value in specs.items():
-        if re.match(r'^resources\d*:%s$' % GPU_MEMORY_RC, key):
-            request = value
+    memory_groups = _groups(specs, 'resources', GPU_MEMORY_RC)
+    request = (specs['resources%s:%s' % (memory_groups[0], GPU_MEMORY_RC)]
+               if memory_groups else None)
+    if quota is None and specs.get('lxd:gpu_compute_percent') is not None:
+        # a quota'd card needs every sharer limited in memory, and a
+        # time-sliced card runs no MPS that could limit compute
+        raise _inconsistent(flavor, (
+            'set lxd:gpu_memory_mb too, or unset lxd:gpu_compute_percent: '
+            'on a GPU shared with MPS quotas every instance needs a memory '
+            'quota, and a time-sliced GPU has no MPS'))
     if quota is None and request is None:
         return
     if quota is None:
-        raise lxd_exception.FlavorExtraSpecInvalid(
-            flavor=flavor.name, key='resources:%s' % GPU_MEMORY_RC,
-            value=request,
-            reason='GPU memory is requested from Placement but not '
-                   'enforced: set lxd:gpu_memory_mb to the same number')
+        raise _inconsistent(flavor, (
+            'set lxd:gpu_memory_mb=%s: it requests resources%s:%s=%s from '
+            'Placement, which MPS would not enforce' % (
+                request, memory_groups[0], GPU_MEMORY_RC, request)))
     if request is None or str(request).strip() != str(int(quota)):
-        raise lxd_exception.FlavorExtraSpecInvalid(
-            flavor=flavor.name, key='lxd:gpu_memory_mb', value=quota,
-            reason='the flavor must request resources:%s=%s too (it '
-                   'requests %s), so Placement cannot over-commit the '
-                   'GPU\'s memory' % (GPU_MEMORY_RC, quota,
-                                      request or 'nothing'))
+        raise _inconsistent(flavor, (
+            'set resources1:%s=%s to match lxd:gpu_memory_mb=%s (it '
+            'requests %s), so that Placement counts the memory MPS '
+            'enforces' % (GPU_MEMORY_RC, quota, quota,
+                          request if request is not None else 'none')))
+    share_groups = _groups(specs, 'resources', sharing.SHARE_RC)
+    if not memory_groups[0] or share_groups != memory_groups:
+        raise _inconsistent(flavor, (
+            'request the slot and the memory in one numbered group '
+            '(resources1:%s=1 and resources1:%s=%s): otherwise Placement '
+            'may take them from two different GPUs' % (
+                sharing.SHARE_RC, GPU_MEMORY_RC, quota)))
+
+
+def _check_sharing_mode_traits(flavor, specs):
+    """A flavor must require its own sharing mode's trait, with its slot.
+
+    A share with ``lxd:gpu_memory_mb`` lands only on a GPU shared with
+    quotas, one without only on a time-sliced GPU (see
+    :mod:`nova_lxd_accel.accel.sharing`): requiring the other mode's trait
+    could never be satisfied, or would land where spawn refuses it; a
+    trait in another request group than the slot's constrains another
+    provider than the slot's GPU.
+    """
+    required = sharing.required_mode_traits(specs)
+    mode = sharing.flavor_mode(specs)
+    share_groups = _groups(specs, 'resources', sharing.SHARE_RC)
+    group = share_groups[0] if share_groups else None
+    wrong = sorted(key for other, keys in required.items() for key in keys
+                   if other != mode or
+                   (group is not None and key.split(':')[0] != 'trait' +
+                    group))
+    if wrong:
+        raise _inconsistent(flavor, (
+            'require trait%s:%s=required instead of %s: its share is %s '
+            '(it %s lxd:gpu_memory_mb)' % (
+                group or '', sharing.MODE_TRAITS[mode],
+                ', '.join('%s=required' % key for key in wrong), mode,
+                'sets' if mode == sharing.MODE_QUOTA else 'sets no')))

@@ -26,6 +26,7 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import mps_environment
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
@@ -253,7 +254,11 @@ class Lifecycle(object):
                 raise exception.AcceleratorNotBindable(
                     resource_class='accelerators', provider='-',
                     reason='this driver was set up without accelerators')
-            self._claims.claim(guest.name, allocations, instance)
+            bound = self._claims.claim(guest.name, allocations, instance)
+            # logins, cron and services get the MPS client limits too
+            mps_environment.apply(self._client, guest.name,
+                                  mps_environment.variables_in(bound.config),
+                                  instance)
 
     def _release_gpus(self, read_record, remove):
         """Run ``remove()``; verify the GPU units the container held.

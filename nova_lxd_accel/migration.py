@@ -54,6 +54,7 @@ from nova import objects
 from oslo_log import log as logging
 from oslo_utils import excutils
 
+from nova_lxd_accel.accel import mps_environment
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel.spec import container as container_spec
@@ -415,6 +416,9 @@ class Migration(object):
             self._rewrite(guest.name, lambda config, devices: records.resized(
                 dict(record, config=config, devices=devices), fragment, host,
                 host_devices, bound), instance)
+        # written (or, the quota gone, removed) before the start
+        mps_environment.reapply(self._client, guest.name, bound.config,
+                                record.get('config'), instance)
         if power_on:
             guest.start()
         LOG.info('Container %(name)s now has flavor %(flavor)s on %(host)s',

@@ -408,6 +408,8 @@ class ShareRequest:
     :ivar compute_percent: ``lxd:gpu_compute_percent``, or None.
     :ivar mps_pipe: ``[lxd_accelerators] mps_pipe_directory``.
     :ivar mps_shm: ``[lxd_accelerators] mps_shm_directory``.
+    :ivar shared_gpus: ``[lxd_accelerators] shared_gpus`` (card modes).
+    :ivar flavor: the flavor's name, for the fault.
     """
 
     project_id: typing.Optional[str] = None
@@ -417,6 +419,8 @@ class ShareRequest:
     compute_percent: typing.Optional[int] = None
     mps_pipe: str = '/run/nvidia-mps-{pci}'
     mps_shm: str = '/run/nvidia-mps-{pci}-shm'
+    shared_gpus: typing.Tuple[str, ...] = ()
+    flavor: typing.Optional[str] = None
 
 
 def provider_units(device):
@@ -506,6 +510,8 @@ def _share_units(gpu, rc, count, rp_uuid, held, share):
     device matching it) leaves no slot free.
     """
     share = share or ShareRequest()
+    sharing.check_mode(share.shared_gpus, gpu, share.memory_mb,
+                       share.flavor, rp_uuid)
     others = {p for p in share.projects.get(gpu.pci_address, ()) if p}
     if not share.any_project and others and others != {share.project_id}:
         raise exception.SharedGpuOtherProject(

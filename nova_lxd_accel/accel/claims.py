@@ -58,8 +58,8 @@ def share_request(conf, instance):
 
     :param conf: ConfigOpts with ``[lxd_accelerators]``.
     """
-    specs = dict(getattr(getattr(instance, 'flavor', None), 'extra_specs',
-                         None) or {})
+    flavor = getattr(instance, 'flavor', None)
+    specs = dict(getattr(flavor, 'extra_specs', None) or {})
 
     def number(key):
         value = specs.get(key)
@@ -77,7 +77,9 @@ def share_request(conf, instance):
         memory_mb=number('lxd:gpu_memory_mb'),
         compute_percent=number('lxd:gpu_compute_percent'),
         mps_pipe=group.mps_pipe_directory,
-        mps_shm=group.mps_shm_directory)
+        mps_shm=group.mps_shm_directory,
+        shared_gpus=tuple(group.shared_gpus or ()),
+        flavor=getattr(flavor, 'name', None))
 
 
 def with_projects(share, records, exclude):

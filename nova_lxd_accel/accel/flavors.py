@@ -33,14 +33,25 @@ of it), ``Accelerator:Memory`` is the slice's memory in MiB (from the
 profile: ``10gb`` -> 10240) and ``Accelerator:VirtualizationType`` is
 ``MIG``. A whole GPU is ``passthrough`` (the container gets the GPU's
 device nodes) with the GPU's memory.
+
+Fair accounting: ``accounting:accelerator_count``
+(:data:`nova_lxd_accel.accounting.apel.COUNT_KEY`) is what an instance
+holds in GPUs, as a fraction: 1 per whole GPU, a MIG slice's compute
+slices over its GPU's (``1/7`` for ``1g.10gb`` on an H100 80GB), ``1/<slots>``
+for a slot of a shared GPU. The project's cASO extractor
+(:mod:`nova_lxd_accel.accounting.caso_extractor`) sends it as the APEL
+record's ``Count``; cASO's own extractor and cloud-info-provider ignore it.
 """
 
 import dataclasses
+import fractions
 import re
 import typing
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accounting import apel
 
 VENDORS = {'10de': 'NVIDIA', '1002': 'AMD', '8086': 'Intel'}
 TYPE_GPU = 'GPU'
@@ -55,6 +66,14 @@ KEYS = ('Accelerator:Type', 'Accelerator:Vendor', 'Accelerator:Model',
 
 _PROFILE = re.compile(r'^(?P<compute>\d+)g\.(?P<mem>\d+)gb', re.I)
 _MODEL_MEMORY = re.compile(r'(\d+)\s*GB', re.I)
+#: compute slices of a profile: ``1g.10gb`` -> 1; a compute instance
+#: inside a GPU instance, ``1c.3g.71gb`` -> 1 (its own ``c``)
+_PROFILE_SLICES = re.compile(r'^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.', re.I)
+#: compute slices of a whole MIG-capable GPU; A100, H100, H200, B200 and
+#: their relatives have 7 (NVIDIA's MIG user guide, "Supported Profiles")
+_MIG_SLICES_DEFAULT = 7
+_MIG_SLICES = ((re.compile(r'\bA30\b', re.I), 4),
+               (re.compile(r'\bRTX PRO\b', re.I), 4))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +143,32 @@ def _model_trait(gpu):
     return 'CUSTOM_GPU_MODEL_%s' % devices.normalise_name(gpu.model)
 
 
-def _base_specs(gpu, rc, count, model, memory, virt):
+def mig_gpu_share(profile, model):
+    """The part of its GPU one MIG slice is, by compute slices.
+
+    :param profile: the slice's profile, ``1g.10gb`` or ``1c.3g.71gb``.
+    :param model: the GPU's model (``H100 80GB HBM3``): an A30 has 4
+        compute slices, an A100 or H100 7.
+    :returns: a :class:`fractions.Fraction` (``1/7``), or None for a
+        profile of another form.
+    """
+    match = _PROFILE_SLICES.match(profile)
+    if not match:
+        return None
+    slices = int(match.group('ci') or match.group('gi'))
+    total = next((n for pattern, n in _MIG_SLICES if pattern.search(model)),
+                 _MIG_SLICES_DEFAULT)
+    return min(fractions.Fraction(1), fractions.Fraction(slices, total))
+
+
+def _accounting_specs(count, gpu_share):
+    """``accounting:accelerator_count``: ``count`` units of ``gpu_share``."""
+    if gpu_share is None:
+        return {}
+    return {apel.COUNT_KEY: str(count * gpu_share)}
+
+
+def _base_specs(gpu, rc, count, model, memory, virt, gpu_share=1):
     specs = {'resources:%s' % rc: str(count)}
     trait = _model_trait(gpu)
     if trait:
@@ -138,44 +182,68 @@ def _base_specs(gpu, rc, count, model, memory, virt):
                   'Accelerator:VirtualizationType': virt})
     if memory:
         specs['Accelerator:Memory'] = str(memory)
+    specs.update(_accounting_specs(count, gpu_share))
     return specs
 
 
 def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
-                   prefix):
-    """One time-sliced share of a shared GPU (see admin/gpu-sharing).
+                   prefix, mode=sharing.MODE_TIMESLICE):
+    """One share of a shared GPU (see admin/gpu-sharing), for its mode.
 
     Like a MIG slice, a share is counted as one accelerator whose model
-    says what part of which GPU it is: ``<model> share 1/<slots>``.
+    says what part of which GPU it is: ``<model> share 1/<slots>``. It
+    requires the trait of the card's sharing mode; on a card shared with
+    quotas it takes an even part of the probed memory (none proposed
+    while the probe has not read it: a guess could over-commit).
     """
     name = '%s.%s-share-1of%d' % (prefix, _slug(model), gpu.shared_slots)
+    quota = None
+    if mode == sharing.MODE_QUOTA:
+        name += '-quota'
+        if not memory_by_pci.get(gpu.pci_address):
+            return
+        quota = memory_by_pci[gpu.pci_address] // gpu.shared_slots
     if name in out:
         out[name] = dataclasses.replace(out[name], gpus=tuple(sorted(
             set(out[name].gpus) | {gpu.pci_address})))
         return
     memory = _gpu_memory_mib(gpu, memory_by_pci.get(gpu.pci_address))
     specs = _base_specs(gpu, accel_tree.SHARE_RC, 1, '%s share 1/%d' % (
-        model, gpu.shared_slots), None, VIRT_SHARED)
-    description = (
-        '1 share of an %s %s GPU (one of %d, time-sliced%s), in an LXD '
-        'container with %s.' % (
-            vendor, model, gpu.shared_slots,
+        model, gpu.shared_slots), quota, VIRT_SHARED,
+        gpu_share=fractions.Fraction(1, gpu.shared_slots))
+    if quota:
+        # slot, memory and traits from one GPU: request group 1 (in the
+        # unnumbered group Placement may take them from two GPUs)
+        specs = {('%s1:%s' % tuple(k.split(':', 1))
+                  if k.split(':')[0] in ('resources', 'trait') else k): v
+                 for k, v in specs.items()}
+        specs['resources1:%s' % accel_tree.MEMORY_RC] = str(quota)
+        specs['lxd:gpu_memory_mb'] = str(quota)
+        how = ('MPS quota: %d MiB of its memory' % quota)
+    else:
+        how = 'time-sliced%s' % (
             ': its %d GB are shared with the other instances on it'
-            % round(memory / 1024) if memory else '',
-            _cpu_and_ram(vcpus, ram)))
+            % round(memory / 1024) if memory else '')
+    specs[sharing.mode_trait_key(mode)] = 'required'
+    description = (
+        '1 share of an %s %s GPU (one of %d, %s), in an LXD container with '
+        '%s.' % (vendor, model, gpu.shared_slots, how,
+                 _cpu_and_ram(vcpus, ram)))
     out[name] = Proposal(name=name, vcpus=vcpus, ram=ram, disk=disk,
                          description=description, extra_specs=specs,
                          gpus=(gpu.pci_address,))
 
 
 def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
-            count=1, prefix='g1', names_by_pci=None):
+            count=1, prefix='g1', names_by_pci=None, share_modes=None):
     """Flavors for the GPUs of one host (one per GPU model or MIG profile).
 
     :param gpus: :class:`devices.Gpu` list, as the inventory reports them.
     :param memory_by_pci: PCI address -> memory MiB (from the probe).
     :param names_by_pci: PCI address -> the card's name from the probe,
         used where LXD does not know the model.
+    :param share_modes: PCI address -> sharing mode of each shared GPU
+        (:func:`.sharing.card_mode`; default time-sliced).
     :returns: list of :class:`Proposal`, sorted by name.
     """
     memory_by_pci = memory_by_pci or {}
@@ -186,7 +254,8 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
         vendor = vendor_name(gpu)
         if gpu.shared_slots:
             _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus,
-                           ram, disk, prefix)
+                           ram, disk, prefix, (share_modes or {}).get(
+                               gpu.pci_address, sharing.DEFAULT_MODE))
             continue
         if gpu.mig_devices:
             for mig in gpu.mig_devices:
@@ -219,7 +288,8 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
                     extra_specs=_base_specs(
                         gpu, mig.resource_class, count,
                         '%s MIG %s' % (model, mig.profile), memory,
-                        VIRT_MIG),
+                        VIRT_MIG,
+                        gpu_share=mig_gpu_share(mig.profile, model)),
                     gpus=(gpu.pci_address,))
             continue
         name = '%s.%s' % (prefix, _slug(model))

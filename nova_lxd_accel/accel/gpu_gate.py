@@ -125,6 +125,7 @@ def bound_units(containers, projects=None):
 
 
 def _busy(snapshot, pci):
+    # a tenant's process, never the MPS server alone (apps_on)
     facts = snapshot.gpus.get(pci)
     return bool(snapshot.apps_on(pci)) or bool(
         facts is not None and facts.utilization_pct)

@@ -104,7 +104,17 @@ class Snapshot:
     boot_id: typing.Optional[str] = None
 
     def apps_on(self, pci_address):
-        return self.apps.get(pci_address, ())
+        """The tenants' compute processes on a GPU.
+
+        Its MPS server is not one (:data:`.nvidia_smi.MPS_SERVER`): the
+        operator's daemon, running while no instance is on the GPU.
+        """
+        return nvidia_smi.tenant_apps(self.apps.get(pci_address, ()))
+
+    def mps_servers_on(self, pci_address):
+        """The MPS server processes nvidia-smi lists on a GPU."""
+        return tuple(app for app in self.apps.get(pci_address, ())
+                     if app.is_mps_server)
 
     def xids_on(self, pci_address):
         return tuple(x for x in self.xids if x.pci_address == pci_address)

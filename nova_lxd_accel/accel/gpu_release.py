@@ -24,12 +24,20 @@ is still bound, and the whole-GPU check when the last slot is released. A
 GPU of another vendor cannot be probed and is clean at once. The
 baselines (``state['baseline']``) are the lowest memory use seen while
 nothing held a GPU or slice (:func:`update_baselines`).
+
+A GPU's NVIDIA MPS server (``nvidia-cuda-mps-server``, the operator's
+daemon of a GPU shared with quotas, which outlives its clients) is not a
+tenant's process: it neither holds a released unit nor keeps a baseline
+from being taken. Its memory is not set apart: it counts as any other
+against the baseline and the tolerance, so a leftover that only takes
+its name is still caught by the memory it holds.
 """
 
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel import nvidia_smi
 
 LOG = logging.getLogger(__name__)
 
@@ -103,7 +111,10 @@ def holding(unit, snapshot, known, state, conf, current=None):
         return 'nvidia-smi does not list the GPU'
     over = _memory_over(state, pci, facts.memory_used_mib, conf)
     if over:
-        return '%d MiB of GPU memory in use (baseline %d MiB)' % over
+        servers = snapshot.mps_servers_on(pci)
+        return '%d MiB of GPU memory in use (baseline %d MiB)%s' % (
+            over + ('; the MPS server %s holds part of it' % _apps_text(
+                servers) if servers else '',))
     return None
 
 
@@ -125,9 +136,10 @@ def _mig_holding(unit, gpu, snapshot, state, conf):
         mig.index if mig else None)
     if facts is None:
         return None
-    if facts.apps:
+    apps = nvidia_smi.tenant_apps(facts.apps)
+    if apps:
         return 'compute processes %s in MIG device %s' % (
-            _apps_text(facts.apps), uuid)
+            _apps_text(apps), uuid)
     over = _memory_over(state, mig_key(unit.get('pci'), facts.index),
                         facts.memory_used_mib, conf)
     if over:
@@ -208,7 +220,8 @@ def update_baselines(state, current, snapshot, known):
         gpu = known.get(pci)
         uuids = {m.index: m.uuid for m in gpu.mig_devices} if gpu else {}
         for index, facts in slices.items():
-            if (pci, uuids.get(index)) in held or facts.apps or \
+            if (pci, uuids.get(index)) in held or \
+                    nvidia_smi.tenant_apps(facts.apps) or \
                     facts.memory_used_mib is None:
                 continue
             _lower_baseline(state, mig_key(pci, index), facts.memory_used_mib)

@@ -37,6 +37,7 @@ from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import nova_lookups
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
@@ -212,7 +213,12 @@ class AcceleratorInventory(object):
                             'probe answer yet), so it offers no %s and '
                             'flavors with lxd:gpu_memory_mb cannot land '
                             'on it', gpu.pci_address, accel_tree.MEMORY_RC)
-        desired = accel_tree.desired_providers(nodename, gpus, ib_cards)
+        # each shared GPU's mode, as a trait flavors require (sharing)
+        sharing_traits = {
+            g.pci_address: sharing.MODE_TRAITS[sharing.card_mode(
+                options.shared_gpus, g)] for g in gpus if g.shared_slots}
+        desired = accel_tree.desired_providers(nodename, gpus, ib_cards,
+                                               sharing_traits)
         self._last_inputs, self._last_desired = inputs, desired
         self._reported.update(desired)
         return desired

@@ -39,6 +39,7 @@ lost", "Unknown Error", or "requires reset").
 import csv
 import dataclasses
 import io
+import os
 import re
 import subprocess
 import typing
@@ -64,6 +65,11 @@ _HANDLE_ERROR = re.compile(
     r'(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])'
     r'\s*:\s*(?P<error>.+)$')
 _NUMBER = re.compile(r'^\s*(-?\d+(?:\.\d+)?)')
+#: The NVIDIA MPS server of a GPU shared with quotas: the operator's
+#: daemon, which its control daemon starts for the first MPS client and
+#: keeps running after the last one leaves. nvidia-smi lists it as a
+#: compute process of the GPU; it is never a tenant's.
+MPS_SERVER = 'nvidia-cuda-mps-server'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +170,16 @@ class ComputeApp:
     name: str
     used_memory_mib: typing.Optional[int]
     gpu_uuid: typing.Optional[str] = None
+
+    @property
+    def is_mps_server(self):
+        """Whether this is the GPU's MPS server (:data:`MPS_SERVER`)."""
+        return os.path.basename((self.name or '').strip()) == MPS_SERVER
+
+
+def tenant_apps(apps):
+    """The processes of ``apps`` that are not an MPS server."""
+    return tuple(app for app in apps or () if not app.is_mps_server)
 
 
 @dataclasses.dataclass(frozen=True)

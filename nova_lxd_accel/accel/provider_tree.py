@@ -40,6 +40,10 @@ RC_INFINIBAND_PORT = 'CUSTOM_INFINIBAND_PORT'
 SHARE_RC = 'CUSTOM_GPU_SHARE'
 MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
 TRAIT_SHARED = 'CUSTOM_GPU_SHARED'
+#: how a shared GPU is shared (see :mod:`.sharing`): flavors require one
+TRAIT_SHARING_QUOTA = 'CUSTOM_GPU_SHARING_QUOTA'
+TRAIT_SHARING_TIMESLICE = 'CUSTOM_GPU_SHARING_TIMESLICE'
+SHARING_TRAIT_PREFIX = 'CUSTOM_GPU_SHARING_'
 #: a GPU the health gate holds (see :mod:`.gpu_gate`)
 TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
 
@@ -50,7 +54,8 @@ TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
 MANAGED_TRAIT_PREFIXES = ('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_PRODUCT_',
                           'CUSTOM_GPU_MODEL_', 'CUSTOM_CUDA_CC_',
                           'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_',
-                          TRAIT_UNHEALTHY, TRAIT_SHARED)
+                          TRAIT_UNHEALTHY, TRAIT_SHARED,
+                          SHARING_TRAIT_PREFIX)
 
 _CUDA_CC = re.compile(r'^\s*(\d+)\.(\d+)\s*$')
 
@@ -119,7 +124,12 @@ def _vendor_traits(prefix, vendor_id, product_id):
     return traits
 
 
-def gpu_traits(gpu):
+def gpu_traits(gpu, sharing_trait=None):
+    """The traits of a GPU's provider.
+
+    :param sharing_trait: for a shared GPU, the trait of its sharing mode
+        (:data:`TRAIT_SHARING_QUOTA` or :data:`TRAIT_SHARING_TIMESLICE`).
+    """
     traits = {os_traits.OWNER_NOVA}
     traits |= _vendor_traits('GPU', gpu.vendor_id, gpu.product_id)
     model = devices.normalise_name(gpu.model) if gpu.model else ''
@@ -127,6 +137,8 @@ def gpu_traits(gpu):
         traits.add('CUSTOM_GPU_MODEL_%s' % model)
     if gpu.shared_slots:
         traits.add(TRAIT_SHARED)
+        if sharing_trait:
+            traits.add(sharing_trait)
     match = _CUDA_CC.match(gpu.architecture or '')
     if match:
         traits.add('CUSTOM_CUDA_CC_%s_%s' % (int(match.group(1)),
@@ -152,9 +164,11 @@ def ib_traits(card):
                      _vendor_traits('IB', card.vendor_id, card.product_id))
 
 
-def desired_providers(nodename, gpus, ib_cards):
+def desired_providers(nodename, gpus, ib_cards, sharing_traits=None):
     """The child providers a host with these devices reports.
 
+    :param sharing_traits: PCI address -> the sharing mode trait of each
+        shared GPU (see :func:`gpu_traits`).
     :returns: dict name -> :class:`DesiredProvider`, GPUs first, each group
         in PCI address order.
     """
@@ -163,8 +177,9 @@ def desired_providers(nodename, gpus, ib_cards):
         name = gpu_provider_name(nodename, gpu.pci_address)
         inventory = {rc: inventory_record(total)
                      for rc, total in sorted(gpu_totals(gpu).items())}
-        desired[name] = DesiredProvider(name, inventory, gpu_traits(gpu),
-                                        gpu)
+        desired[name] = DesiredProvider(
+            name, inventory, gpu_traits(gpu, (sharing_traits or {}).get(
+                gpu.pci_address)), gpu)
     for card in ib_cards:
         totals = ib_totals(card)
         if not any(totals.values()):

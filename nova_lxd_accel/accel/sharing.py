@@ -18,15 +18,53 @@ through its pipe directory, and the MPS client limits are set in the
 container's environment.
 """
 
+import dataclasses
+import re
+
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import mps_environment
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel import exception
 
 SHARE_RC = accel_tree.SHARE_RC
 MEMORY_RC = accel_tree.MEMORY_RC
 
 
+#: How a shared GPU is shared (``[lxd_accelerators] shared_gpus``, the
+#: optional third part of an entry): with NVIDIA MPS quotas, every flavor
+#: on it giving ``lxd:gpu_memory_mb``, or time-sliced, no flavor giving one.
+MODE_QUOTA = 'quota'
+MODE_TIMESLICE = 'timeslice'
+#: a card without a mode: no MPS daemon is needed for it, and the flavors
+#: ``nova-lxd-accel flavors`` proposed before modes existed fit it
+DEFAULT_MODE = MODE_TIMESLICE
+MODES = (MODE_QUOTA, MODE_TIMESLICE)
+#: the trait of each mode on the GPU's provider; a flavor requires one
+MODE_TRAITS = {MODE_QUOTA: accel_tree.TRAIT_SHARING_QUOTA,
+               MODE_TIMESLICE: accel_tree.TRAIT_SHARING_TIMESLICE}
+#: the extra spec that makes a flavor's share a quota'd one
+MEMORY_QUOTA_KEY = 'lxd:gpu_memory_mb'
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedGpu:
+    """One ``shared_gpus`` entry: its slots and its sharing mode."""
+
+    slots: int
+    mode: str = DEFAULT_MODE
+
+
+def _malformed(entry):
+    return ValueError('[lxd_accelerators] shared_gpus: %r is not '
+                      '<PCI address or model>:<slots>[:%s]'
+                      % (entry, '|'.join(MODES)))
+
+
 def parse_shared_gpus(entries):
-    """``['0000:3b:00.0:4', 'NVIDIA_A10:8']`` -> (by_pci, by_model).
+    """``['0000:3b:00.0:4:quota', 'NVIDIA_A10:8']`` -> (by_pci, by_model).
+
+    Each maps to a :class:`SharedGpu`; an entry without a mode is
+    :data:`DEFAULT_MODE`.
 
     :raises: ValueError naming a malformed entry.
     """
@@ -35,19 +73,35 @@ def parse_shared_gpus(entries):
         entry = entry.strip()
         if not entry:
             continue
-        key, sep, slots = entry.rpartition(':')
+        key, sep, last = entry.rpartition(':')
+        mode = DEFAULT_MODE
+        if last.strip().lower() in MODES:
+            mode = last.strip().lower()
+            key, sep, last = key.rpartition(':')
+        elif last.strip() and not last.strip().isdigit():
+            # a typo in the mode must not turn a quota card time-sliced
+            raise _malformed(entry)
         try:
-            slots = int(slots)
+            slots = int(last)
         except ValueError:
             slots = 0
         if not sep or not key or slots < 1:
-            raise ValueError('[lxd_accelerators] shared_gpus: %r is not '
-                             '<PCI address or model>:<slots>' % entry)
+            raise _malformed(entry)
         if key.count(':') >= 1:
-            by_pci[devices.normalise_pci_address(key)] = slots
+            by_pci[devices.normalise_pci_address(key)] = SharedGpu(slots,
+                                                                   mode)
         else:
-            by_model[devices.normalise_name(key)] = slots
+            by_model[devices.normalise_name(key)] = SharedGpu(slots, mode)
     return by_pci, by_model
+
+
+def _entry(entries, pci_address, model):
+    """The :class:`SharedGpu` of a GPU, or None; PCI address wins."""
+    by_pci, by_model = parse_shared_gpus(entries)
+    pci = devices.normalise_pci_address(pci_address)
+    if pci in by_pci:
+        return by_pci[pci]
+    return by_model.get(devices.normalise_name(model or ''))
 
 
 def shared_slots(entries, pci_address, model):
@@ -55,11 +109,71 @@ def shared_slots(entries, pci_address, model):
 
     An entry by PCI address wins over one by model.
     """
-    by_pci, by_model = parse_shared_gpus(entries)
-    pci = devices.normalise_pci_address(pci_address)
-    if pci in by_pci:
-        return by_pci[pci]
-    return by_model.get(devices.normalise_name(model or ''), 0)
+    entry = _entry(entries, pci_address, model)
+    return entry.slots if entry else 0
+
+
+def card_mode(entries, gpu):
+    """The sharing mode of shared GPU ``gpu`` (a :class:`devices.Gpu`).
+
+    Matched as discovery matches its slots (PCI address, else the model
+    or product name); a GPU no entry names is :data:`DEFAULT_MODE`.
+    """
+    entry = _entry(entries, gpu.pci_address, gpu.model or gpu.product)
+    return entry.mode if entry else DEFAULT_MODE
+
+
+def flavor_mode(extra_specs):
+    """The mode a flavor's share needs: quota'd iff it sets a memory quota."""
+    if (extra_specs or {}).get(MEMORY_QUOTA_KEY) not in (None, ''):
+        return MODE_QUOTA
+    return MODE_TIMESLICE
+
+
+def required_mode_traits(extra_specs):
+    """Mode -> the ``trait*:`` keys of ``extra_specs`` that require it."""
+    out = {}
+    for key, value in (extra_specs or {}).items():
+        prefix, _, trait = key.partition(':')
+        if not re.match(r'^trait[^:]*$', prefix) or \
+                str(value).strip().lower() != 'required':
+            continue
+        for mode, mode_trait in MODE_TRAITS.items():
+            if trait == mode_trait:
+                out.setdefault(mode, []).append(key)
+    return out
+
+
+def mode_trait_key(mode):
+    """The extra spec a flavor of ``mode`` requires its trait with.
+
+    In the request group of its slot: a quota'd share asks for its slot
+    and its memory in group 1, one GPU (see ``extra_specs``).
+    """
+    return '%s:%s' % ('trait1' if mode == MODE_QUOTA else 'trait',
+                      MODE_TRAITS[mode])
+
+
+def check_mode(entries, gpu, memory_mb, flavor, provider):
+    """Refuse a share whose flavor's mode is not the card's.
+
+    The last line of defence: Placement never offers a card of the other
+    mode to a flavor that requires its mode's trait
+    (:data:`MODE_TRAITS`), but a flavor made by hand may require none.
+
+    :param memory_mb: the flavor's ``lxd:gpu_memory_mb``, or None.
+    :raises: SharedGpuModeMismatch (nova reschedules the instance).
+    """
+    mode = card_mode(entries, gpu)
+    wanted = MODE_QUOTA if memory_mb is not None else MODE_TIMESLICE
+    if mode == wanted:
+        return
+    raise exception.SharedGpuModeMismatch(
+        pci=gpu.pci_address, provider=provider, card_mode=mode,
+        flavor=flavor or 'of the instance',
+        flavor_mode=wanted, trait=mode_trait_key(wanted),
+        quota=('sets %s' % MEMORY_QUOTA_KEY if memory_mb is not None
+               else 'sets no %s' % MEMORY_QUOTA_KEY))
 
 
 def pipe_directory(template, pci_address):
@@ -89,11 +203,41 @@ def lxd_config(pci_address, memory_mb=None, compute_percent=None,
     devs['mps-pipe'] = {'type': 'disk', 'source': pipe, 'path': pipe}
     devs['mps-shm'] = {'type': 'disk', 'path': '/dev/shm',
                        'source': pipe_directory(shm_template, pci)}
-    config['environment.CUDA_MPS_PIPE_DIRECTORY'] = pipe
+    # for init and `lxc exec`; logins, cron and services read theirs from
+    # the files of environment_files (see mps_environment)
+    config.update(('environment.' + name, value) for name, value in
+                  mps_variables(pci, memory_mb, compute_percent,
+                                pipe_template).items())
+    return devs, config
+
+
+def mps_variables(pci_address, memory_mb=None, compute_percent=None,
+                  pipe_template='/run/nvidia-mps-{pci}'):
+    """``{name: value}`` of the MPS client; empty without a quota.
+
+    Device ordinal 0: the container sees only this GPU.
+    """
+    if memory_mb is None and compute_percent is None:
+        return {}
+    variables = {'CUDA_MPS_PIPE_DIRECTORY': pipe_directory(
+        pipe_template, pci_address)}
     if memory_mb is not None:
-        config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'] = (
+        variables['CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'] = (
             '0=%dM' % int(memory_mb))
     if compute_percent is not None:
-        config['environment.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'] = (
+        variables['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'] = (
             str(int(compute_percent)))
-    return devs, config
+    return variables
+
+
+def environment_files(pci_address, memory_mb=None, compute_percent=None,
+                      pipe_template='/run/nvidia-mps-{pci}',
+                      current_environment=''):
+    """Path -> contents (None: remove) of the container's MPS env files.
+
+    The same inputs as :func:`lxd_config`; ``current_environment`` is the
+    container's ``/etc/environment``. See :mod:`.mps_environment`.
+    """
+    return mps_environment.files(
+        mps_variables(pci_address, memory_mb, compute_percent,
+                      pipe_template), current_environment)

@@ -531,6 +531,34 @@ class LXDClient(events.EventsClient, images.ImageClient):
                       'instance %s from %s' % (name, operation_url),
                       timeout=timeout, json=body)
 
+    # -- files of a stopped instance (nova_lxd_accel.accel.mps_environment)
+
+    def pull_file(self, name, path):
+        """The contents (bytes) of file ``path`` in the instance, or None.
+
+        None when the instance has no such file.
+        """
+        try:
+            response = self._call('read', '%s in instance %s' % (path, name),
+                                  self.api.instances[name].files.get,
+                                  params={'path': path}, is_api=False)
+        except exception.LXDObjectNotFound:
+            return None
+        return response.content
+
+    def delete_file(self, name, path):
+        """Remove file ``path`` from the instance.
+
+        :returns: whether there was one.
+        """
+        try:
+            self._call('delete', '%s in instance %s' % (path, name),
+                       self.api.instances[name].files.delete,
+                       params={'path': path})
+        except exception.LXDObjectNotFound:
+            return False
+        return True
+
 
 class RemoteLXDClient(LXDClient):
     """Another host's LXD daemon over HTTPS (the target of a migration)."""

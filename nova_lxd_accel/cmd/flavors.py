@@ -29,6 +29,7 @@ from nova_lxd_accel.accel import flavors as accel_flavors
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import inventory as accel_inventory
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import inventory
 
@@ -161,9 +162,13 @@ def _run(args):
     except (OSError, ValueError) as exc:
         _error(exc)
         return common.EXIT_BAD_INPUT
+    share_modes = {gpu.pci_address: sharing.card_mode(
+        conf.lxd_accelerators.shared_gpus, gpu)
+        for gpu in gpus if gpu.shared_slots}
     proposals = accel_flavors.propose(
         gpus, memory, vcpus=args.vcpus, ram=args.ram, disk=args.disk,
-        count=args.count, prefix=args.prefix, names_by_pci=names)
+        count=args.count, prefix=args.prefix, names_by_pci=names,
+        share_modes=share_modes)
     if args.format == 'json':
         print(json.dumps([as_dict(p) for p in proposals], indent=2,
                          sort_keys=True))

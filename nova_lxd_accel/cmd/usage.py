@@ -16,7 +16,10 @@ All three read the GPU state file nova-compute's probe keeps
 (:mod:`nova_lxd_accel.accel.gpu_state`); none talks to a service.
 
 * ``usage``: GPU-hours allocated against GPU-hours busy, per instance or
-  per project (``--by``), as a table or JSON;
+  per project (``--by``), as a table or JSON; ``--export FILE`` writes
+  the busy seconds per instance and unit for the project's cASO extractor
+  (:mod:`nova_lxd_accel.accounting.caso_extractor`), which sends them as
+  the APEL accelerator records' ``ActiveDuration``;
 * ``idle``: GPUs bound to running instances with no compute use for
   ``[lxd_accelerators] idle_report_after`` seconds;
 * ``metrics``: the Prometheus text nova-compute writes to
@@ -25,11 +28,13 @@ All three read the GPU state file nova-compute's probe keeps
 
 import functools
 import json
+import socket
 import sys
 import time
 
 from nova_lxd_accel.accel import gpu_metrics
 from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accounting import apel
 from nova_lxd_accel.cmd import common
 
 
@@ -43,6 +48,11 @@ def register(subparsers):
     usage.add_argument('--by', choices=('instance', 'project'),
                        default='instance')
     common.add_format(usage)
+    usage.add_argument(
+        '--export', metavar='FILE',
+        help='write (atomically) the busy seconds of every instance\'s GPU '
+             'units for cASO (the nova_lxd_accel extractor\'s '
+             '[nova_lxd_accel] usage_files) instead of printing')
 
     idle = common.add_command(
         subparsers, 'idle', _idle,
@@ -137,6 +147,18 @@ def format_usage(rows, by):
 
 @_reading_state('usage')
 def _usage(args, conf, state):
+    if args.export:
+        # the host name tells apart the units of an instance that moved
+        export = apel.export(state, socket.gethostname(), time.time())
+        try:
+            gpu_state.write_atomic(
+                args.export, json.dumps(export, indent=1, sort_keys=True),
+                prefix='.nova_lxd_accel_usage.', mode=0o644)
+        except OSError as exc:
+            common.error('usage', '%s: cannot write: %s' % (
+                args.export, exc.strerror or exc))
+            return common.EXIT_ERROR
+        return common.EXIT_OK
     rows = usage_rows(state, args.by)
     if args.format == 'json':
         print(json.dumps(rows, indent=2, sort_keys=True))

@@ -340,15 +340,32 @@ Related options:
     cfg.ListOpt('shared_gpus',
                 default=[],
                 help="""
-GPUs shared by several instances, each ``<PCI address>:<slots>`` or
-``<model>:<slots>`` (the model as nvidia-smi names it, other characters
-than letters and digits turned into ``_``), for instance
-``0000:3b:00.0:4,NVIDIA_A10:8``. A shared GPU is reported to Placement as a
-provider of its own with ``CUSTOM_GPU_SHARE`` (total = slots) and
-``CUSTOM_GPU_MEMORY_MB`` (the card's memory), never as a whole GPU, and it
-is not split into MIG devices. An instance gets it pinned by PCI address;
-with ``lxd:gpu_memory_mb`` or ``lxd:gpu_compute_percent`` the instance is
-bound to the GPU's MPS control daemon, which the operator runs.
+GPUs shared by several instances, each ``<PCI address>:<slots>[:<mode>]``
+or ``<model>:<slots>[:<mode>]`` (the model as nvidia-smi names it, other
+characters than letters and digits turned into ``_``), for instance
+``0000:3b:00.0:4:quota,NVIDIA_A10:8``. A shared GPU is reported to
+Placement as a provider of its own with ``CUSTOM_GPU_SHARE`` (total =
+slots) and ``CUSTOM_GPU_MEMORY_MB`` (the card's memory), never as a whole
+GPU, and it is not split into MIG devices. An instance gets it pinned by
+PCI address.
+
+The mode says how the card is shared; one card is never shared both ways:
+
+* ``timeslice`` (the default when no mode is given): the instances take
+  turns; no flavor on the card may set ``lxd:gpu_memory_mb``. The provider
+  has the trait ``CUSTOM_GPU_SHARING_TIMESLICE``.
+* ``quota``: every instance is bound to the GPU's NVIDIA MPS control
+  daemon, which the operator runs, with the memory quota of its flavor;
+  every flavor on the card must set ``lxd:gpu_memory_mb``. The provider
+  has the trait ``CUSTOM_GPU_SHARING_QUOTA``.
+
+Flavors require the trait of their mode in the request group of their
+slot (``trait:CUSTOM_GPU_SHARING_TIMESLICE=required``, or
+``trait1:CUSTOM_GPU_SHARING_QUOTA=required`` beside
+``resources1:CUSTOM_GPU_SHARE`` and ``resources1:CUSTOM_GPU_MEMORY_MB``;
+``nova-lxd-accel flavors`` writes them), so Placement never offers a card
+of the other mode; a share whose flavor does not match its card is
+refused at spawn and rescheduled.
 
 Related options:
 

@@ -21,12 +21,21 @@ from nova_lxd_accel.spec import container as container_spec
 from nova_lxd_accel.spec import identity
 
 
+#: What a shared GPU's MPS quota adds besides its unit's device.
+MPS_DEVICE_NAMES = ('mps-pipe', 'mps-shm')
+MPS_CONFIG_PREFIX = 'environment.CUDA_MPS_'
+
+
 def accelerator_device_names(record):
     """Names of the container's devices that come from a binding."""
     config = record.get('config') or {}
-    names = {unit.get('name') for unit in identity.recorded_units(config)}
+    units = identity.recorded_units(config)
+    names = {unit.get('name') for unit in units}
     names.update(name for name in record.get('devices') or {}
                  if name.startswith(identity.ACCEL_DEVICE_PREFIXES))
+    if any(unit.get('mps_pipe') for unit in units):
+        # a shared GPU's MPS quota mounts (accel.sharing.lxd_config)
+        names.update(MPS_DEVICE_NAMES)
     names.discard(None)
     return names
 
@@ -45,6 +54,9 @@ def without_accelerators(record):
     names = accelerator_device_names(record)
     config = dict(record.get('config') or {})
     config.pop(identity.KEY_DEVICES, None)
+    for key in [k for k in config if k.startswith(MPS_CONFIG_PREFIX)]:
+        # the MPS client limits: the new binding sets its own, if any
+        del config[key]
     if names:
         # the binding adds the NVIDIA runtime for MIG devices; the flavor
         # may ask for it again (container.gpu_runtime)

@@ -81,7 +81,10 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
             'Accelerator:VirtualizationType': 'MIG',
             'resources:CUSTOM_MIG_1G_10GB': '1',
             'trait:CUSTOM_GPU_MODEL_NVIDIA_H100_80GB_HBM3': 'required',
-            'lxd:gpu_runtime': 'nvidia'}, specs)
+            'lxd:gpu_runtime': 'nvidia',
+            # 1 of the H100's 7 compute slices (APEL Count, through the
+            # project's cASO extractor)
+            'accounting:accelerator_count': '1/7'}, specs)
         self.assertIn('10 GB of its 80 GB', mig['description'])
         whole = self.admin.get_flavor(by_name['g1.geforce-gt-730']['id'])
         self.assertEqual('passthrough', whole['extra_specs'][

@@ -49,13 +49,15 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
 
     host_resources = staticmethod(accel_ft.mixed_host)
     mig_text = accel_ft.H100_MIG_L
+    #: the card's sharing mode (test_gpu_sharing_modes): time-sliced
+    mode = 'timeslice'
 
     def setUp(self):
         lxd_conf.register_opts(nova.conf.CONF)
         self.mps_root = self.useFixture(fixtures.TempDir()).path
         os.makedirs(os.path.join(self.mps_root, 'mps-' + SHARED_PCI))
         os.makedirs(os.path.join(self.mps_root, 'shm-' + SHARED_PCI))
-        self.flags(shared_gpus=['%s:2' % SHARED_PCI],
+        self.flags(shared_gpus=['%s:2:%s' % (SHARED_PCI, self.mode)],
                    mps_pipe_directory=os.path.join(self.mps_root,
                                                    'mps-{pci}'),
                    mps_shm_directory=os.path.join(self.mps_root,
@@ -91,11 +93,18 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
         os.chmod(path, stat.S_IRWXU)
         return path
 
+    def quota_mode(self):
+        """The card shared with MPS quotas from now on (the next claim)."""
+        self.flags(shared_gpus=['%s:2:quota' % SHARED_PCI],
+                   group='lxd_accelerators')
+
     def share_flavor(self, memory_mb=None, disk=0):
         specs = {'resources:%s' % SHARE_RC: '1'}
         if memory_mb:
-            specs['resources:%s' % MEMORY_RC] = str(memory_mb)
-            specs['lxd:gpu_memory_mb'] = str(memory_mb)
+            # slot and memory from one GPU: one numbered request group
+            specs = {'resources1:%s' % SHARE_RC: '1',
+                     'resources1:%s' % MEMORY_RC: str(memory_mb),
+                     'lxd:gpu_memory_mb': str(memory_mb)}
         return self._create_flavor(memory_mb=128, vcpu=1, disk=disk,
                                    ephemeral=0, extra_spec=specs)
 
@@ -167,6 +176,7 @@ class SharedGpuTest(SharedGpuTestBase):
         self.assertEqual({}, self.proxy.all_fake_devices(self.lxd.name))
 
     def test_memory_quota_never_over_committed(self):
+        self.quota_mode()
         flavor = self.share_flavor(memory_mb=49152)
         first = self.wait_built(self.post(flavor))
         self.assertEqual('ACTIVE', first['status'], first.get('fault'))
@@ -243,6 +253,7 @@ class SharedGpuTest(SharedGpuTestBase):
     def test_cold_migration_keeps_one_slot(self):
         # one compute: nova migrates to the same host (the driver
         # supports it), so the source and the destination share the card
+        self.quota_mode()
         flavor = self.share_flavor(memory_mb=8192)
         server = self.wait_built(self.post(flavor))
         self.assertEqual('ACTIVE', server['status'], server.get('fault'))
@@ -313,6 +324,7 @@ class SharedGpuStartFailsTest(SharedGpuTestBase):
     """
 
     strip_devices = False
+    mode = 'quota'
 
     def test_start_fails_and_the_slot_is_released(self):
         claimed = []

@@ -189,7 +189,7 @@ class DeviceValidationTest(testtools.TestCase):
     def test_shared_gpu_binding_is_accepted(self):
         # a shared A100 slot with an MPS quota: the gpu device, the MPS
         # pipe and shared memory mounts and the MPS environment
-        conf = utils.make_conf(shared_gpus=['0000:07:00.0:4'])
+        conf = utils.make_conf(shared_gpus=['0000:07:00.0:4:quota'])
         resources = {'gpu': utils.load_json(
             'handmade-lxd-two-a100-no-nvidia-object.json')['gpu'],
             'network': {'cards': []}}
@@ -208,7 +208,8 @@ class DeviceValidationTest(testtools.TestCase):
             share=binding.ShareRequest(
                 project_id='p1', memory_mb=4096, compute_percent=25,
                 mps_pipe=directory + '/pipe-{pci}',
-                mps_shm=directory + '/shm-{pci}'))
+                mps_shm=directory + '/shm-{pci}',
+                shared_gpus=tuple(conf.lxd_accelerators.shared_gpus)))
         self.assertEqual(3, len(bound.devices))
         self._patch(devices=bound.devices, config=bound.config)
         record = self.project.instance(self.name)

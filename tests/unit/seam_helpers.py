@@ -176,8 +176,15 @@ def step_start_and_files(client, ctx):
     client.make_directory(CONTAINER, '/root/contract.d')
     # again: it exists, which is no error
     client.make_directory(CONTAINER, '/root/contract.d')
+    pulled = client.pull_file(CONTAINER, '/root/contract.txt')
+    # no such file: None, and False from a delete
+    absent = client.pull_file(CONTAINER, '/root/no-such-file')
+    deleted = client.delete_file(CONTAINER, '/root/contract.txt')
+    deleted_again = client.delete_file(CONTAINER, '/root/contract.txt')
     return {'state': client.get_state(CONTAINER),
-            'console': client.console_log(CONTAINER)}
+            'console': client.console_log(CONTAINER),
+            'pulled': pulled, 'absent': absent,
+            'deleted': (deleted, deleted_again)}
 
 
 def step_start_running(client, ctx):

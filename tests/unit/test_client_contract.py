@@ -195,6 +195,10 @@ class ContractSteps(object):
         push = self.requests_made('POST')[0]
         self.assertEqual(b'contract\n', push.body)
         self.assertEqual('0600', push.headers['X-LXD-mode'])
+        # read back, a missing file, and a delete that finds none
+        self.assertEqual(b'contract\n', started['pulled'])
+        self.assertIsNone(started['absent'])
+        self.assertEqual((True, False), started['deleted'])
 
     def test_daemon_message_kept_on_refused_state_change(self):
         exc = self.run_step('start_running')

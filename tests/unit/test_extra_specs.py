@@ -29,6 +29,13 @@ def _flavor(**specs):
     return objects.Flavor(name='f1', extra_specs=specs)
 
 
+def _quota(mib):
+    """A share with a memory quota, slot and memory from one GPU."""
+    return {'resources1:CUSTOM_GPU_SHARE': '1',
+            'resources1:CUSTOM_GPU_MEMORY_MB': mib,
+            'lxd:gpu_memory_mb': mib}
+
+
 class ValidatorBoundsTest(testtools.TestCase):
 
     def _validate(self, key, value):
@@ -111,12 +118,10 @@ class SharedGpuSpecsTest(testtools.TestCase):
                 ('lxd:gpu_compute_percent', ('1', '50', '100'),
                  ('0', '101', 'half'))):
             for value in good:
-                extra_specs.check_flavor(_flavor(**{key: value}) if
-                                         key != 'lxd:gpu_memory_mb' else
-                                         _flavor(**{
-                                             key: value,
-                                             'resources:CUSTOM_GPU_MEMORY_MB':
-                                             value}), STRICT)
+                # a compute quota comes with a memory quota (one mode
+                # per card: test_quota_and_traits_of_one_mode)
+                extra_specs.check_flavor(_flavor(**dict(
+                    _quota(value), **{key: value})), STRICT)
             for value in bad:
                 error = self.assertRaises(
                     exception.FlavorExtraSpecInvalid,
@@ -125,9 +130,7 @@ class SharedGpuSpecsTest(testtools.TestCase):
                 self.assertIn('%s=%s' % (key, value), str(error))
 
     def test_quota_must_equal_the_placement_request(self):
-        extra_specs.check_flavor(_flavor(**{
-            'lxd:gpu_memory_mb': '4096',
-            'resources1:CUSTOM_GPU_MEMORY_MB': '4096'}), STRICT)
+        extra_specs.check_flavor(_flavor(**_quota('4096')), STRICT)
         for specs in ({'lxd:gpu_memory_mb': '4096'},
                       {'lxd:gpu_memory_mb': '4096',
                        'resources:CUSTOM_GPU_MEMORY_MB': '2048'},
@@ -136,3 +139,64 @@ class SharedGpuSpecsTest(testtools.TestCase):
                 exception.FlavorExtraSpecInvalid, extra_specs.check_flavor,
                 _flavor(**specs), STRICT)
             self.assertIn('CUSTOM_GPU_MEMORY_MB', str(error))
+
+    def test_fault_says_what_to_fix_and_that_only_boot_checks(self):
+        error = self.assertRaises(
+            exception.FlavorExtraSpecsInconsistent, extra_specs.check_flavor,
+            _flavor(**dict(_quota('4096'), **{
+                'resources1:CUSTOM_GPU_MEMORY_MB': '2048'})), STRICT)
+        self.assertIn('set resources1:CUSTOM_GPU_MEMORY_MB=4096', str(error))
+        self.assertIn('refused when an instance boots', str(error))
+        # a request fault: the build aborts with it, never rescheduled
+        self.assertIsInstance(error, exception.FlavorExtraSpecInvalid)
+
+    def test_compute_quota_needs_a_memory_quota(self):
+        error = self.assertRaises(
+            exception.FlavorExtraSpecsInconsistent, extra_specs.check_flavor,
+            _flavor(**{'lxd:gpu_compute_percent': '25'}), STRICT)
+        self.assertIn('set lxd:gpu_memory_mb', str(error))
+
+    def test_slot_and_memory_in_one_numbered_group(self):
+        # in the unnumbered group Placement may take them from two GPUs
+        for specs in ({'resources:CUSTOM_GPU_SHARE': '1',
+                       'resources:CUSTOM_GPU_MEMORY_MB': '4096',
+                       'lxd:gpu_memory_mb': '4096'},
+                      {'resources1:CUSTOM_GPU_SHARE': '1',
+                       'resources2:CUSTOM_GPU_MEMORY_MB': '4096',
+                       'lxd:gpu_memory_mb': '4096'}):
+            error = self.assertRaises(
+                exception.FlavorExtraSpecsInconsistent,
+                extra_specs.check_flavor, _flavor(**specs), STRICT)
+            self.assertIn('one numbered group', str(error))
+        extra_specs.check_flavor(_flavor(**{
+            'resources_gpu:CUSTOM_GPU_SHARE': '1',
+            'resources_gpu:CUSTOM_GPU_MEMORY_MB': '4096',
+            'lxd:gpu_memory_mb': '4096'}), STRICT)
+
+    def test_quota_and_traits_of_one_mode(self):
+        quota = _quota('4096')
+        extra_specs.check_flavor(_flavor(**dict(
+            quota, **{'trait1:CUSTOM_GPU_SHARING_QUOTA': 'required'})),
+            STRICT)
+        extra_specs.check_flavor(_flavor(**{
+            'resources:CUSTOM_GPU_SHARE': '1',
+            'trait:CUSTOM_GPU_SHARING_TIMESLICE': 'required'}), STRICT)
+        # forbidding the other mode's trait is consistent too
+        extra_specs.check_flavor(_flavor(**dict(
+            quota, **{'trait1:CUSTOM_GPU_SHARING_TIMESLICE': 'forbidden'})),
+            STRICT)
+        for specs, wrong in (
+                (dict(quota, **{'trait1:CUSTOM_GPU_SHARING_TIMESLICE':
+                                'required'}),
+                 'trait1:CUSTOM_GPU_SHARING_TIMESLICE=required'),
+                # its mode, but on another provider than the slot's
+                (dict(quota, **{'trait:CUSTOM_GPU_SHARING_QUOTA':
+                                'required'}),
+                 'trait:CUSTOM_GPU_SHARING_QUOTA=required'),
+                ({'resources1:CUSTOM_GPU_SHARE': '1',
+                  'trait1:CUSTOM_GPU_SHARING_QUOTA': 'required'},
+                 'trait1:CUSTOM_GPU_SHARING_QUOTA=required')):
+            error = self.assertRaises(
+                exception.FlavorExtraSpecsInconsistent,
+                extra_specs.check_flavor, _flavor(**specs), STRICT)
+            self.assertIn(wrong, str(error))

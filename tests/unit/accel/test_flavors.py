@@ -38,6 +38,10 @@ def _gpus(resources, mig_text):
                                      utils.load_text(mig_text), conf)
 
 
+def _ratio(fraction):
+    return fraction.numerator, fraction.denominator
+
+
 class TestPropose(testtools.TestCase):
 
     def test_a100_mig_host(self):
@@ -52,6 +56,9 @@ class TestPropose(testtools.TestCase):
         self.assertEqual('MIG', mig.extra_specs[
             'Accelerator:VirtualizationType'])
         self.assertEqual('1', mig.extra_specs['resources:CUSTOM_MIG_1G_10GB'])
+        # accounted as its part of the card: 1 of the A100's 7 slices
+        self.assertEqual('1/7',
+                         mig.extra_specs['accounting:accelerator_count'])
         self.assertIn('1 MIG slice 1g.10gb of an NVIDIA A100-SXM4-80GB',
                       mig.description)
 
@@ -77,6 +84,7 @@ class TestPropose(testtools.TestCase):
                           'Accelerator:Model': 'GeForce GT 730',
                           'Accelerator:VirtualizationType': 'passthrough',
                           'lxd:gpu_runtime': 'nvidia',
+                          'accounting:accelerator_count': '2',
                           'trait:CUSTOM_GPU_MODEL_GEFORCE_GT_730':
                               'required'}, p.extra_specs)
 
@@ -93,6 +101,7 @@ class TestPropose(testtools.TestCase):
             p.extra_specs['Accelerator:Model'],
             p.extra_specs['Accelerator:Number'],
             p.extra_specs['Accelerator:VirtualizationType']))
+        self.assertEqual('1/4', p.extra_specs['accounting:accelerator_count'])
         self.assertIn('1 share of an NVIDIA A100-SXM4-80GB GPU (one of 4, '
                       'time-sliced: its 80 GB are shared', p.description)
         validators.load_validators()
@@ -141,6 +150,30 @@ class TestPropose(testtools.TestCase):
             resources, mig_text, discovery.Options.from_conf(conf),
             probed_names={'0000:00:09.0': 'Something else'})
         self.assertEqual('NVIDIA H100 80GB HBM3', gpus[0].model)
+
+    def test_mig_slice_counts_its_compute_slices(self):
+        self.assertEqual((1, 7), _ratio(flavors.mig_gpu_share(
+            '1g.10gb', 'H100 80GB HBM3')))
+        self.assertEqual((3, 7), _ratio(flavors.mig_gpu_share(
+            '3g.40gb', 'A100-SXM4-80GB')))
+        self.assertEqual((1, 1), _ratio(flavors.mig_gpu_share(
+            '7g.80gb', 'H100 80GB HBM3')))
+        # an A30 has 4 compute slices
+        self.assertEqual((1, 4), _ratio(flavors.mig_gpu_share(
+            '1g.6gb', 'A30')))
+        # a compute instance in a GPU instance counts its own slices
+        self.assertEqual((1, 7), _ratio(flavors.mig_gpu_share(
+            '1c.3g.71gb', 'H100 80GB HBM3')))
+        self.assertIsNone(flavors.mig_gpu_share('weird', 'H100 80GB HBM3'))
+
+    def test_mig_flavor_with_two_slices_counts_two_sevenths(self):
+        gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
+                     'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+        by_name = {p.name: p for p in flavors.propose(gpus, count=2)}
+        mig = by_name['g1.a100-sxm4-80gb-1g.10gb.x2']
+        self.assertEqual(('2', '2/7'), (
+            mig.extra_specs['Accelerator:Number'],
+            mig.extra_specs['accounting:accelerator_count']))
 
     def test_no_gpu(self):
         self.assertEqual([], flavors.propose([]))

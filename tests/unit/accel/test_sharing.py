@@ -35,9 +35,10 @@ class ParseTest(testtools.TestCase):
 
     def test_by_pci_and_model(self):
         by_pci, by_model = sharing.parse_shared_gpus(
-            ['3b:00.0:4', 'NVIDIA A10:8', ''])
-        self.assertEqual({PCI: 4}, by_pci)
-        self.assertEqual({'NVIDIA_A10': 8}, by_model)
+            ['3b:00.0:4', 'NVIDIA A10:8:quota', ''])
+        self.assertEqual({PCI: sharing.SharedGpu(4, 'timeslice')}, by_pci)
+        self.assertEqual({'NVIDIA_A10': sharing.SharedGpu(8, 'quota')},
+                         by_model)
 
     def test_pci_wins_over_model(self):
         entries = ['0000:3B:00.0:2', 'NVIDIA_A10:8']
@@ -48,7 +49,8 @@ class ParseTest(testtools.TestCase):
                                                  'NVIDIA H100'))
 
     def test_malformed(self):
-        for bad in ('NVIDIA_A10', 'NVIDIA_A10:0', 'NVIDIA_A10:x', ':4'):
+        for bad in ('NVIDIA_A10', 'NVIDIA_A10:0', 'NVIDIA_A10:x', ':4',
+                    'NVIDIA_A10:8:quotas', '0000:3b:00.0:quota'):
             self.assertRaises(ValueError, sharing.parse_shared_gpus, [bad])
 
 
@@ -168,7 +170,11 @@ class SharedBindingTest(test_binding.BindingTestBase):
             test_binding._host(), self.mig_text, conf=conf)
 
     def share(self, project='p1', **kw):
-        return binding.ShareRequest(project_id=project, **kw)
+        # the card in the mode the flavor needs (test_sharing_modes)
+        mode = 'quota' if kw.get('memory_mb') else 'timeslice'
+        return binding.ShareRequest(
+            project_id=project, shared_gpus=('%s:2:%s' % (A100_SHARED, mode),),
+            **kw)
 
     def bind_share(self, share, held=None, records=()):
         share = claims.with_projects(share, list(records), None)
@@ -258,11 +264,14 @@ class ShareRequestTest(testtools.TestCase):
             'lxd:gpu_memory_mb': '2048', 'lxd:gpu_compute_percent': '50'})
         instance = objects.Instance(flavor=flavor, project_id='p9')
         conf = utils.make_conf(shared_gpu_any_project=True,
+                               shared_gpus=['0000:3b:00.0:4:quota'],
                                mps_pipe_directory='/srv/mps/{pci}',
                                mps_shm_directory='/srv/mps/{pci}/shm')
         self.assertEqual(
             binding.ShareRequest(project_id='p9', any_project=True,
                                  memory_mb=2048, compute_percent=50,
                                  mps_pipe='/srv/mps/{pci}',
-                                 mps_shm='/srv/mps/{pci}/shm'),
+                                 mps_shm='/srv/mps/{pci}/shm',
+                                 shared_gpus=('0000:3b:00.0:4:quota',),
+                                 flavor='g'),
             claims.share_request(conf, instance))

@@ -275,7 +275,9 @@ def _flavor_lines(path):
 
 
 GPU_RESOURCES = ('resources:PGPU', 'resources:CUSTOM_MIG_',
-                 'resources:CUSTOM_GPU_SHARE')
+                 'resources:CUSTOM_GPU_SHARE',
+                 # a quota'd share: slot, memory and trait in one group
+                 'resources1:CUSTOM_GPU_SHARE')
 
 
 def _gpu_proposals(path):

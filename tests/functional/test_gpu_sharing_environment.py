@@ -1,0 +1,128 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The MPS client limits reach logins, cron and services (issue 29).
+
+The host of :mod:`test_gpu_sharing` (its first A100 shared in 2 slots,
+GPU devices faked at LXD's HTTP boundary only). The files are read back
+from the real daemon (its file API, not through the driver's proxy or
+client), from the container nova made and started.
+"""
+
+import os
+
+import fixtures
+import nova.conf
+from pylxd import exceptions as lxd_exceptions
+
+from nova_lxd_accel.accel import mps_environment
+from nova_lxd_accel import conf as lxd_conf
+from tests.functional import test_gpu_sharing as sharing_ft
+
+PCI = sharing_ft.SHARED_PCI
+
+
+class MpsEnvironmentTest(sharing_ft.SharedGpuTestBase):
+
+    def setUp(self):
+        # the base's host, its shared A100 in quota mode (MPS limits)
+        lxd_conf.register_opts(nova.conf.CONF)
+        self.mps_root = self.useFixture(fixtures.TempDir()).path
+        for kind in ('mps-', 'shm-'):
+            os.makedirs(os.path.join(self.mps_root, kind + PCI))
+        self.flags(shared_gpus=['%s:2:quota' % PCI],
+                   mps_pipe_directory=os.path.join(self.mps_root,
+                                                   'mps-{pci}'),
+                   mps_shm_directory=os.path.join(self.mps_root,
+                                                  'shm-{pci}'),
+                   group='lxd_accelerators')
+        self.flags(allow_resize_to_same_host=True)
+        super(sharing_ft.SharedGpuTestBase, self).setUp()
+        self.flags(max_attempts=1, group='scheduler')
+
+    def quota_flavor(self, memory_mb, compute_percent):
+        return self._create_flavor(
+            memory_mb=128, vcpu=1, disk=0, ephemeral=0, extra_spec={
+                # slot and memory from one card: one numbered group
+                'resources1:%s' % sharing_ft.SHARE_RC: '1',
+                'resources1:%s' % sharing_ft.MEMORY_RC: str(memory_mb),
+                'lxd:gpu_memory_mb': str(memory_mb),
+                'lxd:gpu_compute_percent': str(compute_percent)})
+
+    def read(self, server, path):
+        """The file in the container, from the daemon; None if absent."""
+        files = self.lxd.client.api.instances[
+            'nova-%s' % server['id']].files
+        try:
+            return files.get(params={'path': path},
+                             is_api=False).content.decode('utf-8')
+        except lxd_exceptions.NotFound:
+            return None
+
+    def mps_config(self, server):
+        return {k: v for k, v in self.container_of(server)['config'].items()
+                if k.startswith('environment.CUDA_MPS_')}
+
+    def assert_limits(self, server, memory_mb, percent):
+        pipe = os.path.join(self.mps_root, 'mps-' + PCI)
+        assignments = ['CUDA_MPS_PIPE_DIRECTORY=%s' % pipe,
+                       'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM' % memory_mb,
+                       'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d' % percent]
+        # pam_env: sshd, login, su, cron
+        environment = self.read(server, '/etc/environment')
+        self.assertIsNotNone(environment, 'no /etc/environment')
+        self.assertEqual(
+            [mps_environment.BEGIN] + assignments + [mps_environment.END],
+            environment.splitlines()[-5:])
+        # every service of the system manager and of users' managers
+        for path in ('/etc/systemd/system.conf.d/nvidia-mps.conf',
+                     '/etc/systemd/user.conf.d/nvidia-mps.conf'):
+            text = self.read(server, path)
+            self.assertIsNotNone(text, path)
+            lines = text.splitlines()
+            self.assertIn('[Manager]', lines)
+            self.assertIn('DefaultEnvironment=' + ' '.join(assignments),
+                          lines)
+        # and, as before, init and `lxc exec`
+        self.assertEqual({'environment.' + a.split('=', 1)[0]:
+                          a.split('=', 1)[1] for a in assignments},
+                         self.mps_config(server))
+
+    def assert_no_limits(self, server):
+        environment = self.read(server, '/etc/environment') or ''
+        self.assertNotIn('CUDA_MPS', environment)
+        for path in mps_environment.DROPINS:
+            self.assertIsNone(self.read(server, path), path)
+        self.assertEqual({}, self.mps_config(server))
+        # nor the mounts of the MPS daemon's pipe and shared memory
+        self.assertEqual([], [name for name in self.container_of(server)[
+            'devices'] if name.startswith('mps-')])
+
+    def test_files_of_a_quota_flavor(self):
+        server = self.wait_built(self.post(self.quota_flavor(8192, 50)))
+        self.assertEqual('ACTIVE', server['status'], server.get('fault'))
+        self.assert_limits(server, 8192, 50)
+
+    def test_resize_rewrites_and_removes_them(self):
+        server = self.wait_built(self.post(self.quota_flavor(8192, 50)))
+        self.assertEqual('ACTIVE', server['status'], server.get('fault'))
+        self.assert_limits(server, 8192, 50)
+        # other limits on the same card: rewritten, not appended
+        server = self._confirm_resize(self._resize_server(
+            server, self.quota_flavor(16384, 25)))
+        self.assert_limits(server, 16384, 25)
+        # the whole other A100, no MPS: nothing left of the old limits
+        server = self._confirm_resize(self._resize_server(
+            server, self.flavor(**{'resources:PGPU': '1'})))
+        self.assertEqual([('pgpu', 'pci:0000:85:00.0', None)],
+                         self.units(server))
+        self.assert_no_limits(server)

@@ -22,12 +22,14 @@ if ! command -v lxcfs >/dev/null 2>&1 || [ ! -e /dev/fuse ]; then
     exit 0
 fi
 mkdir -p "$target"
-(cd / && setsid lxcfs "$target" </dev/null >>"/var/log/lxcfs-$(basename "$target").log" 2>&1 &)
+# one pid file per mount: LXD's and Incus' lxcfs may run side by side
+name=$(basename "$target")
+(cd / && setsid lxcfs --pidfile="/run/lxcfs-$name.pid" "$target" \
+    </dev/null >>"/var/log/lxcfs-$name.log" 2>&1 &)
 for _ in $(seq 50); do
     mountpoint -q "$target" && { echo "lxcfs-up: lxcfs on $target"; exit 0; }
     sleep 0.1
 done
 echo "lxcfs-up: lxcfs did not mount $target (see" \
-     "/var/log/lxcfs-$(basename "$target").log): containers see the" \
-     "host's /proc" >&2
+     "/var/log/lxcfs-$name.log): containers see the host's /proc" >&2
 exit 0

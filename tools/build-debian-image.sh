@@ -1,6 +1,7 @@
 #!/bin/bash
-# Build an LXD unified image of Debian 12 (bookworm) with cloud-init and
-# openssh-server, from the Debian mirror with mmdebstrap.
+# Build an LXD unified image of Debian 12 (bookworm) with cloud-init,
+# openssh-server, curl and cron (what tempest's validation and the MPS
+# environment check use), from the Debian mirror with mmdebstrap.
 #
 # Usage: build-debian-image.sh OUTPUT.tar.gz
 #
@@ -29,7 +30,7 @@ mkdir -p "$root"
 # cloud-init with its Debian dependencies; systemd-networkd and resolved
 # (in systemd) for the network; no kernel, no bootloader: a container.
 mmdebstrap --variant=apt --quiet \
-    --include=systemd-sysv,cloud-init,openssh-server,netbase,iproute2,ifupdown,isc-dhcp-client,sudo,procps \
+    --include=systemd-sysv,cloud-init,openssh-server,netbase,iproute2,ifupdown,isc-dhcp-client,sudo,procps,curl,cron \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -46,6 +47,10 @@ iface lo inet loopback
 auto eth0
 iface eth0 inet dhcp
 ENI
+# dhclient gives up after 60 s and ifup does not try again: on a loaded
+# host Neutron's DHCP agent may answer a new network's first request
+# later than that (seen under tempest). Five minutes, as systemd allows.
+printf 'timeout 300;\n' >>"$root/etc/dhcp/dhclient.conf"
 mkdir -p "$root/etc/cloud/cloud.cfg.d"
 cat >"$root/etc/cloud/cloud.cfg.d/90-nova-lxd-accel.cfg" <<'CFG'
 # nova-lxd-accel sandbox image: NoCloud only (the driver's seed, or the

@@ -135,7 +135,10 @@ def page(results_dir, out_path, triage_path=None):
     lines += _table(rows) if len(rows) > 1 else ['No run recorded.']
     lines += ['', '``ci``: compute and image API tests tagged smoke (run '
               'by ``.ci/run``); ``compute``: all of ``tempest.api.compute`` '
-              'plus the image and network API smoke tests.', '']
+              'plus the image and network API smoke tests. Validation '
+              'is on unless the features below say otherwise: the '
+              'servers boot the sandbox\'s Debian 12 cloud-init image and '
+              'tempest checks them over SSH through a floating IP.', '']
     if features:
         lines += ['Features', '========', '',
                   'As ``tools/sandbox-tempest.sh`` sets them in '

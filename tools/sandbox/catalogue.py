@@ -37,9 +37,16 @@ NETWORK = collections.OrderedDict([
     ('OUTSIDE_VETH', 'sbx-outside'),
     ('PUBLIC_CIDR', '203.0.113.0/24'),
     ('OUTSIDE_IP', '203.0.113.1'),
-    # "reach on": this host's own address on the external network (outside
-    # the allocation pool, .10 to .200), for tempest's SSH validation
+    # the floating IPs and routers' gateways: the top quarter of the
+    # external network, the part "reach on" routes from this host (the
+    # rest of 203.0.113.0/24 may be real addresses this host uses: a
+    # package mirror has been seen at .80)
+    ('FLOATING_FIRST', '203.0.113.193'),
+    ('FLOATING_LAST', '203.0.113.253'),
+    # "reach on": this host's own address in that quarter (outside the
+    # pool), for tempest's SSH validation
     ('HOST_VETH', 'sbx-host'),
     ('HOST_IP', '203.0.113.254'),
+    ('HOST_PREFIX', '26'),
     ('PRIVATE_CIDR', '192.0.2.0/24'),
 ])

@@ -416,7 +416,7 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
          sys.stdout)
     step('networks public and private, router, security group',
          sandbox.provision, 'network', net['PUBLIC_CIDR'], net['OUTSIDE_IP'],
-         net['PRIVATE_CIDR'])
+         net['PRIVATE_CIDR'], net['FLOATING_FIRST'], net['FLOATING_LAST'])
     step('project and user demo, with a network', sandbox.provision, 'demo')
     if horizon_choice == '0':
         step('Horizon off (--without-horizon)', step_horizon_off, sandbox)

@@ -102,6 +102,41 @@ def _host_firewall(on):
     _run(['iptables', '-I'] + jump)
 
 
+def _addresses_this_host_needs():
+    """{address: what} of the package mirrors, PyPI and the resolvers."""
+    import socket
+    import urllib.parse
+
+    names = {'pypi.org', 'files.pythonhosted.org'}
+    for path in ['/etc/apt/sources.list'] + [
+            os.path.join('/etc/apt/sources.list.d', name) for name in
+            (os.listdir('/etc/apt/sources.list.d')
+             if os.path.isdir('/etc/apt/sources.list.d') else [])]:
+        try:
+            with open(path) as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        names.update(urllib.parse.urlparse(url).hostname or ''
+                     for url in re.findall(r'https?://[^\s]+', text))
+    found = {}
+    for name in sorted(names - {''}):
+        try:
+            for info in socket.getaddrinfo(name, 80, socket.AF_INET):
+                found[info[4][0]] = name
+        except OSError:
+            continue
+    try:
+        with open('/etc/resolv.conf') as handle:
+            for line in handle:
+                words = line.split()
+                if len(words) > 1 and words[0] == 'nameserver':
+                    found[words[1]] = 'a nameserver'
+    except OSError:
+        pass
+    return found
+
+
 def host_reach(on):
     """This host on the external network (``reach on``), or not (``off``).
 
@@ -114,24 +149,47 @@ def host_reach(on):
     veth, peer = net['HOST_VETH'], net['HOST_VETH'] + '-br'
     if not on:
         _host_firewall(False)
+        if shutil.which('ovs-vsctl'):
+            _quiet(['ovs-vsctl', '--if-exists', 'del-port', net['BR_EX'],
+                    peer])
         if _quiet(['ip', 'link', 'delete', veth]):
             print('this host is off the external network')
         return
+    import ipaddress
+
+    routed = ipaddress.ip_network('%s/%s' % (net['HOST_IP'],
+                                             net['HOST_PREFIX']), strict=False)
+    clash = {address: what for address, what in
+             _addresses_this_host_needs().items()
+             if ipaddress.ip_address(address) in routed}
+    if clash:
+        raise ValueError(
+            'this host reaches %s inside %s, the floating IPs this host '
+            'would route to the sandbox; reach on would cut it off'
+            % (', '.join('%s (%s)' % item for item in sorted(clash.items())),
+               routed))
     if shutil.which('iptables') is None:
         raise ValueError('iptables is missing (apt-get install iptables): '
                          'without it the servers could connect to this '
                          'host')
     if not _quiet(['ip', 'link', 'show', veth]):
+        # a port left in the bridge by a removed veth holds the old
+        # interface (the userspace datapath): add it afresh
+        _quiet(['ovs-vsctl', '--if-exists', 'del-port', net['BR_EX'], peer])
         _run(['ip', 'link', 'add', veth, 'type', 'veth', 'peer', 'name',
               peer])
     _run(['ip', 'link', 'set', peer, 'up'])
     _run(['ovs-vsctl', '--may-exist', 'add-port', net['BR_EX'], peer])
-    _run(['ip', 'addr', 'replace', net['HOST_IP'] + '/24', 'dev', veth])
+    # the floating IPs' quarter only: the rest of the external network's
+    # range may be real addresses this host uses
+    address = '%s/%s' % (net['HOST_IP'], net['HOST_PREFIX'])
+    _run(['ip', 'addr', 'replace', address, 'dev', veth])
     _run(['ip', 'link', 'set', veth, 'up'])
     _host_firewall(True)
-    print('this host is on the external network at %s (%s): floating IPs '
-          'answer here; connections from the servers are dropped'
-          % (net['HOST_IP'], veth))
+    print('this host is on the external network at %s/%s (%s): floating '
+          'IPs (%s to %s) answer here; connections from the servers are '
+          'dropped' % (net['HOST_IP'], net['HOST_PREFIX'], veth,
+                       net['FLOATING_FIRST'], net['FLOATING_LAST']))
 
 
 def remove_plumbing():

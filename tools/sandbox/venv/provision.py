@@ -444,7 +444,8 @@ def _pool(cidr, first, last):
     return [{'start': '%s.%d' % (base, first), 'end': '%s.%d' % (base, last)}]
 
 
-def phase_network(conn, public_cidr, outside_ip, private_cidr):
+def phase_network(conn, public_cidr, outside_ip, private_cidr,
+                  floating_first=None, floating_last=None):
     net = conn.network
     # Owned by the service project: a network of the admin project would
     # be one more candidate for the admin's "networks=auto" (Nova then
@@ -454,11 +455,19 @@ def phase_network(conn, public_cidr, outside_ip, private_cidr):
         net.find_network, net.create_network, 'public',
         project_id=service.id, is_router_external=True, is_default=True,
         provider_network_type='flat', provider_physical_network='public')
-    _find_or_create(
+    floating = [{'start': floating_first, 'end': floating_last}] \
+        if floating_first else _pool(public_cidr, 10, 200)
+    public_subnet = _find_or_create(
         net.find_subnet, net.create_subnet, 'public-subnet',
         project_id=service.id, network_id=public.id, ip_version=4,
         cidr=public_cidr, gateway_ip=outside_ip, is_dhcp_enabled=False,
-        allocation_pools=_pool(public_cidr, 10, 200))
+        allocation_pools=floating)
+    if public_subnet.allocation_pools != floating:
+        # a sandbox made before the pool moved: new addresses from the
+        # new pool (those in use keep theirs)
+        net.update_subnet(public_subnet, allocation_pools=floating)
+        print('public-subnet: floating IPs from %(start)s to %(end)s'
+              % floating[0])
     private = _find_or_create(net.find_network, net.create_network,
                               'private')
     private_subnet = _find_or_create(

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build an LXD unified image of Debian 12 (bookworm) with cloud-init,
-# openssh-server, curl and cron (what tempest's validation and the MPS
-# environment check use), from the Debian mirror with mmdebstrap.
+# openssh-server, curl, cron and dbus (what tempest's validation and the
+# MPS environment check use: systemd-run and systemctl need the bus), from the Debian mirror with mmdebstrap.
 #
 # Usage: build-debian-image.sh OUTPUT.tar.gz
 #
@@ -30,7 +30,7 @@ mkdir -p "$root"
 # cloud-init with its Debian dependencies; systemd-networkd and resolved
 # (in systemd) for the network; no kernel, no bootloader: a container.
 mmdebstrap --variant=apt --quiet \
-    --include=systemd-sysv,cloud-init,openssh-server,netbase,iproute2,ifupdown,isc-dhcp-client,sudo,procps,curl,cron \
+    --include=systemd-sysv,cloud-init,openssh-server,netbase,iproute2,ifupdown,isc-dhcp-client,sudo,procps,curl,cron,dbus \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \

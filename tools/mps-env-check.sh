@@ -74,7 +74,7 @@ mps_env_check() {
         failed=1
 
     # the system manager's environment block, and a real service's
-    output=$("$@" "systemctl show-environment" 2>&1); rc=$?
+    output=$("$@" "$root \$S systemctl show-environment" 2>&1); rc=$?
     _mps_env_report 'systemctl show-environment' "$expected" "$output" \
         "$rc" || failed=1
     output=$("$@" "$root \$S systemd-run --wait --pipe --quiet env" 2>&1)

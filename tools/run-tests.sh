@@ -15,8 +15,9 @@
 # then the sandbox end to end (and SSH into its Debian cloud-init image),
 # tempest's compute and image smoke tests
 # against it (tools/sandbox-tempest.sh --subset ci), and the sandbox on a
-# simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware), and
-# Horizon's browser test on it (sandbox.sh up --with-horizon;
+# simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware), a
+# simulated shared GPU's MPS limits over SSH (sandbox-e2e.sh --mps), and
+# Horizon's browser test on the first (sandbox.sh up --with-horizon;
 # sandbox.sh horizon-test). Stops the daemons it started.
 #
 #   tools/run-tests.sh                 # everything
@@ -186,11 +187,17 @@ if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     step "Sandbox on a simulated GPU host"
     SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" --hardware \
         h100-mig-a100-ib || { "$repo/tools/sandbox.sh" down; exit 1; }
-    # Horizon on the same cloud, and a user's launch of a MIG flavor in
+    # A shared GPU in MPS quota mode (the simulated H200): its limits reach
+    # an SSH login, systemd's services and cron in the Debian image.
+    step "Sandbox: MPS limits in every process of a shared-GPU server"
+    SANDBOX_E2E_KEEP=1 "$repo/tools/sandbox-e2e.sh" --mps ||
+        { "$repo/tools/sandbox.sh" down; exit 1; }
+    # Horizon on the simulated MIG host, and a user's launch of a MIG flavor in
     # headless Chromium (screenshots under the sandbox's data/horizon/).
     step "Horizon in a real browser against the sandbox"
     horizon_rc=0
-    { "$repo/tools/sandbox.sh" up --with-horizon &&
+    { "$repo/tools/sandbox.sh" up --with-horizon \
+        --hardware h100-mig-a100-ib &&
         "$repo/tools/sandbox.sh" horizon-test; } || horizon_rc=$?
     "$repo/tools/sandbox.sh" down >/dev/null
     [ "$horizon_rc" = 0 ] || { echo "Horizon test failed" >&2; exit 1; }

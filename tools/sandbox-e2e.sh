@@ -29,6 +29,14 @@
 # Debian mirror, cached) with a key pair and user data, and logs in over
 # SSH through a floating IP from the outside namespace.
 #
+# With --mps, it brings the sandbox up on the SIMULATED H200 shared in
+# quota mode (tools/sandbox/hardware/h200-shared), boots the Debian image
+# with the MPS quota flavor `nova-lxd-accel flavors` proposed, and checks
+# over SSH that the MPS pipe directory and the memory limit reach an SSH
+# command, a login shell, systemd's services and cron's PAM session
+# (tools/mps-env-check.sh; a user's own manager is checked where the image
+# runs one).
+#
 # With --hardware NAME (a recorded host, see tools/sandbox/hardware), it
 # brings the sandbox up on that SIMULATED host instead and checks that a
 # MIG flavor and an InfiniBand VF flavor boot, that the server's
@@ -830,7 +838,68 @@ main_debian() {
     say "deleted: no container, no usage left"
 }
 
+# --mps: the quota'd shared GPU's limits in every process of the tenant.
+main_mps() {
+    trap cleanup EXIT
+    local hardware=h200-shared flavor memory pipe server fip i
+    say "sandbox up --hardware $hardware"
+    "$SANDBOX" up --hardware "$hardware" ||
+        fail "tools/sandbox.sh up --hardware $hardware failed (see above)"
+    # shellcheck disable=SC1091
+    . "$SANDBOX_DIR/openrc"
+    "$SANDBOX" image debian || fail "tools/sandbox.sh image debian failed"
+    flavor=$(openstack flavor list --long -f value -c Name -c Properties |
+        awk 'index($0, "trait1:CUSTOM_GPU_SHARING_QUOTA") &&
+             $1 ~ /^sandbox\./ && !found { print $1; found = 1 }')
+    [ -n "$flavor" ] || fail "no MPS quota flavor made from $hardware:" \
+        "$(openstack flavor list -f value -c Name | tr '\n' ' ')"
+    memory=$(openstack flavor show "$flavor" -f json -c properties |
+        python3 -c 'import json, sys
+print(json.load(sys.stdin)["properties"]["lxd:gpu_memory_mb"])')
+    pipe="$SANDBOX_DIR/data/hardware/mps/pipe-0000:00:06.0"
+    ssh-keygen -q -t ed25519 -N '' -C "e2e-$$" -f "$WORK/key"
+    openstack keypair create --public-key "$WORK/key.pub" "e2e-$$" \
+        >/dev/null || fail "keypair create failed"
+    MADE_KEYPAIRS+=("e2e-$$")
+    server=$(openstack server create --flavor "$flavor" --image debian-12 \
+        --key-name "e2e-$$" --network private --wait "$SERVER-mps" \
+        -f value -c id) || fail "server create of $flavor failed:" \
+            "$(server_field fault "$SERVER-mps" 2>/dev/null)"
+    MADE_SERVERS+=("$server")
+    say "server $server ($flavor: lxd:gpu_memory_mb=$memory) ACTIVE"
+    fip=$(openstack floating ip create public -f value \
+        -c floating_ip_address) || fail "floating ip create failed"
+    MADE_FIPS+=("$fip")
+    openstack server add floating ip "$server" "$fip" ||
+        fail "server add floating ip failed"
+    for ((i = 0; i < TIMEOUT / 5; i++)); do
+        outside_ssh "$fip" true 2>/dev/null && break
+        sleep 5
+    done
+    outside_ssh "$fip" true || fail "no SSH as debian@$fip"
+    # the values the flavor asked for, not what the instance says it got
+    MPS_ENV_EXPECT="CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${memory}M" \
+        "$SCRIPT_DIR/mps-env-check.sh" ip netns exec sandbox-outside \
+        ssh -i "$WORK/key" -o BatchMode=yes -o StrictHostKeyChecking=no \
+        -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5 \
+        -o LogLevel=ERROR "debian@$fip" ||
+        fail "the MPS limits do not reach every process (see above)"
+    say "the MPS pipe directory and memory limit reach SSH commands," \
+        "login shells, systemd's services and cron's PAM session"
+    openstack floating ip delete "$fip"
+    openstack server delete --wait "$server" ||
+        fail "openstack server delete failed"
+    openstack keypair delete "e2e-$$"
+    [ -z "$(containers_of "$server")" ] ||
+        fail "container left: $(containers_of "$server")"
+    say "deleted: no container left"
+}
+
 main() {
+    if [ "${1:-}" = --mps ]; then
+        main_mps
+        return
+    fi
     if [ "${1:-}" = --hardware ]; then
         main_hardware "${2:?usage: $0 [--hardware NAME]}"
         return

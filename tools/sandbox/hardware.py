@@ -145,6 +145,44 @@ def options(layout):
     return out
 
 
+#: where a simulated host's shared GPUs get their MPS directories (under
+#: the hardware folder: no MPS control daemon runs, the directories are
+#: what the containers mount)
+MPS_PIPE = os.path.join('mps', 'pipe-{pci}')
+MPS_SHM = os.path.join('mps', 'shm-{pci}')
+
+
+def _quota_pcis(conf_path):
+    """PCI addresses of the GPUs ``shared_gpus`` shares in quota mode."""
+    pcis = []
+    if not os.path.isfile(conf_path):
+        return pcis
+    with open(conf_path) as handle:
+        for line in handle:
+            key, sep, value = line.partition('=')
+            if not sep or key.strip() != 'shared_gpus':
+                continue
+            for entry in value.split(','):
+                entry = entry.strip()
+                if entry.endswith(':quota'):
+                    # <pci>:<slots>:quota; a model name is no directory
+                    target = entry[:-len(':quota')].rsplit(':', 1)[0]
+                    if re.match(r'^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:', target):
+                        pcis.append(target)
+    return pcis
+
+
+def mps_options(layout):
+    """[(key, value)]: the MPS directories of a host with shared GPUs."""
+    given = {key for key, _value in options(layout)}
+    if 'shared_gpus' not in given:
+        return []
+    return [(key, os.path.join(layout.hardware, template))
+            for key, template in (('mps_pipe_directory', MPS_PIPE),
+                                  ('mps_shm_directory', MPS_SHM))
+            if key not in given]
+
+
 def prepare(layout, choice):
     """Make nova-compute's hardware the one chosen.
 
@@ -177,6 +215,9 @@ def prepare(layout, choice):
         if os.path.isfile(os.path.join(directory, name)):
             shutil.copyfile(os.path.join(directory, name),
                             os.path.join(staged, name))
+    for pci in _quota_pcis(os.path.join(staged, 'lxd_accelerators.conf')):
+        for template in (MPS_PIPE, MPS_SHM):
+            os.makedirs(os.path.join(staged, template.format(pci=pci)))
     smi = os.path.join(staged, 'nvidia-smi')
     with open(smi, 'w') as handle:
         handle.write(NVIDIA_SMI)

@@ -486,6 +486,24 @@ class HardwareTest(testtools.TestCase):
         self.assertFalse(hardware.active(self.layout))
         self.assertIsNone(configs.simulated_host(self.layout))
 
+    def test_shared_host_gets_its_mps_directories(self):
+        hardware.prepare(self.layout, 'h200-shared')
+        pci = '0000:00:06.0'
+        for template in (hardware.MPS_PIPE, hardware.MPS_SHM):
+            self.assertTrue(os.path.isdir(os.path.join(
+                self.layout.hardware, template.format(pci=pci))))
+        options = dict(hardware.options(self.layout) +
+                       hardware.mps_options(self.layout))
+        self.assertEqual('%s:4:quota' % pci, options['shared_gpus'])
+        self.assertEqual(
+            os.path.join(self.layout.hardware, hardware.MPS_PIPE),
+            options['mps_pipe_directory'])
+        # a host without shared GPUs gets no MPS options
+        hardware.prepare(self.layout, 'h200-vm')
+        self.assertEqual([], hardware.mps_options(self.layout))
+        self.assertFalse(os.path.exists(os.path.join(self.layout.hardware,
+                                                     'mps')))
+
     def test_unknown_host_is_refused_with_the_recorded_ones(self):
         error = self.assertRaises(ValueError, hardware.prepare, self.layout,
                                   'no-such-host')

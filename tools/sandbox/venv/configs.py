@@ -405,7 +405,8 @@ def nova(settings):
              % settings.hardware, None),
             ('nvidia_smi_path',
              os.path.join(settings.layout.hardware, 'nvidia-smi'))] +
-            hardware.options(settings.layout)))
+            hardware.options(settings.layout) +
+            hardware.mps_options(settings.layout)))
     # "sandbox.sh bench": a second nova-compute on Nova's own fake driver,
     # host FAKE_HOST, beside the real one.
     fake = [(name, [(key, 'fake.FakeDriver' if key == 'compute_driver'

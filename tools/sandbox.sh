@@ -4,6 +4,7 @@
 # Usage: tools/sandbox.sh up [--backend lxd|incus] [--hardware NAME|DIR|none]
 #                            [--with-horizon|--without-horizon]
 #        tools/sandbox.sh down|status|clean|bench [N]|horizon-test|image debian
+#        tools/sandbox.sh bench --density N [--wave W]
 #        tools/sandbox.sh reach on|off
 #
 #   up      install what is missing (Debian: lxd, rabbitmq-server,
@@ -17,6 +18,10 @@
 #   down    stop every process "up" started, by pid.
 #   status  show what runs, with pid, port, memory and log file.
 #   clean   "down", then remove all state except the venv.
+#   bench --density N   N servers in waves of W (25) on this driver, then on
+#           Nova's fake driver: per wave create -> ACTIVE p50/p95 and where
+#           the time went, idle CPU and RSS at checkpoints, memory per
+#           container, delete p50/p95 (benchmarks/bench_sandbox_density.py).
 #   bench N boot N servers on this driver and on Nova's fake driver, and N
 #           raw launches; print the ratios.
 #   horizon-test   the browser test against Horizon (up --with-horizon).

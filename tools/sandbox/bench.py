@@ -33,6 +33,8 @@ from . import processes
 FAKE_IMAGE = catalogue.IMAGE_NAME + '-any-hypervisor'
 FLEET = os.path.join(layout_module.REPO_DIR, 'benchmarks',
                      'bench_sandbox_fleet.py')
+DENSITY = os.path.join(layout_module.REPO_DIR, 'benchmarks',
+                       'bench_sandbox_density.py')
 
 
 def openstack_env(layout):
@@ -89,8 +91,13 @@ def stop_fake_compute(layout, env, log):
         _openstack(env, 'compute', 'service', 'delete', service_id)
 
 
-def run(layout, count, say):
-    """The whole bench; its exit status."""
+def run(layout, count, say, density_wave=0):
+    """The whole bench; its exit status.
+
+    :param density_wave: 0 for the fleet bench (``bench N``); else the
+        density bench (``bench --density N --wave W``) in waves of that
+        size.
+    """
     env = openstack_env(layout)
     hosts = _openstack(env, 'compute', 'service', 'list', '--service',
                        'nova-compute', '-f', 'value', '-c', 'Host')
@@ -117,11 +124,25 @@ def run(layout, count, say):
                     "register: see %s"
                     % os.path.join(layout.logs, 'nova-compute-fake.log'))
                 return 1
+            fleet_env = dict(env, OS_CLIENT_CONFIG_FILE=layout.path(
+                'clouds.yaml'))
+            if density_wave:
+                say('density: %d servers on %s (this driver), then on %s '
+                    '(fake driver), in waves of %d'
+                    % (count, lxd_hosts[0], catalogue.FAKE_HOST,
+                       density_wave))
+                return subprocess.run(
+                    [os.path.join(layout.venv, 'bin', 'python'), DENSITY,
+                     '--count', str(count), '--wave', str(density_wave),
+                     '--lxd-host', lxd_hosts[0],
+                     '--fake-host', catalogue.FAKE_HOST,
+                     '--image', catalogue.IMAGE_NAME,
+                     '--fake-image', FAKE_IMAGE,
+                     '--flavor', catalogue.PLAIN_FLAVOR],
+                    env=fleet_env).returncode
             say('benchmark: %d servers on %s (this driver) and on %s (fake '
                 'driver), and %d raw LXD launches'
                 % (count, lxd_hosts[0], catalogue.FAKE_HOST, count))
-            fleet_env = dict(env, OS_CLIENT_CONFIG_FILE=layout.path(
-                'clouds.yaml'))
             return subprocess.run(
                 [os.path.join(layout.venv, 'bin', 'python'), FLEET,
                  '--count', str(count), '--lxd-host', lxd_hosts[0],

@@ -45,7 +45,8 @@ from . import services
 
 USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
          'none] [--with-horizon|--without-horizon]|down|status|clean|'
-         'bench [N]|horizon-test|image debian|reach on|off')
+         'bench [N]|bench --density N [--wave W]|horizon-test|'
+         'image debian|reach on|off')
 
 
 class Exit(Exception):
@@ -522,10 +523,11 @@ def cmd_clean(sandbox):
     return 0
 
 
-def cmd_bench(sandbox, count):
+def cmd_bench(sandbox, count, density_wave=0):
     if not sandbox.is_running('nova-compute'):
         sandbox.term.die('the sandbox does not run: run up first')
-    return bench.run(sandbox.layout, count, sandbox.term.say)
+    return bench.run(sandbox.layout, count, sandbox.term.say,
+                     density_wave=density_wave)
 
 
 def cmd_horizon_test(sandbox):
@@ -603,12 +605,22 @@ def parse(argv, script):
                         const='1', default='')
     parser.add_argument('--without-horizon', dest='horizon',
                         action='store_const', const='0')
+    # bench only
+    parser.add_argument('--density', type=int, default=0)
+    parser.add_argument('--wave', type=int, default=0)
     try:
         args, unknown = parser.parse_known_args(argv)
     except SystemExit:
         return None
     up_only = (args.backend, args.hardware, args.horizon)
     if unknown or (args.command != 'up' and any(up_only)):
+        return None
+    if args.command != 'bench' and (args.density or args.wave):
+        return None
+    if args.command == 'bench' and (
+            args.density < 0 or args.wave < 0 or
+            (args.wave and not args.density) or
+            (args.density and args.args)):
         return None
     if args.command == 'up' and args.args:
         return None
@@ -644,6 +656,9 @@ def main(argv=None):
             return {'down': cmd_down, 'status': cmd_status,
                     'clean': cmd_clean,
                     'horizon-test': cmd_horizon_test}[command](sandbox)
+        if command == 'bench' and args.density:
+            return cmd_bench(sandbox, args.density,
+                             density_wave=args.wave or 25)
         if command == 'bench' and len(args.args) <= 1:
             try:
                 count = int(args.args[0]) if args.args else 5

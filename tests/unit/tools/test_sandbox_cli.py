@@ -201,6 +201,19 @@ class CommandLineTest(testtools.TestCase):
         self.assertIsNone(cli.parse(['up', '--no-such-option'], 's'))
         self.assertEqual(['3'], cli.parse(['bench', '3'], 's').args)
 
+    def test_density_bench_options(self):
+        args = cli.parse(['bench', '--density', '500', '--wave', '20'], 's')
+        self.assertEqual((500, 20), (args.density, args.wave))
+        self.assertEqual(0, cli.parse(['bench', '--density', '50'],
+                                      's').wave)
+        for wrong in (['bench', '--wave', '20'],            # no N
+                      ['bench', '--density', '5', '3'],     # two counts
+                      ['bench', '--density', 'x'],
+                      ['bench', '--density', '-5'],
+                      ['status', '--density', '5'],
+                      ['up', '--wave', '5']):
+            self.assertIsNone(cli.parse(wrong, 's'), wrong)
+
     def test_usage_exit_status_and_unknown_hardware(self):
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, SANDBOX_DIR=os.path.join(tmp, 's'),

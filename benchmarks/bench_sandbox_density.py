@@ -55,6 +55,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import _common  # noqa: E402
+import bench_sandbox_fleet as fleet  # noqa: E402  (its ACTIVE poll)
 from tools.sandbox import layout as layout_module  # noqa: E402
 from tools.sandbox import memory  # noqa: E402
 from tools.sandbox import processes  # noqa: E402
@@ -251,21 +252,8 @@ def boot_wave(conn, host, image, flavor, first, size, timeout):
             flavor_id=flavor.id, networks='none',
             availability_zone='nova:%s' % host)
         started[server.id] = t0
-    done = {}
-
-    def all_active():
-        for server_id, t0 in started.items():
-            if server_id in done:
-                continue
-            server = conn.compute.get_server(server_id)
-            if server.status == 'ERROR':
-                raise RuntimeError('server %s went to ERROR: %s' % (
-                    server_id, (server.fault or {}).get('message')))
-            if server.status == 'ACTIVE':
-                done[server_id] = time.monotonic() - t0
-        return len(done) == len(started)
-
-    _common.wait(all_active, timeout=timeout, interval=0.2)
+    done = fleet._active_times(conn, started, timeout=timeout,
+                               interval=0.2)
     return done, time.monotonic() - wall0
 
 

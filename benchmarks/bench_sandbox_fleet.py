@@ -55,7 +55,7 @@ def _boot(conn, host, image, flavor, name):
         availability_zone='nova:%s' % host)
 
 
-def _active_times(conn, started):
+def _active_times(conn, started, timeout=180.0, interval=0.05):
     """Poll until every server is ACTIVE; {id: seconds since its create}."""
     done = {}
 
@@ -71,7 +71,7 @@ def _active_times(conn, started):
                 done[server_id] = time.monotonic() - t0
         return len(done) == len(started)
 
-    _common.wait(all_active)
+    _common.wait(all_active, timeout=timeout, interval=interval)
     return done
 
 

@@ -91,6 +91,21 @@ def image_alias(image_id):
     return ALIAS_PREFIX + image_id
 
 
+def lost_its_file(exc):
+    """Whether LXD failed a create because the image's file is gone.
+
+    LXD keeps one file per fingerprint for all projects; its image delete
+    in one project may remove the file while another project imports the
+    same bytes (a check-then-remove race in LXD 5.0 to 6.x and Incus 6.0),
+    and a hand-made ``rm`` does the same. The record stays, the file does
+    not: ``Failed creating instance from image: open <dir>/images/<fp>: no
+    such file or directory``.
+    """
+    reason = str(exc).lower()
+    return ('from image' in reason and '/images/' in reason and
+            'no such file or directory' in reason)
+
+
 def image_checksum(image_meta):
     """The strongest checksum Glance gave for the image, or ''."""
     for field in ('os_hash_value', 'checksum'):
@@ -307,6 +322,33 @@ class ImageCache(object):
                      {'image': image_id, 'fp': fingerprint})
             return alias
 
+    def replace_lost(self, context, image_meta, failed_at):
+        """Import again an image whose file LXD lost (:func:`lost_its_file`).
+
+        The broken record and its alias go first: a record younger than
+        ``failed_at`` is another boot's fresh import, and is kept.
+
+        :returns: the alias, as :meth:`ensure`.
+        """
+        alias = image_alias(image_meta.id)
+        with lockutils.lock('lxd-image-%s' % image_meta.id):
+            existing = self._client.get_alias(alias)
+            if existing is not None:
+                fingerprint = existing['target']
+                try:
+                    uploaded = _stamp(self._client.image_info(fingerprint),
+                                      'uploaded_at')
+                except exception.LXDObjectNotFound:
+                    uploaded = None
+                if uploaded is None or uploaded < failed_at:
+                    LOG.warning('LXD lost the file of image %(fp)s (Glance '
+                                'image %(image)s): importing it again',
+                                {'fp': fingerprint, 'image': image_meta.id})
+                    self._client.delete_alias(alias)
+                    if uploaded is not None:
+                        self._client.delete_image(fingerprint)
+        return self.ensure(context, image_meta)
+
     def _remove_unnamed(self, fingerprint, image_id):
         """Remove an image this import made when its alias was not set.
 
@@ -443,14 +485,18 @@ class ImageCache(object):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _stamp(info, field):
+    """An LXD record's time ``field`` (naive UTC), None if never set."""
+    value = info.get(field)
+    if not value or value.startswith('0001-01-01'):
+        return None
+    return timeutils.normalize_time(timeutils.parse_isotime(value))
+
+
 def _age_seconds(info, now):
     """Seconds since an LXD image was last used (or imported)."""
-    stamps = []
-    for field in ('last_used_at', 'uploaded_at', 'created_at'):
-        value = info.get(field)
-        if value and not value.startswith('0001-01-01'):
-            stamps.append(timeutils.normalize_time(
-                timeutils.parse_isotime(value)))
+    stamps = [stamp for stamp in (_stamp(info, field) for field in (
+        'last_used_at', 'uploaded_at', 'created_at')) if stamp is not None]
     if not stamps:
         return 0
     return (timeutils.normalize_time(now) - max(stamps)).total_seconds()

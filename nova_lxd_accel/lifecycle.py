@@ -24,6 +24,7 @@ from nova.compute import vm_states
 from nova import exception as nova_exception
 from oslo_log import log as logging
 from oslo_utils import excutils
+from oslo_utils import timeutils
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import mps_environment
@@ -116,10 +117,10 @@ def build_failure(instance, exc):
       operator forbids the flavor, a bad extra spec) aborts the build,
       and the fault carries the reason;
     * a failure of this host (LXD unreachable or too slow, out of space,
-      a device busy here, Placement and this host disagreeing about
-      accelerators) is raised as it is: nova turns it into a
-      ``RescheduledException`` and tries another host; the last host's
-      reason is in the fault.
+      a device busy here, an image whose file LXD lost, Placement and this
+      host disagreeing about accelerators) is raised as it is: nova turns
+      it into a ``RescheduledException`` and tries another host; the last
+      host's reason is in the fault.
     """
     if isinstance(exc, _DECIDED):
         return exc
@@ -128,6 +129,8 @@ def build_failure(instance, exc):
     if isinstance(exc, exception.LXDOperationFailed):
         reason = str(exc).lower()
         if any(word in reason for word in HOST_LOCAL_REASONS):
+            return exc
+        if lxd_image.lost_its_file(exc):
             return exc
     elif not isinstance(exc, _REQUEST_FAULTS):
         return exc
@@ -244,9 +247,18 @@ class Lifecycle(object):
         """Plug the host side (NICs, volumes), then create the container."""
         host_side = self._plumbing.connect(context, instance, network_info,
                                            block_device_info)
-        guest.create(container_spec.build_container(
-            instance, instance.flavor, image_meta, policy, host_side),
-            alias, profiles)
+        container = container_spec.build_container(
+            instance, instance.flavor, image_meta, policy, host_side)
+        started = timeutils.utcnow()
+        try:
+            guest.create(container, alias, profiles)
+        except exception.LXDOperationFailed as exc:
+            if not lxd_image.lost_its_file(exc):
+                raise
+            # A failed create leaves no container; once more, on the
+            # image imported again.
+            alias = self._images.replace_lost(context, image_meta, started)
+            guest.create(container, alias, profiles)
         if _wants_accelerators(allocations):
             # Read who holds what, pick, and record the pick in the stopped
             # container, under one lock that covers nothing else.

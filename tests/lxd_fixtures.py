@@ -37,8 +37,11 @@ the same variables. Tests never run the ``lxc`` or ``incus`` commands:
 :func:`execute` runs a command in a container through the API.
 """
 
+import gzip
+import io
 import os
 import subprocess
+import tarfile
 import threading
 import time
 import uuid
@@ -51,6 +54,7 @@ import requests
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _IMAGE_LOCK = threading.Lock()
 _IMAGE_PATH = None
+_OWNED_IMAGES = {}
 
 _DEFAULTS = {
     'lxd': {'DIR': '/var/lib/lxd', 'PEER_DIR': '/var/lib/lxd-peer',
@@ -193,9 +197,43 @@ def tiny_image_path():
         return _IMAGE_PATH
 
 
-def tiny_image_bytes():
+def tiny_image_bytes(owner=None):
+    """The tiny image's bytes; with ``owner``, bytes of its own.
+
+    LXD keeps one file per image fingerprint for all projects, and its
+    image delete checks whether another project still names the image and
+    then removes the file, while an upload of the same bytes in another
+    project may be under way (LXD 5.0 to 6.x, Incus 6.0): a test removing
+    its project's image could take the file from under a test of another
+    worker (``open /var/lib/lxd/images/<fp>: no such file or directory``).
+    ``owner`` (a test's project name) adds a YAML comment naming it to the
+    image's metadata.yaml: the same image, a fingerprint no other test
+    shares.
+    """
     with open(tiny_image_path(), 'rb') as handle:
-        return handle.read()
+        data = handle.read()
+    if owner is None:
+        return data
+    with _IMAGE_LOCK:
+        if owner not in _OWNED_IMAGES:
+            _OWNED_IMAGES.clear()  # one test at a time per worker
+            _OWNED_IMAGES[owner] = _with_metadata_comment(data, owner)
+        return _OWNED_IMAGES[owner]
+
+
+def _with_metadata_comment(data, comment):
+    source = tarfile.open(fileobj=io.BytesIO(data), mode='r:*')
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode='wb', mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode='w') as target:
+        for member in source.getmembers():
+            body = source.extractfile(member) if member.isfile() else None
+            if member.name.lstrip('./') == 'metadata.yaml':
+                text = body.read() + ('\n# %s\n' % comment).encode()
+                member.size = len(text)
+                body = io.BytesIO(text)
+            target.addfile(member, body)
+    return out.getvalue()
 
 
 def lxd_socket():

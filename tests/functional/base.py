@@ -124,7 +124,8 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
                  'properties': {'hypervisor_type': 'lxc'}}
         image.update(meta)
         self.glance.create(None, image, data=_BytesReader(
-            lxd_fixtures.tiny_image_bytes() if data is None else data))
+            lxd_fixtures.tiny_image_bytes(self.lxd.name) if data is None
+            else data))
         return image['id']
 
     def container_of(self, server):

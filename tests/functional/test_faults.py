@@ -84,7 +84,8 @@ class BuildAbortTest(_FaultTestCase):
         super(BuildAbortTest, self).setUp()
 
     def test_image_lxd_cannot_start(self):
-        image_id = self._create_tiny_image(data=it_faults.image_without_init())
+        image_id = self._create_tiny_image(
+            data=it_faults.image_without_init(self.lxd.name))
         server = self._wait_for_state_change(self.boot(image_id), 'ERROR')
         fault = server['fault']['message']
         self.assertIn('aborted', fault)
@@ -337,7 +338,8 @@ class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
     """A GPU server whose build fails keeps no GPU held."""
 
     def test_broken_image_with_a_gpu(self):
-        image_id = self._create_tiny_image(data=it_faults.image_without_init())
+        image_id = self._create_tiny_image(
+            data=it_faults.image_without_init(self.lxd.name))
         server = self.api.post_server({'server': self._build_server(
             image_uuid=image_id, networks='none',
             flavor_id=self.flavor(**{'resources:PGPU': '1'}))})

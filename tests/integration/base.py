@@ -62,8 +62,9 @@ class DriverTestCase(test.NoDBTestCase):
         return objects.ImageMeta.from_dict(image)
 
     def tiny_image(self):
-        return self.create_image(lxd_fixtures.tiny_image_bytes(),
-                                 checksum=uuid.uuid4().hex)
+        return self.create_image(
+            lxd_fixtures.tiny_image_bytes(self.project.name),
+            checksum=uuid.uuid4().hex)
 
     def make_instance(self, vcpus=1, memory_mb=128, root_gb=0,
                       extra_specs=None, **updates):

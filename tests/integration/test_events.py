@@ -255,7 +255,7 @@ class LifecycleEventsTest(EventsTestBase):
         # Another project, with a container claiming to be ours.
         other = self.useFixture(lxd_fixtures.LXDProject('it-other'))
         other._wait(other.client.api.images.post(
-            data=lxd_fixtures.tiny_image_bytes()))
+            data=lxd_fixtures.tiny_image_bytes(other.name)))
         fingerprint = other.client.api.images.get().json()[
             'metadata'][0].rsplit('/', 1)[-1]
         other._wait(other.client.api.instances.post(json={

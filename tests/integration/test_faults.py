@@ -47,10 +47,13 @@ SILENT_INIT = (b'#!/bin/sh\ntrap "exit 0" PWR TERM INT\n'
                b'while :; do sleep 3600 & wait $!; done\n')
 
 
-def image_without_init():
-    """The tiny image with /sbin/init removed: LXD cannot start it."""
+def image_without_init(owner):
+    """The tiny image with /sbin/init removed: LXD cannot start it.
+
+    :param owner: the test's project (see ``tiny_image_bytes``).
+    """
     source = tarfile.open(fileobj=io.BytesIO(
-        lxd_fixtures.tiny_image_bytes()), mode='r:gz')
+        lxd_fixtures.tiny_image_bytes(owner)), mode='r:gz')
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode='wb') as zipped, \
             tarfile.open(fileobj=zipped, mode='w') as target:
@@ -72,7 +75,7 @@ def containers_anywhere(project, instance_uuid):
 class _FaultTestCase(base.DriverTestCase):
 
     def broken_image(self):
-        return self.create_image(image_without_init(),
+        return self.create_image(image_without_init(self.project.name),
                                  checksum='no-init-%s' % self.project.name)
 
     def wait_for_console(self, instance, text):

@@ -86,8 +86,9 @@ class LXDToIncusTest(base.DriverTestCase):
             params={'recursion': 1}).json()['metadata']
         fingerprint = record['config']['volatile.base_image']
         self.assertIn(fingerprint, [image['fingerprint'] for image in images])
-        self.target.client.images.create(lxd_fixtures.tiny_image_bytes(),
-                                         wait=True)
+        # the bytes the driver imported on the source (tiny_image)
+        self.target.client.images.create(
+            lxd_fixtures.tiny_image_bytes(self.project.name), wait=True)
         config = {key: value for key, value in record['config'].items()
                   if not key.startswith(('volatile.', 'image.'))}
         self.target.client.instances.create({

@@ -17,6 +17,7 @@ from nova import objects
 import testtools
 
 from nova_lxd_accel import exception
+from nova_lxd_accel import image
 from nova_lxd_accel import lifecycle
 
 
@@ -37,6 +38,24 @@ class KnownLXDFaultsTest(testtools.TestCase):
                    'containers/nova-x/rootfs/bin/openvt": no such file or '
                    'directory')
         self.assertIs(exc, lifecycle.build_failure(self.instance, exc))
+
+    def test_image_file_lost_by_the_daemon_is_retried(self):
+        # As CI saw it: another project's image delete took the file.
+        exc = exception.LXDOperationFailed(
+            action='create', target='instance nova-x',
+            reason='Failed creating instance from image: open /var/lib/lxd/'
+                   'images/90eee9f9e32308d0: no such file or directory')
+        self.assertTrue(image.lost_its_file(exc))
+        self.assertIs(exc, lifecycle.build_failure(self.instance, exc))
+
+    def test_image_that_is_not_a_root_file_system_aborts(self):
+        exc = exception.LXDOperationFailed(
+            action='create', target='instance nova-x',
+            reason='Failed creating instance from image: Unpack failed: '
+                   'exit status 2')
+        self.assertFalse(image.lost_its_file(exc))
+        self.assertIsInstance(lifecycle.build_failure(self.instance, exc),
+                              nova_exception.BuildAbortException)
 
     def test_bad_extra_spec_aborts(self):
         exc = exception.FlavorExtraSpecInvalid(

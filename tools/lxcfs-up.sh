@@ -13,6 +13,14 @@
 set -uo pipefail
 
 target=${1:?usage: lxcfs-up.sh MOUNT_DIR}
+if grep -qs " $target fuse.lxcfs " /proc/self/mounts && \
+        ! ls "$target" >/dev/null 2>&1; then
+    # An lxcfs that died leaves its mount behind ("Transport endpoint is
+    # not connected"): a new lxcfs cannot mount over it.
+    echo "lxcfs-up: removing the stale mount on $target (its lxcfs is" \
+         "gone)" >&2
+    umount -l "$target" 2>/dev/null || fusermount -uz "$target" || true
+fi
 if mountpoint -q "$target" 2>/dev/null; then
     exit 0
 fi

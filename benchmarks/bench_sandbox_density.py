@@ -241,8 +241,12 @@ def checkpoint(layout, service, servers, idle, say):
     return row
 
 
-def boot_wave(conn, host, image, flavor, first, size, timeout):
-    """Create ``size`` servers at once; wait until all are ACTIVE."""
+def boot_wave(conn, host, image, flavor, first, size, timeout, created):
+    """Create ``size`` servers at once; wait until all are ACTIVE.
+
+    :param created: each server's id is added as soon as it exists, so
+        that a wave that fails is deleted with the rest.
+    """
     started = {}
     wall0 = time.monotonic()
     for index in range(first, first + size):
@@ -252,6 +256,7 @@ def boot_wave(conn, host, image, flavor, first, size, timeout):
             flavor_id=flavor.id, networks='none',
             availability_zone='nova:%s' % host)
         started[server.id] = t0
+        created.append(server.id)
     done = fleet._active_times(conn, started, timeout=timeout,
                                interval=0.2)
     return done, time.monotonic() - wall0
@@ -307,8 +312,7 @@ def run_host(conn, layout, host, service, image, flavor, args, say):
             size = min(args.wave, args.count - len(ids))
             compute_log.read(), placement_log.read()
             times, wall = boot_wave(conn, host, image, flavor, len(ids),
-                                    size, args.timeout)
-            ids += list(times)
+                                    size, args.timeout, ids)
             time.sleep(1)  # the last "Took ... to build" lines
             build, spawn, requests, allocations = attribution(
                 compute_log.read(), placement_log.read(), set(times))

@@ -251,6 +251,71 @@ class HostLocalFailureReschedulesTest(_FaultTestCase):
             self._get_provider_uuid_by_host('compute2')))
 
 
+class EveryHostFailsTest(_FaultTestCase):
+    """Both hosts' daemons down: what the user reads (issue 28 item 4).
+
+    Nova keeps the last host's reason when a build runs out of attempts
+    (``[scheduler] max_attempts``), and drops it when the build runs out of
+    alternate hosts first ("Exhausted all hosts ..."): set max_attempts to
+    the number of hosts that can take a flavor and the fault ends with the
+    last host's reason (doc/source/admin/scale.rst).
+    """
+
+    compute_hosts = ()
+
+    def setUp(self):
+        peer.require_peer(self)
+        test_resize_migrate.per_host_node_uuids(self)
+        lxd_conf.register_opts(nova.conf.CONF)
+        super(EveryHostFailsTest, self).setUp()
+        self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
+        self.proxies = []
+        for host, upstream in (('compute1', None),
+                               ('compute2', peer.PEER_SOCKET)):
+            proxy = self.useFixture(lxd_proxy.LXDProxy(
+                strip_devices=False, upstream=upstream))
+            self.flags(endpoint=proxy.socket_path, group='lxd')
+            self._start_compute(host)
+            self.proxies.append(proxy)
+
+    def _fail_on_every_host(self):
+        flavor_id = self.flavor()
+        for proxy in self.proxies:
+            proxy._stop()
+        server = self._wait_for_state_change(self.boot(flavor_id=flavor_id),
+                                             'ERROR')
+        self.assertEqual(['compute1', 'compute2'],
+                         sorted(self.compute_attempts(server)))
+        return server
+
+    def _delete(self, server):
+        self._delete_server(server)
+        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+                                                           server['id']))
+        self.assertEqual([], self.peer.instances())
+        self.assertEqual({}, self._get_allocations_by_server_uuid(
+            server['id']))
+
+    def test_as_many_attempts_as_hosts_give_the_last_reason(self):
+        self.flags(max_attempts=2, group='scheduler')
+        server = self._fail_on_every_host()
+        fault = server['fault']['message']
+        self.assertIn('Exceeded max scheduling attempts 2', fault)
+        # nova keeps 255 characters of a fault: the reason's start
+        self.assertIn('Last exception: Cannot reach the LXD daemon at ', fault)
+        self._delete(server)
+
+    def test_more_attempts_than_hosts_lose_the_reason(self):
+        # nova's default, 3: documents nova's conductor, which the driver
+        # cannot change (scale.rst says what to set instead).
+        server = self._fail_on_every_host()
+        fault = server['fault']['message']
+        self.assertIn('Exhausted all hosts available for retrying build '
+                      'failures', fault)
+        self.assertNotIn('Cannot reach the LXD daemon', fault)
+        self._delete(server)
+
+
 class ComputeKilledDuringBuildTest(_FaultTestCase):
 
     def test_restart_removes_container_and_explains(self):

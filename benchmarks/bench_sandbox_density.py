@@ -40,6 +40,7 @@ JSON, in ``$SANDBOX_DIR/data/bench-density.json``.
 """
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -63,8 +64,12 @@ from tools.sandbox import processes  # noqa: E402
 PREFIX = 'density-'
 #: the resource classes a server of the flavor takes, and its field
 FLAVOR_FIELDS = (('VCPU', 'vcpus'), ('MEMORY_MB', 'ram'), ('DISK_GB', 'disk'))
-_TOOK = re.compile(r'\[instance: ([0-9a-f-]{36})\] Took ([0-9.]+) seconds '
-                   r'to (spawn|build)')
+#: nova-compute's INFO lines of a boot: the resource tracker's claim done,
+#: the spawn's and the whole build's durations
+_BOOT_LINE = re.compile(
+    r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) .*\[instance: '
+    r'([0-9a-f-]{36})\] (?:(Claim successful)|Took ([0-9.]+) seconds to '
+    r'(spawn|build))', re.M)
 
 
 def percentile(values, fraction):
@@ -280,13 +285,44 @@ def delete_wave(conn, ids, timeout):
     return list(gone.values())
 
 
+def _log_time(stamp):
+    return datetime.datetime.strptime(stamp, '%Y-%m-%d %H:%M:%S.%f')
+
+
+def boot_phases(compute_log_text, ids):
+    """{instance: {'build', 'spawn', 'claim'}} seconds, from its log.
+
+    ``build`` is the compute manager's whole build, ``spawn`` the virt
+    driver's, ``claim`` from the build's start to the resource tracker's
+    "Claim successful" (its lock wait and its Placement reads: nova's
+    resource tracker). An instance without all three lines is left out.
+    """
+    seen = {}
+    for match in _BOOT_LINE.finditer(compute_log_text):
+        stamp, instance, claimed, took, what = match.groups()
+        if instance not in ids:
+            continue
+        record = seen.setdefault(instance, {})
+        if claimed:
+            record['claimed_at'] = _log_time(stamp)
+        else:
+            record[what] = float(took)
+            if what == 'build':
+                record['built_at'] = _log_time(stamp)
+    phases = {}
+    for instance, record in seen.items():
+        if {'claimed_at', 'built_at', 'build', 'spawn'} <= set(record):
+            started = record['built_at'] - datetime.timedelta(
+                seconds=record['build'])
+            phases[instance] = {
+                'build': record['build'], 'spawn': record['spawn'],
+                'claim': (record['claimed_at'] - started).total_seconds()}
+    return phases
+
+
 def attribution(compute_log_text, placement_log_text, ids):
-    """Build and spawn seconds of these servers; Placement requests."""
-    build, spawn = [], []
-    for match in _TOOK.finditer(compute_log_text):
-        if match.group(1) in ids:
-            (spawn if match.group(3) == 'spawn' else build).append(
-                float(match.group(2)))
+    """(:func:`boot_phases`, Placement requests, GET /allocations)."""
+    phases = boot_phases(compute_log_text, ids)
     # one placement.requestlog line per request (the WSGI server logs
     # each one again)
     logged = [line for line in placement_log_text.splitlines()
@@ -294,7 +330,31 @@ def attribution(compute_log_text, placement_log_text, ids):
     requests = len(logged)
     allocations = sum(1 for line in logged
                       if re.search(r'"GET /allocations/[0-9a-f-]{36}', line))
-    return build, spawn, requests, allocations
+    return phases, requests, allocations
+
+
+def split(times, phases):
+    """Medians of where a boot's time went, over the servers of a wave.
+
+    :param times: ``{id: create -> ACTIVE seconds}``.
+    :returns: ``before`` (the API, the conductor, the scheduler with its
+        Placement requests, the queue for nova-compute's build slots),
+        ``claim`` (the resource tracker), ``spawn`` (the driver), ``other``
+        (the rest of the build: network, block devices, power state) and
+        ``build``, each a median in seconds (None without data).
+    """
+    parts = {'before': [], 'claim': [], 'spawn': [], 'other': [],
+             'build': []}
+    for server_id, phase in phases.items():
+        if server_id in times:
+            parts['before'].append(max(0.0, times[server_id] -
+                                       phase['build']))
+        parts['claim'].append(phase['claim'])
+        parts['spawn'].append(phase['spawn'])
+        parts['build'].append(phase['build'])
+        parts['other'].append(max(0.0, phase['build'] - phase['claim'] -
+                                  phase['spawn']))
+    return {name: median(values) for name, values in parts.items()}
 
 
 def run_host(conn, layout, host, service, image, flavor, args, say):
@@ -314,24 +374,28 @@ def run_host(conn, layout, host, service, image, flavor, args, say):
             times, wall = boot_wave(conn, host, image, flavor, len(ids),
                                     size, args.timeout, ids)
             time.sleep(1)  # the last "Took ... to build" lines
-            build, spawn, requests, allocations = attribution(
+            phases, requests, allocations = attribution(
                 compute_log.read(), placement_log.read(), set(times))
+            where = split(times, phases)
             wave = {
                 'servers': len(ids), 'wall_s': wall,
                 'active_p50': median(list(times.values())),
                 'active_p95': percentile(list(times.values()), 0.95),
-                'build_p50': median(build), 'spawn_p50': median(spawn),
+                'build_p50': where['build'], 'spawn_p50': where['spawn'],
+                'before_build_p50': where['before'],
+                'claim_p50': where['claim'], 'other_p50': where['other'],
                 'placement_per_boot': requests / size,
                 'get_allocations_per_boot': allocations / size,
             }
             result['waves'].append(wave)
             say('  wave to %(servers)4d: wall %(wall_s)6.1fs  ACTIVE p50 '
-                '%(active_p50)5.1fs p95 %(active_p95)5.1fs  build p50 '
-                '%(build_p50)s spawn p50 %(spawn_p50)s  Placement/boot '
+                '%(active_p50)5.1fs p95 %(active_p95)5.1fs  p50s: before '
+                'the build %(before)s, build %(build)s = claim %(claim)s + '
+                'spawn %(spawn)s + other %(other)s  Placement/boot '
                 '%(placement_per_boot).0f (GET /allocations '
                 '%(get_allocations_per_boot).0f)' % dict(
-                    wave, build_p50=_fmt(wave['build_p50']),
-                    spawn_p50=_fmt(wave['spawn_p50'])))
+                    wave, **{name: _fmt(value)
+                             for name, value in where.items()}))
             if len(ids) >= next_checkpoint or len(ids) == args.count:
                 result['checkpoints'].append(checkpoint(
                     layout, service, len(ids), args.idle, say))
@@ -395,14 +459,16 @@ def container_memory(ids, say, samples=10):
 
 
 def print_table(results, say):
-    say('\ndensity bench: create -> ACTIVE by wave (s)')
-    say('%8s | %-44s | %-44s' % ('servers', 'LXD driver: wall  p50  p95 '
-                                 'build spawn', 'fake driver: wall  p50  '
-                                 'p95 build spawn'))
+    say('\ndensity bench: create -> ACTIVE by wave, and where a boot\'s '
+        'time went (p50s, s): before the build (API, conductor, scheduler, '
+        'queue), the resource tracker\'s claim, the driver\'s spawn')
+    head = 'wall   p50   p95 before claim spawn'
+    say('%8s | %-38s | %-38s' % ('servers', 'LXD driver: ' + head,
+                                 'fake driver: ' + head))
     lxd, fake = results
     for index, wave in enumerate(lxd['waves']):
         other = fake['waves'][index] if index < len(fake['waves']) else {}
-        say('%8d | %-44s | %-44s' % (wave['servers'], _row(wave),
+        say('%8d | %-50s | %-51s' % (wave['servers'], _row(wave),
                                      _row(other)))
     for name, result in (('LXD driver', lxd), ('fake driver', fake)):
         delete = result.get('delete') or {}
@@ -415,9 +481,10 @@ def print_table(results, say):
 def _row(wave):
     if not wave:
         return '-'
-    return '%6.1f %5.1f %5.1f %5s %5s' % (
+    return '%6.1f %5.1f %5.1f %6s %5s %5s' % (
         wave['wall_s'], wave['active_p50'], wave['active_p95'],
-        _fmt(wave['build_p50']), _fmt(wave['spawn_p50']))
+        _fmt(wave.get('before_build_p50')), _fmt(wave.get('claim_p50')),
+        _fmt(wave['spawn_p50']))
 
 
 def main(argv=None):

@@ -362,6 +362,7 @@ def run_host(conn, layout, host, service, image, flavor, args, say):
     placement_log = LogTail(layout.path('log', 'placement.log'))
     result = {'host': host, 'waves': [], 'checkpoints': []}
     ids = []
+    active = []  # create -> ACTIVE of every server, for the whole run
     say('%s (%s): %d servers in waves of %d'
         % (host, service, args.count, args.wave))
     result['checkpoints'].append(checkpoint(layout, service, 0, args.idle,
@@ -373,6 +374,7 @@ def run_host(conn, layout, host, service, image, flavor, args, say):
             compute_log.read(), placement_log.read()
             times, wall = boot_wave(conn, host, image, flavor, len(ids),
                                     size, args.timeout, ids)
+            active += list(times.values())
             time.sleep(1)  # the last "Took ... to build" lines
             phases, requests, allocations = attribution(
                 compute_log.read(), placement_log.read(), set(times))
@@ -401,6 +403,20 @@ def run_host(conn, layout, host, service, image, flavor, args, say):
                     layout, service, len(ids), args.idle, say))
                 while next_checkpoint <= len(ids):
                     next_checkpoint += args.checkpoint
+        waves = result['waves']
+        result['active'] = {
+            'p50': median(active), 'p95': percentile(active, 0.95),
+            'servers_per_s': len(active) / sum(w['wall_s'] for w in waves),
+            'first_wave_per_s': waves[0]['servers'] / waves[0]['wall_s'],
+            'last_wave_per_s': (waves[-1]['servers'] - (
+                waves[-2]['servers'] if len(waves) > 1 else 0)) /
+            waves[-1]['wall_s']}
+        say('  all %d: create -> ACTIVE p50 %.1fs p95 %.1fs; %.2f servers/s '
+            'overall, %.2f in the first wave, %.2f in the last'
+            % (len(active), result['active']['p50'],
+               result['active']['p95'], result['active']['servers_per_s'],
+               result['active']['first_wave_per_s'],
+               result['active']['last_wave_per_s']))
         if service == 'nova-compute':
             result['memory'] = container_memory(ids, say)
     finally:

@@ -294,8 +294,9 @@ def boot_phases(compute_log_text, ids):
 
     ``build`` is the compute manager's whole build, ``spawn`` the virt
     driver's, ``claim`` from the build's start to the resource tracker's
-    "Claim successful" (its lock wait and its Placement reads: nova's
-    resource tracker). An instance without all three lines is left out.
+    "Claim successful": nova logs it under the tracker's lock before the
+    tracker's own update, so it is the wait for the lock, which the other
+    boots' updates hold. An instance without all three lines is left out.
     """
     seen = {}
     for match in _BOOT_LINE.finditer(compute_log_text):
@@ -339,9 +340,11 @@ def split(times, phases):
     :param times: ``{id: create -> ACTIVE seconds}``.
     :returns: ``before`` (the API, the conductor, the scheduler with its
         Placement requests, the queue for nova-compute's build slots),
-        ``claim`` (the resource tracker), ``spawn`` (the driver), ``other``
-        (the rest of the build: network, block devices, power state) and
-        ``build``, each a median in seconds (None without data).
+        ``claim`` (waiting for the resource tracker's lock), ``spawn``
+        (the driver), ``other`` (the rest of the build: the tracker's own
+        update after the claim, with its Placement reads, the network,
+        block devices) and ``build``, each a median in seconds (None
+        without data).
     """
     parts = {'before': [], 'claim': [], 'spawn': [], 'other': [],
              'build': []}
@@ -477,7 +480,8 @@ def container_memory(ids, say, samples=10):
 def print_table(results, say):
     say('\ndensity bench: create -> ACTIVE by wave, and where a boot\'s '
         'time went (p50s, s): before the build (API, conductor, scheduler, '
-        'queue), the resource tracker\'s claim, the driver\'s spawn')
+        'queue), the wait for the resource tracker\'s lock, the driver\'s '
+        'spawn')
     head = 'wall   p50   p95 before claim spawn'
     say('%8s | %-38s | %-38s' % ('servers', 'LXD driver: ' + head,
                                  'fake driver: ' + head))

@@ -25,8 +25,9 @@ every container and image in it), and prints, measured in this one run:
 * the periodic resource update (``get_available_resource``, then
   ``update_provider_tree``): requests and time, before the containers
   were made and with them;
-* one spawn: its requests before the containers were made and with them,
-  and whether any lists the containers.
+* one spawn, alone (median of ``--rounds``): its time and its requests
+  before the containers were made and with them, and whether any lists
+  the containers.
 
 Daemon requests are counted on the driver's own HTTP session. Usage::
 
@@ -154,11 +155,12 @@ class Bench(object):
         self.driver.get_available_resource(HOST)
         self.driver.update_provider_tree(tree, HOST)
 
-    def spawn_requests(self):
-        """The requests of one spawn, by method and kind of path."""
-        self.requests.take()
-        self.spawn()
-        return self.requests.take()
+    def spawn_requests(self, rounds):
+        """(median seconds of a spawn, the requests of one), one at a time.
+
+        Each spawn adds a container: ``rounds`` more on the host.
+        """
+        return self.measure(self.spawn, rounds)
 
     def remove(self):
         self.requests.cleanUp()
@@ -230,8 +232,8 @@ def main():
             args.socket, os.cpu_count(), args.rounds))
 
         empty_update = bench.measure(bench.resource_update, args.rounds)
-        empty_spawn = bench.spawn_requests()
-        bench.fill(args.count - 1)
+        empty_spawn = bench.spawn_requests(args.rounds)
+        bench.fill(args.count - args.rounds)
         count = len(bench.instances)
         print('%d containers of this host (project %s)' % (
             count, bench.project))
@@ -268,13 +270,16 @@ def main():
                 label, seconds * 1000, len(requests), _listings(requests),
                 _kinds(requests)))
 
-        full_spawn = bench.spawn_requests()
-        print('one spawn (image cached):')
-        for label, requests in (('0 containers', empty_spawn),
-                                ('%d containers' % count, full_spawn)):
-            print('  %-14s %d requests, %d listings: %s' % (
-                label, len(requests), _listings(requests),
+        full_spawn = bench.spawn_requests(args.rounds)
+        print('one spawn (image cached), alone:')
+        for label, (seconds, requests) in (('0 containers', empty_spawn),
+                                           ('%d containers' % count,
+                                            full_spawn)):
+            print('  %-14s %6.1f ms, %d requests, %d listings: %s' % (
+                label, seconds * 1000, len(requests), _listings(requests),
                 _kinds(requests)))
+        print('  at %d / at 0: time x%.2f'
+              % (count, full_spawn[0] / empty_spawn[0]))
     finally:
         if bench is not None:
             bench.remove()

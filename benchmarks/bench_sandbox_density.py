@@ -483,13 +483,13 @@ def print_table(results, say):
         'queue), the wait for the resource tracker\'s lock, the driver\'s '
         'spawn')
     head = 'wall   p50   p95 before claim spawn'
-    say('%8s | %-38s | %-38s' % ('servers', 'LXD driver: ' + head,
+    say('%8s | %-48s | %-49s' % ('servers', 'LXD driver: ' + head,
                                  'fake driver: ' + head))
     lxd, fake = results
     for index, wave in enumerate(lxd['waves']):
         other = fake['waves'][index] if index < len(fake['waves']) else {}
-        say('%8d | %-50s | %-51s' % (wave['servers'], _row(wave),
-                                     _row(other)))
+        say('%8d | %48s | %49s' % (wave['servers'], _row(wave),
+                                   _row(other)))
     for name, result in (('LXD driver', lxd), ('fake driver', fake)):
         delete = result.get('delete') or {}
         if delete.get('servers'):

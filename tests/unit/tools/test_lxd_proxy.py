@@ -85,3 +85,21 @@ class HiddenDevicesStateTest(testtools.TestCase):
                                'default', 202, b'{}')
         self.assertNotIn('nova-mig0', self.shown(self.rewriter(self.state))[
             'devices'])
+
+
+class ProxyFailureTest(testtools.TestCase):
+    """A request the proxy cannot serve gets an answer, not a hang-up."""
+
+    def test_an_unreachable_upstream_is_an_lxd_shaped_error(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        proxy = self.useFixture(lxd_proxy.LXDProxy(
+            upstream=os.path.join(tmp, 'no-daemon.socket')))
+        connection = lxd_proxy._UnixConnection(proxy.socket_path,
+                                               timeout=30)
+        self.addCleanup(connection.close)
+        connection.request('GET', '/1.0/instances')
+        response = connection.getresponse()
+        body = json.loads(response.read())
+        self.assertEqual(502, response.status)
+        self.assertEqual('error', body['type'])
+        self.assertIn('LXD proxy: FileNotFoundError', body['error'])

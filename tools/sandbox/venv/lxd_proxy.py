@@ -69,6 +69,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from urllib import parse
 import uuid
 
@@ -164,7 +165,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _forward
+    def _forward_or_fail(self):
+        try:
+            self._forward()
+        except Exception as exc:
+            # An answer in LXD's error shape, not a dropped connection
+            # (which the client reports as "Remote end closed connection
+            # without response", saying nothing of the cause).
+            traceback.print_exc()
+            self.close_connection = True
+            try:
+                self._reply(502, json.dumps({
+                    'type': 'error', 'error_code': 502,
+                    'error': 'LXD proxy: %s: %s' % (type(exc).__name__,
+                                                    exc)}).encode())
+            except OSError:
+                pass
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = \
+        _forward_or_fail
 
 
 def _is_faked(device):

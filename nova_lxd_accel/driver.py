@@ -60,6 +60,9 @@ class LXDDriver(driver.ComputeDriver):
     def __init__(self, virtapi, read_only=False):
         super(LXDDriver, self).__init__(virtapi)
         lxd_conf.register_opts(CONF)
+        self.capabilities = dict(
+            self.capabilities, supports_migrate_to_same_host=(
+                CONF.lxd_migration.same_host))
         # nova-compute passes CONF.host to init_host; built again there if
         # it passes another name
         self._parts = lxd_parts.Parts.build(CONF, virtapi, CONF.host)

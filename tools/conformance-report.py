@@ -135,7 +135,11 @@ def page(results_dir, out_path, triage_path=None):
     lines += _table(rows) if len(rows) > 1 else ['No run recorded.']
     lines += ['', '``ci``: compute and image API tests tagged smoke (run '
               'by ``.ci/run``); ``compute``: all of ``tempest.api.compute`` '
-              'plus the image and network API smoke tests. Validation '
+              'plus the image and network API smoke tests; '
+              '``multinode``: cold migration and the multi-node '
+              'scheduling tests, on two compute hosts (``tools/sandbox.sh '
+              'up --hosts 2``: a second nova-compute on its own daemon). '
+              'Validation '
               'is on unless the features below say otherwise: the '
               'servers boot the sandbox\'s Debian 12 cloud-init image and '
               'tempest checks them over SSH through a floating IP.', '']

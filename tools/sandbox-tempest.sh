@@ -19,6 +19,8 @@
 #                     minutes; what CI runs)
 #   --subset compute  all of tempest.api.compute, plus the image and network
 #                     API smoke tests (about ten minutes at concurrency 2)
+#   --subset multinode  cold migration and the multi-node scheduling tests
+#                     (tools/sandbox.sh up --hosts 2)
 #
 # Environment: SANDBOX_DIR (default /var/tmp/nova-lxd-accel-sandbox),
 # TEMPEST_CONSTRAINTS (default <repo>/constraints.txt).
@@ -46,7 +48,7 @@ while [ $# -gt 0 ]; do
         --subset) SUBSET=$2; shift 2 ;;
         --concurrency) CONCURRENCY=$2; shift 2 ;;
         --no-validation) VALIDATION=false; shift ;;
-        -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "sandbox-tempest: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -56,7 +58,8 @@ case "$SUBSET" in
     # in the regex instead
     ci) REGEX='^tempest\.api\.(compute|image)\..*\[.*\bsmoke\b.*\]' ;;
     compute) REGEX='^tempest\.api\.compute\.|^tempest\.api\.(image|network)\..*\[.*\bsmoke\b.*\]' ;;
-    *) echo "sandbox-tempest: --subset is ci or compute" >&2; exit 2 ;;
+    multinode) REGEX='^tempest\.api\.compute\.admin\.(test_migrations|test_servers_on_multinodes)\.' ;;
+    *) echo "sandbox-tempest: --subset is ci, compute or multinode" >&2; exit 2 ;;
 esac
 
 say() { printf 'sandbox-tempest: %s\n' "$*"; }
@@ -78,6 +81,21 @@ id_of() {  # id_of image|flavor NAME
     "$OPENSTACK" --os-cloud sandbox "$1" show "$2" -f value -c id ||
         fail "the sandbox has no $1 $2"
 }
+# tools/sandbox.sh up --hosts 2: a second nova-compute on its own daemon
+HOSTS=$(cat "$SANDBOX_DIR/hosts" 2>/dev/null || echo 1)
+if [ "$HOSTS" = 2 ]; then
+    HOSTS_CONF=(compute-feature-enabled.cold_migration true
+                compute.min_compute_nodes 2
+                compute-feature-enabled.scheduler_enabled_filters
+                "ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,SameHostFilter,DifferentHostFilter")
+    HOSTS_REASON="    compute-feature-enabled.cold_migration true   # up --hosts 2: the container moves to the other host's daemon over HTTPS"
+else
+    HOSTS_CONF=(compute-feature-enabled.cold_migration false
+                compute.min_compute_nodes 1)
+    HOSTS_REASON="    compute-feature-enabled.cold_migration false  # one compute host (tools/sandbox.sh up --hosts 2 has two)"
+fi
+[ "$SUBSET" != multinode ] || [ "$HOSTS" = 2 ] ||
+    fail "--subset multinode needs two compute hosts: tools/sandbox.sh up --hosts 2"
 FLAVOR=$(id_of flavor sandbox.small)
 FLAVOR_ALT=$(id_of flavor sandbox.medium)
 VALIDATION_CONF=()
@@ -129,7 +147,6 @@ FEATURES=(
     compute-feature-enabled.rescue true                           # a rescue container with the root disk attached
     # off: inherent to containers or not in this driver
     compute-feature-enabled.live_migration false        # containers: refused, as by drivers without it
-    compute-feature-enabled.cold_migration false        # the sandbox has one compute host
     compute-feature-enabled.vnc_console false           # containers have no graphical console
     compute-feature-enabled.spice_console false         # containers have no graphical console
     compute-feature-enabled.serial_console false        # not implemented
@@ -154,12 +171,13 @@ say "writing tempest.conf (offline: the sandbox's image and flavors)"
     --no-default-deployer --image-disk-format raw --out etc/tempest.conf \
     compute.image_ref "$IMAGE" compute.image_ref_alt "$IMAGE" \
     compute.flavor_ref "$FLAVOR" compute.flavor_ref_alt "$FLAVOR_ALT" \
-    "${overrides[@]}" "${VALIDATION_CONF[@]}" \
+    "${overrides[@]}" "${HOSTS_CONF[@]}" "${VALIDATION_CONF[@]}" \
     >"$WORK/results/discover.log" 2>&1 ||
     fail "discover-tempest-config failed: see $WORK/results/discover.log"
 # the reasons, for the conformance page
 grep -E '^ +[a-z_-]+\.[a-z_]+ (true|false)' "$SCRIPT_DIR/sandbox-tempest.sh" |
     grep -v '^ *validation\.' >"$WORK/results/features.txt"
+echo "$HOSTS_REASON" >>"$WORK/results/features.txt"
 if [ "$VALIDATION" = true ]; then
     echo "    validation.run_validation true   # the Debian cloud-init image, SSH through a floating IP (tools/sandbox.sh reach on)" >>"$WORK/results/features.txt"
 else

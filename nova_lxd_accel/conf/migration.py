@@ -114,6 +114,21 @@ daemons pull containers from.
 Unset (default): the first address LXD reports it listens on
 (``core.https_address``).
 """),
+    cfg.BoolOpt('same_host',
+                default=True,
+                help="""
+Whether a cold migration (``openstack server migrate``, no new flavor) may
+land on the host the server is on.
+
+True (default): this host reports the ``COMPUTE_SAME_HOST_COLD_MIGRATE``
+trait and the scheduler may pick it again: the container is rebuilt on
+the same daemon with the devices of a new allocation (other GPUs, MIG
+slices or shared-GPU units), which moves a server off a GPU on a host of
+its own. False: nova leaves the server's host out, so a cold migration
+always moves it to another host, as libvirt hosts do (and as tempest's
+cold-migration tests expect). Disabling a host's compute service before
+moving its servers off works either way.
+"""),
     cfg.IntOpt('timeout',
                default=3600,
                min=1,

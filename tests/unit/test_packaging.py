@@ -18,11 +18,14 @@ import sys
 import tempfile
 
 from nova.api.validation.extra_specs import validators
+import nova.conf
 from nova import exception as nova_exception
 from nova.virt import driver as virt_driver
 import testtools
 
 from nova_lxd_accel import driver as lxd_driver
+
+CONF = nova.conf.CONF
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -44,6 +47,19 @@ class DriverLoadingTest(testtools.TestCase):
         for name in ('supports_image_type_qcow2', 'supports_multiattach',
                      'supports_device_tagging'):
             self.assertFalse(capabilities[name], name)
+
+    def test_same_host_cold_migration_follows_the_operator(self):
+        # the trait nova's API reads to keep or leave out the server's host
+        self.addCleanup(CONF.clear_override, 'same_host', 'lxd_migration')
+        driver = virt_driver.load_compute_driver(None, 'lxd_accel.LXDDriver')
+        self.assertTrue(driver.capabilities['supports_migrate_to_same_host'])
+        CONF.set_override('same_host', False, 'lxd_migration')
+        driver = virt_driver.load_compute_driver(None, 'lxd_accel.LXDDriver')
+        self.assertFalse(
+            driver.capabilities['supports_migrate_to_same_host'])
+        # the class's own stays as it was
+        self.assertTrue(lxd_driver.LXDDriver.capabilities[
+            'supports_migrate_to_same_host'])
 
 
 class ConfigSampleTest(testtools.TestCase):

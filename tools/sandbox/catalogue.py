@@ -27,6 +27,9 @@ PLAIN_FLAVOR = 'sandbox.small'
 SECOND_FLAVOR = 'sandbox.medium'
 # "sandbox.sh bench": the host of its nova-compute on Nova's fake driver
 FAKE_HOST = 'sandbox-fake-compute'
+# "up --hosts 2": the second nova-compute's host, on the peer daemon
+# (tools/lxd-peer-up.sh), with its own Open vSwitch agent
+SECOND_HOST = 'sandbox-compute-2'
 
 # Networking (Neutron ML2/OVS, userspace datapath): the external bridge and
 # the network namespace that plays "the outside" of the external network.
@@ -49,4 +52,15 @@ NETWORK = collections.OrderedDict([
     ('HOST_IP', '203.0.113.254'),
     ('HOST_PREFIX', '26'),
     ('PRIVATE_CIDR', '192.0.2.0/24'),
+    # Project networks are VLANs of the physical network "tenant" on the
+    # bridge br-tenant. Two OVS agents share one userspace Open vSwitch
+    # here, where VXLAN between them cannot work (both tunnel endpoints
+    # would be 127.0.0.1); "up --hosts 2" gives the second agent its own
+    # bridges, patched to the first one's.
+    ('TENANT_PHYSNET', 'tenant'),
+    ('TENANT_VLANS', '100:199'),
+    ('BR_TENANT', 'br-tenant'),
+    ('BR_INT_2', 'br-int-2'),
+    ('BR_EX_2', 'br-ex-2'),
+    ('BR_TENANT_2', 'br-tenant-2'),
 ])

@@ -44,7 +44,8 @@ from . import processes
 from . import services
 
 USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
-         'none] [--with-horizon|--without-horizon]|down|status|clean|'
+         'none] [--with-horizon|--without-horizon] [--hosts 1|2]|down|'
+         'status|clean|'
          'bench [N]|bench --density N [--wave W]|horizon-test|'
          'image debian|reach on|off')
 
@@ -245,10 +246,14 @@ def step_pip_install(sandbox):
 
 
 def step_write_configs(sandbox):
+    second = []
+    if sandbox.layout.hosts() == 2:
+        second = ['--backend', sandbox.daemon.backend, '--peer-dir',
+                  sandbox.daemon.peer_directory]
     sandbox.venv_python(
         layout_module.VENV_SIDE, 'configs', 'write', '--daemon-socket',
         sandbox.daemon.socket, '--compute-driver',
-        sandbox.environ['SANDBOX_COMPUTE_DRIVER'], check=True)
+        sandbox.environ['SANDBOX_COMPUTE_DRIVER'], *second, check=True)
     print('configuration in %s (files 0600, directories 0700)'
           % sandbox.layout.etc)
 
@@ -337,16 +342,39 @@ def step_nova_services(sandbox):
     sandbox.start_service('nova-compute')
 
 
+def step_second_host(sandbox):
+    """up --hosts 2: the second host's L2 agent and nova-compute."""
+    since = _utc('%Y-%m-%d %H:%M:%S')
+    sandbox.start_service('neutron-ovs-agent-2')
+    sandbox.hint = sandbox.service_log('neutron-ovs-agent-2')
+    sandbox.provision('wait-agents', '180', since, catalogue.SECOND_HOST)
+    sandbox.start_service('nova-compute-2')
+
+
+def step_one_host(sandbox):
+    """up --hosts 1 after 2: the second host's services stop."""
+    processes.stop(sandbox.layout, list(processes.SECOND_HOST_SERVICES), 30)
+
+
 def step_wait_compute(sandbox):
-    sandbox.hint = sandbox.service_log('nova-compute')
-    pid = str(processes.pid_of(sandbox.layout, 'nova-compute') or '')
+    hosts = [('nova-compute', '')]
+    if sandbox.layout.hosts() == 2:
+        hosts.append(('nova-compute-2', catalogue.SECOND_HOST))
     since = sandbox.compute_since or _utc('%Y-%m-%dT%H:%M:%S')
-    sandbox.provision('wait-compute', '180', pid, since)
+    pids = {}
+    for name, host in hosts:
+        sandbox.hint = sandbox.service_log(name)
+        pids[name] = str(processes.pid_of(sandbox.layout, name) or '')
+        sandbox.provision('wait-compute', '180', pids[name], since, 'no',
+                          host)
     subprocess.run([os.path.join(sandbox.layout.venv, 'bin', 'nova-manage'),
                     '--config-file', sandbox.layout.path('etc', 'nova',
                                                          'nova.conf'),
                     'cell_v2', 'discover_hosts', '--verbose'], check=True)
-    sandbox.provision('wait-compute', '60', pid, since, 'yes')
+    for name, host in hosts:
+        sandbox.hint = sandbox.service_log(name)
+        sandbox.provision('wait-compute', '60', pids[name], since, 'yes',
+                          host)
 
 
 def step_horizon_off(sandbox):
@@ -354,7 +382,7 @@ def step_horizon_off(sandbox):
         sandbox.layout, ['horizon'], 30))
 
 
-def cmd_up(sandbox, hardware_choice, horizon_choice):
+def cmd_up(sandbox, hardware_choice, horizon_choice, hosts_choice=0):
     layout, term, net = sandbox.layout, sandbox.term, catalogue.NETWORK
     if os.geteuid() != 0:
         term.die('run as root (it starts daemons and LXD)')
@@ -375,6 +403,10 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     os.chmod(layout.dir, 0o700)
     with open(layout.path('backend'), 'w') as handle:
         handle.write(sandbox.daemon.backend + '\n')
+    if hosts_choice:
+        with open(layout.path('hosts'), 'w') as handle:
+            handle.write('%d\n' % hosts_choice)
+    hosts = layout.hosts()
     open(sandbox.log_path, 'w').close()
     ports = layout.ports
     step = sandbox.step
@@ -391,6 +423,10 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     step('daemon: %s' % sandbox.daemon.backend, daemon_module.ready,
          sandbox.daemon, sandbox.environ['SANDBOX_COMPUTE_DRIVER'],
          sandbox.environ)
+    if hosts == 2:
+        step('peer daemon for %s (%s)' % (catalogue.SECOND_HOST,
+                                          sandbox.daemon.peer_directory),
+             daemon_module.peer_ready, sandbox.daemon, sandbox.environ)
     step('epmd (127.0.0.1:%d)' % ports['EPMD'], sandbox.run_service, 'epmd')
     step('RabbitMQ (127.0.0.1:%d)' % ports['AMQP'], step_rabbitmq, sandbox)
     step('MariaDB (127.0.0.1:%d)' % ports['MYSQL'], step_mariadb, sandbox)
@@ -403,12 +439,18 @@ def cmd_up(sandbox, hardware_choice, horizon_choice):
     step('restart of nova-compute, nova-api if updated',
          step_restart_changed, sandbox)
     step('Placement, Glance, Neutron, Nova APIs', step_apis, sandbox)
-    step('Open vSwitch, %s, namespace %s' % (net['BR_EX'], net['OUTSIDE_NS']),
-         network.ovs_ready, sandbox.environ)
+    step('Open vSwitch, %s, %s, namespace %s' % (
+        net['BR_EX'], net['BR_TENANT'], net['OUTSIDE_NS']),
+        network.ovs_ready, sandbox.environ, hosts)
     step('Neutron RPC server and agents (OVS, DHCP, L3, metadata)',
          step_network_agents, sandbox)
     step('nova-conductor, nova-scheduler, nova-compute', step_nova_services,
          sandbox)
+    if hosts == 2:
+        step('second host %s: OVS agent, nova-compute'
+             % catalogue.SECOND_HOST, step_second_host, sandbox)
+    else:
+        step('second host off', step_one_host, sandbox)
     step('compute registered, hosts discovered', step_wait_compute, sandbox)
     step("LXD image '%s' in Glance" % catalogue.IMAGE_NAME,
          images.cached_image, layout, catalogue.IMAGE_NAME,
@@ -514,9 +556,12 @@ def cmd_clean(sandbox):
     network.remove_plumbing()
     if ids and shutil.which(sandbox.daemon.cli_name):
         daemon_module.remove_image_aliases(sandbox.daemon, ids)
+        if os.path.exists(sandbox.daemon.peer().socket):
+            daemon_module.remove_image_aliases(sandbox.daemon.peer(), ids)
     for path in (layout.etc, layout.data, layout.logs, layout.run):
         shutil.rmtree(path, ignore_errors=True)
-    for name in ('secrets.env', 'openrc', 'clouds.yaml', 'backend'):
+    for name in ('secrets.env', 'openrc', 'clouds.yaml', 'backend',
+                 'hosts'):
         if os.path.lexists(layout.path(name)):
             os.remove(layout.path(name))
     sandbox.term.say('removed sandbox state (kept %s)' % layout.venv)
@@ -605,6 +650,7 @@ def parse(argv, script):
                         const='1', default='')
     parser.add_argument('--without-horizon', dest='horizon',
                         action='store_const', const='0')
+    parser.add_argument('--hosts', type=int, default=0, choices=(1, 2))
     # bench only
     parser.add_argument('--density', type=int, default=0)
     parser.add_argument('--wave', type=int, default=0)
@@ -612,7 +658,7 @@ def parse(argv, script):
         args, unknown = parser.parse_known_args(argv)
     except SystemExit:
         return None
-    up_only = (args.backend, args.hardware, args.horizon)
+    up_only = (args.backend, args.hardware, args.horizon, args.hosts)
     if unknown or (args.command != 'up' and any(up_only)):
         return None
     if args.command != 'bench' and (args.density or args.wave):
@@ -650,7 +696,7 @@ def main(argv=None):
         sandbox = Sandbox(layout, environ, term, script, daemon)
         command = args.command
         if command == 'up':
-            return cmd_up(sandbox, args.hardware, args.horizon)
+            return cmd_up(sandbox, args.hardware, args.horizon, args.hosts)
         if command in ('down', 'status', 'clean', 'horizon-test') and \
                 not args.args:
             return {'down': cmd_down, 'status': cmd_status,

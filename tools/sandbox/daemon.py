@@ -86,6 +86,14 @@ class Daemon(object):
         self.directory = environ[self.variable]
         self.cli_name = 'incus' if backend == 'incus' else 'lxc'
         self.socket = os.path.join(self.directory, 'unix.socket')
+        # up --hosts 2: the second host's daemon (tools/lxd-peer-up.sh)
+        peer_variable = self.variable.replace('_DIR', '_PEER_DIR')
+        self.peer_directory = environ.get(
+            peer_variable) or '/var/lib/%s-peer' % backend
+
+    def peer(self):
+        """The same kind of daemon at :attr:`peer_directory`."""
+        return Daemon(self.backend, {self.variable: self.peer_directory})
 
     def cli(self, *args, **kwargs):
         """Run the daemon's CLI (subprocess.run's keywords)."""
@@ -156,6 +164,31 @@ def ready(daemon, compute_driver, environ, sleep=time.sleep):
             sleep(2)
     print('%s is not ready: see the errors above and %s/%s.log'
           % (name, daemon.directory, daemon.backend))
+    return False
+
+
+def peer_ready(daemon, environ):
+    """Start the peer daemon, trusted both ways, unless it runs.
+
+    tools/lxd-peer-up.sh (``--incus``): the second host's daemon, both on
+    loopback HTTPS, and the client certificate either nova-compute shows
+    the other's daemon to send it a container (cold migration).
+
+    :returns: True when the peer is ready.
+    """
+    script = os.path.join(layout_module.REPO_DIR, 'tools', 'lxd-peer-up.sh')
+    env = dict(environ)
+    env[daemon.variable] = daemon.directory
+    env[daemon.variable.replace('_DIR', '_PEER_DIR')] = daemon.peer_directory
+    env['%s_INSTALL' % daemon.backend.upper()] = environ.get('SANDBOX_APT',
+                                                             '1')
+    argv = ['bash', script] + (['--incus'] if daemon.backend == 'incus'
+                               else [])
+    # From /: see ready()
+    if subprocess.run(argv, cwd='/', env=env).returncode == 0:
+        return True
+    print('the peer daemon is not ready: see the errors above and %s/%s.log'
+          % (daemon.peer_directory, daemon.backend))
     return False
 
 

@@ -103,6 +103,11 @@ class Layout(object):
     def url(self, port_name, suffix=''):
         return 'http://127.0.0.1:%d%s' % (self.ports[port_name], suffix)
 
+    def hosts(self):
+        """How many compute hosts ``up`` ran with (``--hosts``): 1 or 2."""
+        text = (read_text(self.path('hosts')) or '').strip()
+        return 2 if text == '2' else 1
+
     def credential_files(self):
         return [self.path(name) for name in CREDENTIAL_FILES]
 

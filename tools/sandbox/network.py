@@ -55,15 +55,48 @@ def namespaces():
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def ovs_ready(environ):
-    """Open vSwitch running, the external bridge, the outside namespace."""
+def _bridge(name):
+    _run(['ovs-vsctl', '--may-exist', 'add-br', name, '--', 'set',
+          'bridge', name, 'datapath_type=netdev'])
+
+
+def _patch(left, right):
+    """A patch port pair between two bridges: one segment of both."""
+    ends = ('sbx-%s' % left)[:15], ('sbx-%s' % right)[:15]
+    argv = ['ovs-vsctl']
+    for bridge, port, peer in ((left, ends[0], ends[1]),
+                               (right, ends[1], ends[0])):
+        argv += ['--', '--may-exist', 'add-port', bridge, port, '--', 'set',
+                 'interface', port, 'type=patch', 'options:peer=%s' % peer]
+    _run(argv)
+
+
+#: the second host's physical bridges, each patched to the first host's
+def _second_host_bridges():
+    net = catalogue.NETWORK
+    return ((net['BR_EX'], net['BR_EX_2']),
+            (net['BR_TENANT'], net['BR_TENANT_2']))
+
+
+def ovs_ready(environ, hosts=1):
+    """Open vSwitch running, the physical bridges, the outside namespace.
+
+    The project networks' bridge (VLANs of physical network "tenant");
+    with two hosts, the second host's external and project bridges,
+    patched to the first host's: as if both hosts' NICs were on one
+    switch.
+    """
     net = catalogue.NETWORK
     env = dict(environ, OVS_INSTALL=environ.get('SANDBOX_APT', '1'))
     _run(['bash', os.path.join(layout_module.REPO_DIR, 'tools',
                                'ovs-up.sh')], cwd='/', env=env)
     bridge, space, veth = net['BR_EX'], net['OUTSIDE_NS'], net['OUTSIDE_VETH']
-    _run(['ovs-vsctl', '--may-exist', 'add-br', bridge, '--', 'set',
-          'bridge', bridge, 'datapath_type=netdev'])
+    _bridge(bridge)
+    _bridge(net['BR_TENANT'])
+    if hosts == 2:
+        for first, second in _second_host_bridges():
+            _bridge(second)
+            _patch(first, second)
     if space not in namespaces():
         _run(['ip', 'netns', 'add', space])
     if not _quiet(['ip', 'link', 'show', veth]):
@@ -76,8 +109,12 @@ def ovs_ready(environ):
     _run(inside + ['ip', 'link', 'set', 'eth0', 'up'])
     _run(inside + ['ip', 'addr', 'replace', net['OUTSIDE_IP'] + '/24',
                    'dev', 'eth0'])
-    print('OVS ready; %s; namespace %s at %s'
-          % (bridge, space, net['OUTSIDE_IP']))
+    print('OVS ready; %s, %s; namespace %s at %s'
+          % (bridge, net['BR_TENANT'], space, net['OUTSIDE_IP']))
+    if hosts == 2:
+        print('second host: %s' % ', '.join(
+            '%s patched to %s' % (second, first)
+            for first, second in _second_host_bridges()))
 
 
 #: the iptables chain that keeps the servers from opening connections to
@@ -199,8 +236,10 @@ def remove_plumbing():
         if _AGENT_NAMESPACE.match(space) or space == net['OUTSIDE_NS']:
             _quiet(['ip', 'netns', 'delete', space])
     if shutil.which('ovs-vsctl'):
-        _quiet(['ovs-vsctl', '--if-exists', 'del-br', 'br-int', '--',
-                '--if-exists', 'del-br', 'br-tun', '--', '--if-exists',
-                'del-br', net['BR_EX']])
+        argv = ['ovs-vsctl']
+        for bridge in ('br-int', 'br-tun', net['BR_EX'], net['BR_TENANT'],
+                       net['BR_INT_2'], net['BR_EX_2'], net['BR_TENANT_2']):
+            argv += ['--', '--if-exists', 'del-br', bridge]
+        _quiet(argv)
     _quiet(['ip', 'link', 'delete', net['OUTSIDE_VETH']])
     host_reach(False)

@@ -353,6 +353,10 @@ def _mib(kib):
     return '-' if kib is None else str(kib // 1024)
 
 
+#: the services of ``up --hosts 2``'s second compute host
+SECOND_HOST_SERVICES = ('neutron-ovs-agent-2', 'nova-compute-2')
+
+
 def status(layout, backend, daemon_socket, out=sys.stdout):
     """The table of ``tools/sandbox.sh status``; True when all run."""
     out.write('daemon: %s at %s\n' % (backend, daemon_socket))
@@ -380,7 +384,9 @@ def status(layout, backend, daemon_socket, out=sys.stdout):
         pid = pids[service.name]
         optional_off = (service.name == 'hwproxy' and
                         not hardware.active(layout) or
-                        service.name == 'horizon' and not horizon_on)
+                        service.name == 'horizon' and not horizon_on or
+                        service.name in SECOND_HOST_SERVICES and
+                        layout.hosts() < 2)
         if optional_off and pid is None:
             continue
         expected += 1

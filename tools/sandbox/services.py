@@ -166,6 +166,12 @@ def neutron_ovs_agent(layout, context):
                    _conf(layout, 'neutron-ovs-agent'), 0)
 
 
+def neutron_ovs_agent_2(layout, context):
+    # up --hosts 2: the second host's L2 agent
+    return Command({}, _in_process(layout, 'neutron-openvswitch-agent') +
+                   _conf(layout, 'neutron-ovs-agent-2'), 0)
+
+
 def neutron_dhcp_agent(layout, context):
     # The DHCP and the L3 agent, in one process.
     return Command({}, _in_process(layout, 'neutron-dhcp+l3-agent') +
@@ -213,6 +219,12 @@ def nova_compute(layout, context):
                    _conf(layout, 'nova-compute'), 0)
 
 
+def nova_compute_2(layout, context):
+    # up --hosts 2: host SECOND_HOST, on the peer daemon
+    return Command({}, [_venv(layout, 'bin', 'nova-compute')] +
+                   _conf(layout, 'nova-compute-2'), 0)
+
+
 def horizon(layout, context):
     return Command(
         {'DJANGO_SETTINGS_MODULE': 'openstack_dashboard.settings'},
@@ -248,6 +260,10 @@ SERVICES = (
     Service('neutron-ovs-agent', (),
             (_NEUTRON, 'etc/neutron/openvswitch_agent.ini', IN_PROCESS),
             False, neutron_ovs_agent, None),
+    # up --hosts 2 only
+    Service('neutron-ovs-agent-2', (),
+            (_NEUTRON, 'etc/neutron/openvswitch_agent-2.ini', IN_PROCESS),
+            True, neutron_ovs_agent_2, None),
     # runs the L3 agent too (venv/in_process.py)
     Service('neutron-dhcp-agent', (),
             (_NEUTRON, 'etc/neutron/dhcp_agent.ini',
@@ -269,6 +285,9 @@ SERVICES = (
     Service('nova-compute', (),
             ('etc/nova/nova-compute.conf', 'data/hardware/name'), False,
             nova_compute, None),
+    # up --hosts 2 only
+    Service('nova-compute-2', (), ('etc/nova/nova-compute-2.conf',), True,
+            nova_compute_2, None),
     Service('horizon', ('HORIZON',),
             ('etc/horizon/local_settings.py', 'data/horizon/static.stamp',
              WSGI_SERVER), True, horizon, None),

@@ -106,11 +106,16 @@ class LayoutTest(testtools.TestCase):
                          result.stdout.splitlines())
 
 
-def _settings(lay, hardware=None, microversion='2.100'):
+def _settings(lay, hardware=None, microversion='2.100', second=None):
     secrets = {name: name.lower() + '-value' for name in credentials.NAMES}
     return configs.Settings(lay, secrets, 'lxd_accel.LXDDriver',
                             '/var/lib/lxd/unix.socket', hardware,
-                            microversion)
+                            microversion, second)
+
+
+def _two_hosts(backend='lxd'):
+    return configs.second_host(backend, '/var/lib/%s/unix.socket' % backend,
+                               '/var/lib/%s-peer' % backend, 'first')
 
 
 def _parse(text):
@@ -138,10 +143,14 @@ class ConfigsTest(testtools.TestCase):
         # the writers agree; nova's paste file (copied from the venv) and
         # the recorded hardware come from elsewhere.
         elsewhere = ('etc/nova/api-paste.ini',)
+        two_hosts = configs.build(_settings(self.layout,
+                                            second=_two_hosts()))
         for service in services.SERVICES:
             for path in service.files:
                 if path.startswith('etc/') and path not in elsewhere:
-                    self.assertIn(path, self.files, service.name)
+                    self.assertIn(path, two_hosts, service.name)
+                    if service.name not in processes.SECOND_HOST_SERVICES:
+                        self.assertIn(path, self.files, service.name)
 
     def test_services_meet_at_the_layout_s_ports(self):
         nova = _parse(self.files['etc/nova/nova.conf'])
@@ -199,6 +208,65 @@ class ConfigsTest(testtools.TestCase):
         self.assertEqual('lxd_accel.LXDDriver',
                          compute['DEFAULT']['compute_driver'])
         self.assertFalse(compute.has_option('DEFAULT', 'host'))
+
+    def test_project_networks_are_vlans_of_the_tenant_bridge(self):
+        ml2 = _parse(self.files['etc/neutron/plugins/ml2/ml2_conf.ini'])
+        self.assertEqual('vlan', ml2['ml2']['tenant_network_types'])
+        self.assertEqual('tenant:100:199',
+                         ml2['ml2_type_vlan']['network_vlan_ranges'])
+        agent = _parse(self.files['etc/neutron/openvswitch_agent.ini'])
+        self.assertEqual('public:br-ex,tenant:br-tenant',
+                         agent['ovs']['bridge_mappings'])
+        # one host: no second agent, no second nova-compute, no migration
+        self.assertNotIn('etc/neutron/openvswitch_agent-2.ini', self.files)
+        self.assertNotIn('etc/nova/nova-compute-2.conf', self.files)
+        compute = _parse(self.files['etc/nova/nova-compute.conf'])
+        self.assertFalse(compute.has_section('lxd_migration'))
+
+    def test_second_host_has_its_agent_daemon_and_directories(self):
+        files = configs.build(_settings(self.layout, second=_two_hosts()))
+        agent = _parse(files['etc/neutron/openvswitch_agent-2.ini'])
+        first_agent = _parse(files['etc/neutron/openvswitch_agent.ini'])
+        self.assertEqual(catalogue.SECOND_HOST, agent['DEFAULT']['host'])
+        self.assertEqual('br-int-2', agent['ovs']['integration_bridge'])
+        self.assertEqual('public:br-ex-2,tenant:br-tenant-2',
+                         agent['ovs']['bridge_mappings'])
+        self.assertNotEqual(
+            first_agent['ovs'].get('of_listen_port', '6633'),
+            agent['ovs']['of_listen_port'])
+        first = _parse(files['etc/nova/nova-compute.conf'])
+        second = _parse(files['etc/nova/nova-compute-2.conf'])
+        self.assertEqual(catalogue.SECOND_HOST, second['DEFAULT']['host'])
+        self.assertFalse(first.has_option('DEFAULT', 'host'))
+        self.assertFalse(second.has_section('database'))
+        self.assertEqual('/var/lib/lxd-peer/unix.socket',
+                         second['lxd']['endpoint'])
+        self.assertEqual('/var/lib/lxd/unix.socket', first['lxd']['endpoint'])
+        for option in (('DEFAULT', 'state_path'),
+                       ('DEFAULT', 'instances_path'),
+                       ('oslo_concurrency', 'lock_path')):
+            self.assertNotEqual(first.get(*option), second.get(*option))
+            self.assertIn('/srv/sandbox/data/nova-2', second.get(*option))
+        # either one sends a container to the other's daemon
+        for conf in (first, second):
+            self.assertEqual(
+                'first:https://127.0.0.1:8443,'
+                'sandbox-compute-2:https://127.0.0.1:8444',
+                conf['lxd_migration']['endpoints'])
+            self.assertEqual(
+                'first:/var/lib/lxd/server.crt,'
+                'sandbox-compute-2:/var/lib/lxd-peer/server.crt',
+                conf['lxd_migration']['server_certs'])
+            self.assertEqual('/var/lib/lxd-peer/nova-migration.crt',
+                             conf['lxd_migration']['client_cert'])
+            self.assertEqual('false', conf['lxd_migration']['same_host'])
+
+    def test_second_host_on_incus_uses_incus_s_addresses(self):
+        second = _two_hosts('incus')
+        self.assertEqual('/var/lib/incus-peer/unix.socket',
+                         second.daemon_socket)
+        self.assertEqual(['https://127.0.0.1:8445', 'https://127.0.0.1:8446'],
+                         list(second.endpoints.values()))
 
     def test_horizon_settings_are_python_with_the_secret_key(self):
         namespace = {}

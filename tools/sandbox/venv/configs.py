@@ -20,6 +20,7 @@ then writes them all, 0600 in 0700 directories, so re-running ``up``
 always leaves a coherent set.
 
 Usage: configs.py write --daemon-socket PATH [--compute-driver DRIVER]
+                        [--backend lxd|incus --peer-dir DIR]
 
 Run with the sandbox venv's Python (it reads the installed Nova's newest
 compute API microversion and copies the packages' paste files); standard
@@ -49,7 +50,40 @@ Settings = collections.namedtuple('Settings', [
     'daemon_socket',   # the LXD or Incus daemon's unix socket
     'hardware',        # the simulated host's name, or None (up --hardware)
     'microversion',    # the newest compute API microversion, "2.N"
+    'second_host',     # SecondHost (up --hosts 2), or None
+], defaults=(None,))
+
+#: "up --hosts 2": the peer daemon the second nova-compute uses, and what
+#: both nova-computes need to send a container to the other's daemon
+#: (tools/lxd-peer-up.sh made the certificates and the trust)
+SecondHost = collections.namedtuple('SecondHost', [
+    'daemon_socket',   # the peer daemon's unix socket
+    'client_cert',     # the certificate both daemons trust, and its key
+    'client_key',
+    'endpoints',       # {compute host: https URL of its daemon}
+    'server_certs',    # {compute host: its daemon's server.crt}
 ])
+
+#: the loopback HTTPS addresses tools/lxd-peer-up.sh gives the main daemon
+#: and its peer
+PEER_ADDRESSES = {'lxd': ('127.0.0.1:8443', '127.0.0.1:8444'),
+                  'incus': ('127.0.0.1:8445', '127.0.0.1:8446')}
+
+
+def second_host(backend, daemon_socket, peer_dir, first_host):
+    """The :class:`SecondHost` of the peer daemon at ``peer_dir``."""
+    main_dir = os.path.dirname(daemon_socket)
+    main_address, peer_address = PEER_ADDRESSES[backend]
+    return SecondHost(
+        os.path.join(peer_dir, 'unix.socket'),
+        os.path.join(peer_dir, 'nova-migration.crt'),
+        os.path.join(peer_dir, 'nova-migration.key'),
+        collections.OrderedDict([
+            (first_host, 'https://' + main_address),
+            (catalogue.SECOND_HOST, 'https://' + peer_address)]),
+        collections.OrderedDict([
+            (first_host, os.path.join(main_dir, 'server.crt')),
+            (catalogue.SECOND_HOST, os.path.join(peer_dir, 'server.crt'))]))
 
 
 def ini(*sections):
@@ -209,7 +243,10 @@ def neutron(settings):
     agent = ('agent', [('root_helper', root_helper(settings))])
     ovs_for_agents = ('ovs', [('integration_bridge', 'br-int'),
                               ('ovsdb_connection', 'tcp:127.0.0.1:6640')])
-    return {
+    net = catalogue.NETWORK
+    security_groups = ('securitygroup', [('firewall_driver', 'openvswitch'),
+                                         ('enable_security_group', 'true')])
+    files = {
         'etc/neutron/neutron.conf': ini(
             ('DEFAULT', [
                 ('use_stderr', 'true'),
@@ -245,12 +282,18 @@ def neutron(settings):
         ),
         'etc/neutron/plugins/ml2/ml2_conf.ini': ini(
             ('ml2', [
-                ('type_drivers', 'flat,vxlan'),
-                ('tenant_network_types', 'vxlan'),
+                ('# VLAN project networks: two OVS agents on one userspace '
+                 'Open vSwitch', None),
+                ('# reach each other through patched bridges (up --hosts '
+                 '2), not VXLAN.', None),
+                ('type_drivers', 'flat,vlan,vxlan'),
+                ('tenant_network_types', 'vlan'),
                 ('mechanism_drivers', 'openvswitch'),
                 ('extension_drivers', 'port_security'),
             ]),
             ('ml2_type_flat', [('flat_networks', 'public')]),
+            ('ml2_type_vlan', [('network_vlan_ranges', '%s:%s' % (
+                net['TENANT_PHYSNET'], net['TENANT_VLANS']))]),
             ('ml2_type_vxlan', [('vni_ranges', '1:1000')]),
         ),
         'etc/neutron/openvswitch_agent.ini': ini(
@@ -258,16 +301,17 @@ def neutron(settings):
                 ('datapath_type', 'netdev'),
                 ('integration_bridge', 'br-int'),
                 ('tunnel_bridge', 'br-tun'),
-                ('bridge_mappings',
-                 'public:%s' % catalogue.NETWORK['BR_EX']),
+                ('bridge_mappings', 'public:%s,%s:%s' % (
+                    net['BR_EX'], net['TENANT_PHYSNET'], net['BR_TENANT'])),
+                ('# VXLAN networks made before VLAN ones were the default '
+                 'keep working', None),
                 ('local_ip', '127.0.0.1'),
                 ('ovsdb_connection', 'tcp:127.0.0.1:6640'),
                 ('of_listen_address', '127.0.0.1'),
             ]),
             ('agent', [('tunnel_types', 'vxlan'),
                        ('root_helper', root_helper(settings))]),
-            ('securitygroup', [('firewall_driver', 'openvswitch'),
-                               ('enable_security_group', 'true')]),
+            security_groups,
         ),
         'etc/neutron/dhcp_agent.ini': ini(
             ('DEFAULT', [
@@ -312,6 +356,27 @@ def neutron(settings):
             agent,
         ),
     }
+    if settings.second_host:
+        # The second host's L2 agent: its own integration bridge and
+        # physical bridges (patched to the first host's by network.py),
+        # its own OpenFlow port; the DHCP, L3 and metadata agents stay on
+        # the first host.
+        files['etc/neutron/openvswitch_agent-2.ini'] = ini(
+            ('DEFAULT', [('host', catalogue.SECOND_HOST)]),
+            ('ovs', [
+                ('datapath_type', 'netdev'),
+                ('integration_bridge', net['BR_INT_2']),
+                ('bridge_mappings', 'public:%s,%s:%s' % (
+                    net['BR_EX_2'], net['TENANT_PHYSNET'],
+                    net['BR_TENANT_2'])),
+                ('ovsdb_connection', 'tcp:127.0.0.1:6640'),
+                ('of_listen_address', '127.0.0.1'),
+                ('of_listen_port', '6634'),
+            ]),
+            ('agent', [('root_helper', root_helper(settings))]),
+            security_groups,
+        )
+    return files
 
 
 def nova_sections(settings):
@@ -330,8 +395,9 @@ def nova_sections(settings):
             ('instances_path', os.path.join(data, 'instances')),
             ('compute_driver', settings.compute_driver),
             ('heal_instance_info_cache_interval', '-1'),
-            ('# One host: resize (to the other CPU flavor) happens on it.',
-             None),
+            ('# One host: resize (to the other CPU flavor) happens on it; '
+             'with two,', None),
+            ('# on either.', None),
             ('allow_resize_to_same_host', 'true'),
             ('# Heartbeats every 5 s: "up" notices a restarted nova-compute '
              'sooner.', None),
@@ -346,6 +412,16 @@ def nova_sections(settings):
         ('conductor', [('workers', '1')]),
         ('scheduler', [('workers', '1'),
                        ('discover_hosts_in_cells_interval', '30')]),
+        ('filter_scheduler', [
+            ('# nova\'s defaults, and the scheduler hints same_host and '
+             'different_host', None),
+            ('# (up --hosts 2; tempest\'s multi-node tests use them)',
+             None),
+            ('enabled_filters',
+             'ComputeFilter,ComputeCapabilitiesFilter,'
+             'ImagePropertiesFilter,ServerGroupAntiAffinityFilter,'
+             'ServerGroupAffinityFilter,SameHostFilter,DifferentHostFilter'),
+        ]),
         ('oslo_concurrency', [('lock_path', os.path.join(data, 'lock'))]),
         ('oslo_messaging_notifications', [('driver', 'noop')]),
         ('vnc', [('enabled', 'false')]),
@@ -414,9 +490,54 @@ def nova(settings):
              ([('host', catalogue.FAKE_HOST)] if name == 'DEFAULT'
               else []))
             for name, options in compute]
-    return {'etc/nova/nova.conf': ini(*sections),
-            'etc/nova/nova-compute.conf': ini(*compute),
-            'etc/nova/nova-compute-fake.conf': ini(*fake)}
+    files = {'etc/nova/nova.conf': ini(*sections),
+             'etc/nova/nova-compute.conf': ini(*compute),
+             'etc/nova/nova-compute-fake.conf': ini(*fake)}
+    if settings.second_host:
+        files['etc/nova/nova-compute.conf'] = ini(
+            *compute + [migration_section(settings.second_host)])
+        files['etc/nova/nova-compute-2.conf'] = ini(*second_compute(
+            settings, sections))
+    return files
+
+
+def migration_section(second):
+    """[lxd_migration]: either nova-compute sends to the other's daemon."""
+    def pairs(mapping):
+        return ','.join('%s:%s' % item for item in mapping.items())
+    return ('lxd_migration', [
+        ('# "server migrate" moves to the other host (tempest expects it)',
+         None),
+        ('same_host', 'false'),
+        ('client_cert', second.client_cert),
+        ('client_key', second.client_key),
+        ('endpoints', pairs(second.endpoints)),
+        ('server_certs', pairs(second.server_certs)),
+    ])
+
+
+def second_compute(settings, sections):
+    """nova-compute-2.conf: host SECOND_HOST on the peer daemon.
+
+    Its own state, instances and lock directories; the host's own
+    hardware (no simulated one).
+    """
+    data = os.path.join(settings.layout.data, 'nova-2')
+    second = settings.second_host
+    own = {'DEFAULT': {'state_path': data,
+                       'instances_path': os.path.join(data, 'instances')},
+           'oslo_concurrency': {'lock_path': os.path.join(data, 'lock')},
+           'lxd': {'endpoint': second.daemon_socket}}
+    result = []
+    for name, options in sections:
+        if name in ('database', 'api_database'):
+            continue
+        changed = own.get(name, {})
+        options = [(key, changed.get(key, value)) for key, value in options]
+        if name == 'DEFAULT':
+            options.append(('host', catalogue.SECOND_HOST))
+        result.append((name, options))
+    return result + [migration_section(second)]
 
 
 def horizon(settings):
@@ -494,7 +615,8 @@ WRITERS = (rabbitmq, keystone, placement, glance, neutron, nova, horizon,
 
 #: directories the services need besides those of their files
 DATA_DIRS = ('data/glance/images', 'data/glance/staging', 'data/glance/tasks',
-             'data/neutron', 'data/nova/instances', 'data/nova/lock')
+             'data/neutron', 'data/nova/instances', 'data/nova/lock',
+             'data/nova-2/instances', 'data/nova-2/lock')
 
 
 def build(settings):
@@ -580,6 +702,10 @@ def main(argv):
     parser.add_argument('action', choices=['write'])
     parser.add_argument('--daemon-socket', required=True)
     parser.add_argument('--compute-driver', default='lxd_accel.LXDDriver')
+    parser.add_argument('--backend', choices=sorted(PEER_ADDRESSES),
+                        default='lxd')
+    parser.add_argument('--peer-dir', default='',
+                        help='up --hosts 2: the peer daemon\'s directory')
     args = parser.parse_args(argv[1:])
     lay = layout_module.Layout.from_environ()
     secrets = credentials.load(lay)
@@ -589,9 +715,14 @@ def main(argv):
                          % (credentials.secrets_path(lay),
                             ', '.join(missing)))
         return 1
+    second = None
+    if args.peer_dir:
+        import socket
+        second = second_host(args.backend, args.daemon_socket,
+                             args.peer_dir, socket.gethostname())
     settings = Settings(lay, secrets, args.compute_driver,
                         args.daemon_socket, simulated_host(lay),
-                        newest_microversion())
+                        newest_microversion(), second)
     for path in write(settings):
         print('wrote %s' % path)
     return 0

@@ -40,7 +40,7 @@ Phases:
     message bus drops what is sent to a topic nobody consumes yet: an
     agent started earlier waits a minute for its first answer). The bus
     is Neutron's own ``transport_url``, read from its neutron.conf.
-``wait-agents TIMEOUT SINCE``
+``wait-agents TIMEOUT SINCE [HOST]``
     wait until Neutron's Open vSwitch, DHCP, L3 and metadata agents have
     reported alive since SINCE (UTC ISO 8601).
 ``network PUBLIC_CIDR OUTSIDE_IP PRIVATE_CIDR``
@@ -57,7 +57,7 @@ Phases:
     cloud (and Horizon's test logs in), with a network of its own: Neutron's
     auto-allocated topology (network, subnet from the default pool,
     router to ``public``).
-``wait-compute TIMEOUT PID SINCE [yes]``
+``wait-compute TIMEOUT PID SINCE [yes|no [HOST]]``
     wait until nova-compute (process PID, started at SINCE, UTC ISO 8601)
     has reported in and has a resource provider in Placement; with
     ``yes``, until its node is also mapped to a cell.
@@ -420,13 +420,21 @@ def phase_wait_rpc(timeout):
             'nobody consumes %s (see log/neutron-rpc.log)')
 
 
-def phase_wait_agents(conn, timeout, since):
+def phase_wait_agents(conn, timeout, since, host=''):
+    """Every agent type alive since ``since``.
+
+    With ``host``, only the OVS agent of that host (``up --hosts 2``).
+    """
+    types = AGENT_TYPES if not host else tuple(
+        t for t in AGENT_TYPES if 'Open vSwitch' in t)
+
     def missing_now():
         alive = {a.agent_type for a in conn.network.agents()
-                 if a.is_alive and (a.last_heartbeat_at or '') >= since}
-        return [t for t in AGENT_TYPES if t not in alive]
+                 if a.is_alive and (a.last_heartbeat_at or '') >= since and
+                 a.host in (host or a.host,)}
+        return [t for t in types if t not in alive]
 
-    return _poll(timeout, 1, missing_now, AGENT_TYPES,
+    return _poll(timeout, 1, missing_now, types,
                  'Neutron agents alive: %s',
                  'no live %s (see log/neutron-*-agent.log)')
 
@@ -560,14 +568,15 @@ def phase_metadefs(conn, *namespaces):
     return 0
 
 
-def phase_wait_compute(conn, timeout, pid, since, mapped='no'):
+def phase_wait_compute(conn, timeout, pid, since, mapped='no', host=''):
     """Wait for nova-compute ``pid`` to report in after ``since`` (UTC).
 
     A service record or provider left by an earlier run does not count:
     the service must have been updated since this run started it. With
     ``mapped=yes``, also wait for its node in the hypervisor list, which
     shows only hosts mapped to a cell (``nova-manage cell_v2
-    discover_hosts``).
+    discover_hosts``). With ``host``, that host's nova-compute (``up
+    --hosts 2``: the second one).
     """
     started = time.monotonic()
     deadline = started + float(timeout)
@@ -580,6 +589,8 @@ def phase_wait_compute(conn, timeout, pid, since, mapped='no'):
                     if s.binary == 'nova-compute']
         fresh = {s.host for s in services if s.state == 'up' and
                  (s.updated_at or '') >= since}
+        # the one host asked for; else the first host's (and the bench's)
+        fresh = fresh & {host} if host else fresh - {catalogue.SECOND_HOST}
         providers = {p.name for p in conn.placement.resource_providers()}
         if not services:
             state = 'no nova-compute service record yet'

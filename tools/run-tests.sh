@@ -14,7 +14,9 @@
 # cASO and cloud-info-provider), $TOX_PARALLEL at a time;
 # then the sandbox end to end (and SSH into its Debian cloud-init image),
 # tempest's compute and image smoke tests
-# against it (tools/sandbox-tempest.sh --subset ci), and the sandbox on a
+# against it (tools/sandbox-tempest.sh --subset ci), its cold-migration
+# and multi-node tests on two compute hosts (sandbox.sh up --hosts 2;
+# --subset multinode), the benches, and the sandbox on a
 # simulated GPU and InfiniBand host (sandbox-e2e.sh --hardware), a
 # simulated shared GPU's MPS limits over SSH (sandbox-e2e.sh --mps), and
 # Horizon's browser test on the first (sandbox.sh up --with-horizon;
@@ -178,6 +180,16 @@ if [ "${SKIP_SANDBOX:-0}" != 1 ] && [ -x "$repo/tools/sandbox-e2e.sh" ]; then
     "$repo/tools/sandbox-tempest.sh" --subset ci || tempest_rc=$?
     [ "$tempest_rc" = 0 ] ||
         { "$repo/tools/sandbox.sh" down; echo "tempest failed" >&2; exit 1; }
+    # A second compute host on the peer daemon: tempest's cold-migration
+    # and multi-node tests (servers on both hosts, SSH validation), then
+    # back to one host for the rest.
+    step "Sandbox on two compute hosts: tempest's multi-node tests"
+    multinode_rc=0
+    { "$repo/tools/sandbox.sh" up --hosts 2 &&
+        "$repo/tools/sandbox-tempest.sh" --subset multinode &&
+        "$repo/tools/sandbox.sh" up --hosts 1; } || multinode_rc=$?
+    [ "$multinode_rc" = 0 ] || { "$repo/tools/sandbox.sh" down
+        echo "the two-host sandbox failed" >&2; exit 1; }
     # Its numbers: this driver next to Nova's fake driver and raw LXD.
     step "Sandbox bench (3 servers)"
     "$repo/tools/sandbox.sh" bench 3 ||

@@ -100,9 +100,13 @@ def run(layout, count, say, density_wave=0):
     """
     env = openstack_env(layout)
     hosts = _openstack(env, 'compute', 'service', 'list', '--service',
-                       'nova-compute', '-f', 'value', '-c', 'Host')
-    lxd_hosts = [host for host in hosts.stdout.split()
-                 if host != catalogue.FAKE_HOST]
+                       'nova-compute', '-f', 'value', '-c', 'Host', '-c',
+                       'Status', '-c', 'State')
+    # enabled and up: not the second host of an earlier "up --hosts 2"
+    lxd_hosts = [words[0] for words in (line.split() for line in
+                                        hosts.stdout.splitlines())
+                 if words[1:] == ['enabled', 'up'] and
+                 words[0] != catalogue.FAKE_HOST]
     if not lxd_hosts:
         say('sandbox: no nova-compute of this driver is listed')
         return 1

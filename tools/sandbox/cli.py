@@ -352,7 +352,14 @@ def step_second_host(sandbox):
 
 
 def step_one_host(sandbox):
-    """up --hosts 1 after 2: the second host's services stop."""
+    """up --hosts 1 after 2: the second host's services stop.
+
+    Its compute service is disabled first: nova would count it up for a
+    minute more and could schedule to it (and disabling a stopped
+    nova-compute waits a minute for its answer).
+    """
+    if sandbox.is_running('nova-compute-2'):
+        sandbox.provision('second-host', 'off')
     processes.stop(sandbox.layout, list(processes.SECOND_HOST_SERVICES), 30)
 
 
@@ -375,6 +382,9 @@ def step_wait_compute(sandbox):
         sandbox.hint = sandbox.service_log(name)
         sandbox.provision('wait-compute', '60', pids[name], since, 'yes',
                           host)
+    if len(hosts) == 2:
+        # disabled by an earlier "up --hosts 1"
+        sandbox.provision('second-host', 'on')
 
 
 def step_horizon_off(sandbox):

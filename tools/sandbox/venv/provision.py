@@ -40,6 +40,9 @@ Phases:
     message bus drops what is sent to a topic nobody consumes yet: an
     agent started earlier waits a minute for its first answer). The bus
     is Neutron's own ``transport_url``, read from its neutron.conf.
+``second-host on|off``
+    enable or disable the nova-compute service of ``up --hosts 2``'s
+    second host (``up --hosts 1`` stops it).
 ``wait-agents TIMEOUT SINCE [HOST]``
     wait until Neutron's Open vSwitch, DHCP, L3 and metadata agents have
     reported alive since SINCE (UTC ISO 8601).
@@ -620,6 +623,27 @@ def phase_wait_compute(conn, timeout, pid, since, mapped='no', host=''):
     return 1
 
 
+def phase_second_host(conn, state):
+    """Enable (``on``) or disable (``off``) the second host's service.
+
+    ``up --hosts 1`` stops its nova-compute; nova would still count it up
+    for a minute and could schedule to it. Disabled, the scheduler leaves
+    it out at once; ``up --hosts 2`` enables it again.
+    """
+    for service in conn.compute.services():
+        if service.binary != 'nova-compute' or \
+                service.host != catalogue.SECOND_HOST:
+            continue
+        if state == 'on' and service.status == 'disabled':
+            conn.compute.enable_service(service)
+            print('%s enabled' % service.host)
+        elif state == 'off' and service.status != 'disabled':
+            conn.compute.disable_service(
+                service, disabled_reason='tools/sandbox.sh up --hosts 1')
+            print('%s disabled (up --hosts 1)' % service.host)
+    return 0
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -644,6 +668,8 @@ def main(argv):
         return phase_demo(conn)
     if phase == 'wait-compute':
         return phase_wait_compute(conn, *args)
+    if phase == 'second-host':
+        return phase_second_host(conn, *args)
     print('unknown phase %r' % phase, file=sys.stderr)
     return 2
 

@@ -31,7 +31,9 @@ sandbox venv (the fake driver's nova-compute runs for the duration, as for
   and of the daemon, their RSS, and the daemon's list of all instances;
 * full: the memory of a container of the driver (its cgroup, as the daemon
   reports it) against raw launches of the same image;
-* then every server deleted in waves of W: delete -> gone p50 and p95.
+* then every server deleted in waves of W: delete -> gone p50 and p95;
+* with ``--spread-host`` (``tools/sandbox.sh up --hosts 2``), a third run
+  sends each wave's servers to both of this driver's hosts in turn.
 
 The bench lifts the project's quotas and raises the allocation ratios of
 VCPU, MEMORY_MB and DISK_GB on both hosts' providers as far as N servers
@@ -246,15 +248,18 @@ def checkpoint(layout, service, servers, idle, say):
     return row
 
 
-def boot_wave(conn, host, image, flavor, first, size, timeout, created):
+def boot_wave(conn, hosts, image, flavor, first, size, timeout, created):
     """Create ``size`` servers at once; wait until all are ACTIVE.
 
+    :param hosts: the host each server is sent to, in turn (one host, or
+        several to spread a wave over them).
     :param created: each server's id is added as soon as it exists, so
         that a wave that fails is deleted with the rest.
     """
     started = {}
     wall0 = time.monotonic()
     for index in range(first, first + size):
+        host = hosts[index % len(hosts)]
         t0 = time.monotonic()
         server = conn.compute.create_server(
             name='%s%s-%d' % (PREFIX, host, index), image_id=image.id,
@@ -360,27 +365,36 @@ def split(times, phases):
     return {name: median(values) for name, values in parts.items()}
 
 
-def run_host(conn, layout, host, service, image, flavor, args, say):
-    compute_log = LogTail(layout.path('log', service + '.log'))
+def run_host(conn, layout, hosts, services, image, flavor, args, say):
+    """N servers in waves on one host, or spread over several in turn.
+
+    With several hosts the checkpoints measure the first host's
+    nova-compute (and every daemon), and a boot's phases come from every
+    host's nova-compute log.
+    """
+    compute_logs = [LogTail(layout.path('log', service + '.log'))
+                    for service in services]
     placement_log = LogTail(layout.path('log', 'placement.log'))
+    host, service = '+'.join(hosts), services[0]
     result = {'host': host, 'waves': [], 'checkpoints': []}
     ids = []
     active = []  # create -> ACTIVE of every server, for the whole run
     say('%s (%s): %d servers in waves of %d'
-        % (host, service, args.count, args.wave))
+        % (host, ', '.join(services), args.count, args.wave))
     result['checkpoints'].append(checkpoint(layout, service, 0, args.idle,
                                             say))
     next_checkpoint = args.checkpoint
     try:
         while len(ids) < args.count:
             size = min(args.wave, args.count - len(ids))
-            compute_log.read(), placement_log.read()
-            times, wall = boot_wave(conn, host, image, flavor, len(ids),
+            [log.read() for log in compute_logs], placement_log.read()
+            times, wall = boot_wave(conn, hosts, image, flavor, len(ids),
                                     size, args.timeout, ids)
             active += list(times.values())
             time.sleep(1)  # the last "Took ... to build" lines
             phases, requests, allocations = attribution(
-                compute_log.read(), placement_log.read(), set(times))
+                ''.join(log.read() for log in compute_logs),
+                placement_log.read(), set(times))
             where = split(times, phases)
             wave = {
                 'servers': len(ids), 'wall_s': wall,
@@ -420,7 +434,7 @@ def run_host(conn, layout, host, service, image, flavor, args, say):
                result['active']['p95'], result['active']['servers_per_s'],
                result['active']['first_wave_per_s'],
                result['active']['last_wave_per_s']))
-        if service == 'nova-compute':
+        if services == ['nova-compute']:
             result['memory'] = container_memory(ids, say)
     finally:
         deletes = []
@@ -483,14 +497,15 @@ def print_table(results, say):
         'queue), the wait for the resource tracker\'s lock, the driver\'s '
         'spawn')
     head = 'wall   p50   p95 before claim spawn'
-    say('%8s | %-48s | %-49s' % ('servers', 'LXD driver: ' + head,
-                                 'fake driver: ' + head))
-    lxd, fake = results
-    for index, wave in enumerate(lxd['waves']):
-        other = fake['waves'][index] if index < len(fake['waves']) else {}
-        say('%8d | %48s | %49s' % (wave['servers'], _row(wave),
-                                   _row(other)))
-    for name, result in (('LXD driver', lxd), ('fake driver', fake)):
+    names = ['LXD driver', 'fake driver', 'LXD, 2 hosts'][:len(results)]
+    say('%8s | %s' % ('servers', ' | '.join(
+        '%-49s' % ('%s: %s' % (name, head)) for name in names)))
+    for index, wave in enumerate(results[0]['waves']):
+        others = [result['waves'][index] if index < len(result['waves'])
+                  else {} for result in results[1:]]
+        say('%8d | %s' % (wave['servers'], ' | '.join(
+            '%49s' % _row(row) for row in [wave] + others)))
+    for name, result in zip(names, results):
         delete = result.get('delete') or {}
         if delete.get('servers'):
             say('delete, %s: %d servers in %.0fs, p50 %.1fs p95 %.1fs'
@@ -516,6 +531,10 @@ def main(argv=None):
     parser.add_argument('--timeout', type=float, default=1200)
     parser.add_argument('--lxd-host', required=True)
     parser.add_argument('--fake-host', required=True)
+    parser.add_argument('--spread-host', default='',
+                        help='a second host of this driver (nova-compute-2,'
+                             ' tools/sandbox.sh up --hosts 2): a third run '
+                             'spreads each wave over both hosts')
     parser.add_argument('--image', default='lxd-tiny')
     parser.add_argument('--fake-image', default='lxd-tiny-any-hypervisor')
     parser.add_argument('--flavor', default='sandbox.small')
@@ -532,23 +551,30 @@ def main(argv=None):
     nodes = {hypervisor.service_details['host']: hypervisor.name
              for hypervisor in conn.compute.hypervisors(details=True)}
     providers = []
-    for host in (args.lxd_host, args.fake_host):
+    for host in (args.lxd_host, args.fake_host, args.spread_host):
+        if not host:
+            continue
         found = conn.placement.get('/resource_providers?name=%s'
                                    % nodes[host]).json()
         providers += [rp['uuid'] for rp in found['resource_providers']]
     results = []
     with Limits(conn, providers, flavor, args.count, say):
-        for host, service, image in (
-                (args.lxd_host, 'nova-compute', images[0]),
-                (args.fake_host, 'nova-compute-fake', images[1])):
-            results.append(run_host(conn, layout, host, service, image,
+        runs = [([args.lxd_host], ['nova-compute'], images[0]),
+                ([args.fake_host], ['nova-compute-fake'], images[1])]
+        if args.spread_host:
+            runs.append(([args.lxd_host, args.spread_host],
+                         ['nova-compute', 'nova-compute-2'], images[0]))
+        for hosts, services, image in runs:
+            results.append(run_host(conn, layout, hosts, services, image,
                                     flavor, args, say))
     print_table(results, say)
     path = layout.path('data', 'bench-density.json')
     with open(path, 'w') as handle:
         json.dump({'count': args.count, 'wave': args.wave,
                    'flavor': args.flavor, 'lxd': results[0],
-                   'fake': results[1]}, handle, indent=1)
+                   'fake': results[1],
+                   'spread': results[2] if args.spread_host else None},
+                  handle, indent=1)
     say('results: %s' % path)
     return 0
 

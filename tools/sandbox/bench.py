@@ -110,6 +110,9 @@ def run(layout, count, say, density_wave=0):
     if not lxd_hosts:
         say('sandbox: no nova-compute of this driver is listed')
         return 1
+    # the first host's (up --hosts 2 adds SECOND_HOST)
+    first = ([host for host in lxd_hosts if host != catalogue.SECOND_HOST] or
+             lxd_hosts)[0]
     tarball = images.tarball(layout, catalogue.IMAGE_NAME)
     # The fake driver's hosts are not "lxc" hosts: the same tarball as an
     # image without hypervisor_type, for them.
@@ -131,14 +134,19 @@ def run(layout, count, say, density_wave=0):
             fleet_env = dict(env, OS_CLIENT_CONFIG_FILE=layout.path(
                 'clouds.yaml'))
             if density_wave:
+                spread = []
+                if catalogue.SECOND_HOST in lxd_hosts:
+                    spread = ['--spread-host', catalogue.SECOND_HOST]
                 say('density: %d servers on %s (this driver), then on %s '
-                    '(fake driver), in waves of %d'
-                    % (count, lxd_hosts[0], catalogue.FAKE_HOST,
+                    '(fake driver)%s, in waves of %d'
+                    % (count, first, catalogue.FAKE_HOST,
+                       ', then spread over %s and %s' % (
+                           first, catalogue.SECOND_HOST) if spread else '',
                        density_wave))
                 return subprocess.run(
                     [os.path.join(layout.venv, 'bin', 'python'), DENSITY,
                      '--count', str(count), '--wave', str(density_wave),
-                     '--lxd-host', lxd_hosts[0],
+                     '--lxd-host', first] + spread + [
                      '--fake-host', catalogue.FAKE_HOST,
                      '--image', catalogue.IMAGE_NAME,
                      '--fake-image', FAKE_IMAGE,
@@ -146,10 +154,10 @@ def run(layout, count, say, density_wave=0):
                     env=fleet_env).returncode
             say('benchmark: %d servers on %s (this driver) and on %s (fake '
                 'driver), and %d raw LXD launches'
-                % (count, lxd_hosts[0], catalogue.FAKE_HOST, count))
+                % (count, first, catalogue.FAKE_HOST, count))
             return subprocess.run(
                 [os.path.join(layout.venv, 'bin', 'python'), FLEET,
-                 '--count', str(count), '--lxd-host', lxd_hosts[0],
+                 '--count', str(count), '--lxd-host', first,
                  '--fake-host', catalogue.FAKE_HOST,
                  '--image', catalogue.IMAGE_NAME,
                  '--fake-image', FAKE_IMAGE,

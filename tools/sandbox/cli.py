@@ -354,13 +354,18 @@ def step_second_host(sandbox):
 def step_one_host(sandbox):
     """up --hosts 1 after 2: the second host's services stop.
 
-    Its compute service is disabled first: nova would count it up for a
-    minute more and could schedule to it (and disabling a stopped
-    nova-compute waits a minute for its answer).
+    Its compute service is disabled first (disabling a stopped
+    nova-compute waits a minute for its answer): nova would count it up
+    for a minute more and could schedule to it. Then, stopped, until
+    nova counts it down: before that nova's API still asks it over RPC
+    and waits a minute for no answer.
     """
-    if sandbox.is_running('nova-compute-2'):
+    was_running = sandbox.is_running('nova-compute-2')
+    if was_running:
         sandbox.provision('second-host', 'off')
     processes.stop(sandbox.layout, list(processes.SECOND_HOST_SERVICES), 30)
+    if was_running:
+        sandbox.provision('second-host', 'down', '150')
 
 
 def step_wait_compute(sandbox):

@@ -40,9 +40,10 @@ Phases:
     message bus drops what is sent to a topic nobody consumes yet: an
     agent started earlier waits a minute for its first answer). The bus
     is Neutron's own ``transport_url``, read from its neutron.conf.
-``second-host on|off``
+``second-host on|off|down [TIMEOUT]``
     enable or disable the nova-compute service of ``up --hosts 2``'s
-    second host (``up --hosts 1`` stops it).
+    second host (``up --hosts 1`` stops it), or wait until nova counts
+    it down.
 ``wait-agents TIMEOUT SINCE [HOST]``
     wait until Neutron's Open vSwitch, DHCP, L3 and metadata agents have
     reported alive since SINCE (UTC ISO 8601).
@@ -607,8 +608,12 @@ def phase_wait_compute(conn, timeout, pid, since, mapped='no', host=''):
                 ', '.join(sorted(providers))))
             return 0
         else:
-            nodes = [h.name for h in conn.compute.hypervisors(details=True)
-                     if (h.service_details or {}).get('host') in fresh]
+            # The list without details: the detailed one asks every compute
+            # it believes up for its uptime over RPC, and a nova-compute
+            # stopped less than a minute ago (up --hosts 1) never answers.
+            # This driver's node is named after its host.
+            nodes = [h.name for h in conn.compute.hypervisors(details=False)
+                     if h.name in fresh]
             ready = [n for n in nodes if n in providers]
             if ready:
                 print('%.1fs: nodes in a cell and in Placement: %s' % (
@@ -623,13 +628,22 @@ def phase_wait_compute(conn, timeout, pid, since, mapped='no', host=''):
     return 1
 
 
-def phase_second_host(conn, state):
+def phase_second_host(conn, state, timeout='120'):
     """Enable (``on``) or disable (``off``) the second host's service.
 
-    ``up --hosts 1`` stops its nova-compute; nova would still count it up
-    for a minute and could schedule to it. Disabled, the scheduler leaves
-    it out at once; ``up --hosts 2`` enables it again.
+    ``up --hosts 1`` disables it, then stops its nova-compute: disabled,
+    the scheduler leaves it out at once; ``up --hosts 2`` enables it
+    again. ``down`` waits until nova counts the stopped service down (a
+    minute after its last report): until then nova's API still asks it
+    over RPC (a hypervisor's uptime) and waits a minute for no answer.
     """
+    if state == 'down':
+        def still_up():
+            return [s.host for s in conn.compute.services()
+                    if s.binary == 'nova-compute' and
+                    s.host == catalogue.SECOND_HOST and s.state == 'up']
+        return _poll(timeout, 2, still_up, [catalogue.SECOND_HOST],
+                     'nova counts %s down', '%s still counted up')
     for service in conn.compute.services():
         if service.binary != 'nova-compute' or \
                 service.host != catalogue.SECOND_HOST:

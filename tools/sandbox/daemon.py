@@ -87,9 +87,9 @@ class Daemon(object):
         self.cli_name = 'incus' if backend == 'incus' else 'lxc'
         self.socket = os.path.join(self.directory, 'unix.socket')
         # up --hosts 2: the second host's daemon (tools/lxd-peer-up.sh)
-        peer_variable = self.variable.replace('_DIR', '_PEER_DIR')
+        self.peer_variable = self.variable.replace('_DIR', '_PEER_DIR')
         self.peer_directory = environ.get(
-            peer_variable) or '/var/lib/%s-peer' % backend
+            self.peer_variable) or '/var/lib/%s-peer' % backend
 
     def peer(self):
         """The same kind of daemon at :attr:`peer_directory`."""
@@ -129,6 +129,14 @@ def set_up(daemon):
     return root.get('type') == 'disk' and root.get('pool') == 'default'
 
 
+def _script_environ(daemon, environ):
+    """The environment of tools/<backend>-up.sh and lxd-peer-up.sh."""
+    env = dict(environ)
+    env['%s_INSTALL' % daemon.backend.upper()] = environ.get('SANDBOX_APT',
+                                                             '1')
+    return env
+
+
 def ready(daemon, compute_driver, environ, sleep=time.sleep):
     """Start and set up the daemon unless it runs already set up.
 
@@ -148,9 +156,7 @@ def ready(daemon, compute_driver, environ, sleep=time.sleep):
         return True
     script = os.path.join(layout_module.REPO_DIR, 'tools',
                           '%s-up.sh' % daemon.backend)
-    env = dict(environ)
-    env['%s_INSTALL' % daemon.backend.upper()] = environ.get(
-        'SANDBOX_APT', '1')
+    env = _script_environ(daemon, environ)
     tries = 3 if daemon.backend == 'lxd' else 1
     for attempt in range(1, tries + 1):
         # From /: the daemon it may start keeps that working directory for
@@ -177,11 +183,9 @@ def peer_ready(daemon, environ):
     :returns: True when the peer is ready.
     """
     script = os.path.join(layout_module.REPO_DIR, 'tools', 'lxd-peer-up.sh')
-    env = dict(environ)
+    env = _script_environ(daemon, environ)
     env[daemon.variable] = daemon.directory
-    env[daemon.variable.replace('_DIR', '_PEER_DIR')] = daemon.peer_directory
-    env['%s_INSTALL' % daemon.backend.upper()] = environ.get('SANDBOX_APT',
-                                                             '1')
+    env[daemon.peer_variable] = daemon.peer_directory
     argv = ['bash', script] + (['--incus'] if daemon.backend == 'incus'
                                else [])
     # From /: see ready()

@@ -435,7 +435,7 @@ def phase_wait_agents(conn, timeout, since, host=''):
     def missing_now():
         alive = {a.agent_type for a in conn.network.agents()
                  if a.is_alive and (a.last_heartbeat_at or '') >= since and
-                 a.host in (host or a.host,)}
+                 (not host or a.host == host)}
         return [t for t in types if t not in alive]
 
     return _poll(timeout, 1, missing_now, types,

@@ -27,7 +27,11 @@ every container and image in it), and prints, measured in this one run:
   were made and with them;
 * one spawn, alone (median of ``--rounds``): its time and its requests
   before the containers were made and with them, and whether any lists
-  the containers.
+  the containers;
+* where that spawn's time goes: the daemon's answers (the time the
+  driver's HTTP session waited, by request kind) and the driver's own
+  (the rest), beside a bare pylxd create+start of the same image (no
+  profile, device or configuration of the driver's), at 0 and at N.
 
 Daemon requests are counted on the driver's own HTTP session. Usage::
 
@@ -61,6 +65,7 @@ import pylxd  # noqa: E402
 
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel import image as lxd_image  # noqa: E402
+from nova_lxd_accel.spec import container as container_spec  # noqa: E402
 from tests import daemon_requests  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +82,13 @@ class LocalImageAPI(object):
 
     def download(self, context, image_id, dest_path=None):
         shutil.copyfile(self._path, dest_path)
+
+
+#: one measured call: medians of the whole call, of the daemon's answers,
+#: of the rest (the driver's own), of the daemon's time per request kind;
+#: and the requests of the last call
+Timed = collections.namedtuple(
+    'Timed', 'seconds daemon own per_kind requests')
 
 
 class Bench(object):
@@ -114,6 +126,7 @@ class Bench(object):
             self.driver._parts.client)
         self.requests.setUp()
         self.instances = []
+        self.fingerprint = self.raw.images.all()[0].fingerprint
 
     def spawn(self):
         instance = objects.Instance(
@@ -132,14 +145,69 @@ class Bench(object):
 
     def measure(self, function, rounds):
         """(median seconds, requests of one call) of ``function()``."""
-        times = []
+        timed = self.measure_timed(function, rounds)
+        return timed.seconds, timed.requests
+
+    def measure_timed(self, function, rounds):
+        """A :class:`Timed` of ``function()``, medians of ``rounds`` calls.
+
+        The daemon's part is the time the driver's HTTP session waited for
+        answers; the rest of the call is the driver's own.
+        """
+        totals, daemon, kinds = [], [], collections.defaultdict(list)
         for _ in range(rounds):
             self.requests.take()
             start = time.perf_counter()
             function()
-            times.append(time.perf_counter() - start)
-            requests = self.requests.take()
-        return statistics.median(times), requests
+            totals.append(time.perf_counter() - start)
+            timed = self.requests.take_timed()
+            daemon.append(sum(seconds for _, seconds in timed))
+            per_kind = collections.Counter()
+            asked = None
+            for request, seconds in timed:
+                kind = _kind(request)
+                if kind.endswith('/wait') and asked:
+                    # which operation it waited for: a create or a start
+                    kind = '%s (of %s)' % (kind, asked)
+                else:
+                    asked = kind
+                per_kind[kind] += seconds
+            for kind, seconds in per_kind.items():
+                kinds[kind].append(seconds)
+        return Timed(
+            statistics.median(totals), statistics.median(daemon),
+            statistics.median(t - d for t, d in zip(totals, daemon)),
+            {kind: statistics.median(values + [0.0] * (rounds - len(values)))
+             for kind, values in kinds.items()},
+            [request for request, _ in timed])
+
+    def pure_reference(self, times=2000):
+        """The driver's translation of one instance, ``times`` over.
+
+        Pure Python with no request: how fast the machine runs the
+        driver's own code, at 0 containers and at N (the containers' idle
+        work takes CPU from it too).
+        """
+        instance = objects.Instance(
+            uuid=str(uuid.uuid4()), hostname='bench', key_data=None,
+            user_data=None, flavor=self.flavor, host=HOST, node=HOST,
+            metadata={})
+        policy = self.driver._policy()
+        for _ in range(times):
+            container_spec.build_container(
+                instance, self.flavor, self.image_meta, policy,
+                container_spec.HostSide(network_info=()))
+
+    def raw_launch(self):
+        """Create and start a container of the same image with pylxd alone.
+
+        The daemon's floor for a spawn: no profile, device, network or
+        configuration of the driver's.
+        """
+        self.raw.instances.create({
+            'name': 'raw-%s' % uuid.uuid4().hex[:12],
+            'source': {'type': 'image', 'fingerprint': self.fingerprint},
+        }, wait=True).start(wait=True)
 
     def sync_pass(self, use_cache):
         self.driver.get_num_instances()
@@ -155,12 +223,12 @@ class Bench(object):
         self.driver.get_available_resource(HOST)
         self.driver.update_provider_tree(tree, HOST)
 
-    def spawn_requests(self, rounds):
-        """(median seconds of a spawn, the requests of one), one at a time.
+    def spawn_timed(self, rounds):
+        """A :class:`Timed` of a spawn, one at a time.
 
         Each spawn adds a container: ``rounds`` more on the host.
         """
-        return self.measure(self.spawn, rounds)
+        return self.measure_timed(self.spawn, rounds)
 
     def remove(self):
         self.requests.cleanUp()
@@ -179,16 +247,20 @@ _COLLECTIONS = ('instances', 'operations', 'images', 'aliases',
                 'storage-pools')
 
 
+def _kind(request):
+    """'GET /1.0/instances/<name>' of one ``(method, path)``."""
+    method, path = request
+    parts = path.split('/')
+    for index in range(1, len(parts)):
+        if parts[index - 1] in _COLLECTIONS and \
+                parts[index] not in _COLLECTIONS:
+            parts[index] = '<name>'
+    return '%s %s' % (method, '/'.join(parts))
+
+
 def _kinds(requests):
     """'3 GET /1.0/instances/<name>, ...' of a list of requests."""
-    counts = collections.Counter()
-    for method, path in requests:
-        parts = path.split('/')
-        for index in range(1, len(parts)):
-            if parts[index - 1] in _COLLECTIONS and \
-                    parts[index] not in _COLLECTIONS:
-                parts[index] = '<name>'
-        counts['%s %s' % (method, '/'.join(parts))] += 1
+    counts = collections.Counter(_kind(request) for request in requests)
     return ', '.join('%d %s' % (n, kind) for kind, n in sorted(
         counts.items()))
 
@@ -197,6 +269,32 @@ def _listings(requests):
     return sum(1 for method, path in requests
                if method == 'GET' and path in ('/1.0/instances',
                                                '/1.0/containers'))
+
+
+def _print_split(count, empty_spawn, full_spawn, empty_raw, full_raw):
+    """Where a spawn's time goes, at 0 containers and at ``count``."""
+    print('where a spawn goes (medians, ms):  at 0   at %-5d  x' % count)
+    rows = (
+        ('spawn', empty_spawn.seconds, full_spawn.seconds),
+        ("  the daemon's answers", empty_spawn.daemon, full_spawn.daemon),
+        ("  the driver's own", empty_spawn.own, full_spawn.own),
+        ('pylxd create+start alone', empty_raw.seconds, full_raw.seconds),
+    )
+    for label, empty, full in rows:
+        print('  %-30s %7.1f %7.1f  %5.2f' % (
+            label, empty * 1000, full * 1000, full / empty))
+    print("  the driver's own share of its spawn: %.1f%% at 0, %.1f%% at %d"
+          % (100 * empty_spawn.own / empty_spawn.seconds,
+             100 * full_spawn.own / full_spawn.seconds, count))
+    print('  spawn / pylxd create+start: x%.2f at 0, x%.2f at %d' % (
+        empty_spawn.seconds / empty_raw.seconds,
+        full_spawn.seconds / full_raw.seconds, count))
+    print("the daemon's answers in a spawn, by kind (ms):")
+    for kind in sorted(set(empty_spawn.per_kind) | set(full_spawn.per_kind),
+                       key=lambda k: -full_spawn.per_kind.get(k, 0)):
+        print('  %-66s %7.1f %7.1f' % (
+            kind, empty_spawn.per_kind.get(kind, 0) * 1000,
+            full_spawn.per_kind.get(kind, 0) * 1000))
 
 
 def main():
@@ -232,7 +330,9 @@ def main():
             args.socket, os.cpu_count(), args.rounds))
 
         empty_update = bench.measure(bench.resource_update, args.rounds)
-        empty_spawn = bench.spawn_requests(args.rounds)
+        empty_spawn = bench.spawn_timed(args.rounds)
+        empty_raw = bench.measure_timed(bench.raw_launch, args.rounds)
+        empty_pure = bench.measure(bench.pure_reference, args.rounds)[0]
         bench.fill(args.count - args.rounds)
         count = len(bench.instances)
         print('%d containers of this host (project %s)' % (
@@ -270,16 +370,23 @@ def main():
                 label, seconds * 1000, len(requests), _listings(requests),
                 _kinds(requests)))
 
-        full_spawn = bench.spawn_requests(args.rounds)
+        full_spawn = bench.spawn_timed(args.rounds)
+        full_raw = bench.measure_timed(bench.raw_launch, args.rounds)
+        full_pure = bench.measure(bench.pure_reference, args.rounds)[0]
         print('one spawn (image cached), alone:')
-        for label, (seconds, requests) in (('0 containers', empty_spawn),
-                                           ('%d containers' % count,
-                                            full_spawn)):
+        for label, timed in (('0 containers', empty_spawn),
+                             ('%d containers' % count, full_spawn)):
             print('  %-14s %6.1f ms, %d requests, %d listings: %s' % (
-                label, seconds * 1000, len(requests), _listings(requests),
-                _kinds(requests)))
+                label, timed.seconds * 1000, len(timed.requests),
+                _listings(timed.requests), _kinds(timed.requests)))
         print('  at %d / at 0: time x%.2f'
-              % (count, full_spawn[0] / empty_spawn[0]))
+              % (count, full_spawn.seconds / empty_spawn.seconds))
+        _print_split(count, empty_spawn, full_spawn, empty_raw, full_raw)
+        print("the driver's translation of one instance, 2,000 times (pure, "
+              "no request): %.1f ms at 0, %.1f ms at %d: x%.2f, the "
+              "machine's own slow-down" % (
+                  empty_pure * 1000, full_pure * 1000, count,
+                  full_pure / empty_pure))
     finally:
         if bench is not None:
             bench.remove()

@@ -19,6 +19,7 @@ seam sent it. Nothing is answered here: the daemon answers.
 """
 
 import threading
+import time
 from urllib import parse
 
 import fixtures
@@ -27,32 +28,53 @@ import fixtures
 class DaemonRequests(fixtures.Fixture):
     """Records ``(method, path)`` of the requests of one ``LXDClient``.
 
-    :ivar requests: the requests recorded so far, in order.
+    Each is timed too (:meth:`take_timed`): the daemon's part of a call,
+    apart from the driver's own.
     """
 
     def __init__(self, client):
         super(DaemonRequests, self).__init__()
         self._client = client
         self._lock = threading.Lock()
-        self.requests = []
+        # [(method, path), seconds] each; seconds None until answered
+        self._recorded = []
+
+    @property
+    def requests(self):
+        """The requests recorded so far, in order."""
+        with self._lock:
+            return [request for request, _ in self._recorded]
 
     def _setUp(self):
         session = self._client.api.session
         send = session.request
 
         def request(method, url, *args, **kwargs):
+            entry = [(method.upper(), _path(url)), None]
             with self._lock:
-                self.requests.append((method.upper(), _path(url)))
-            return send(method, url, *args, **kwargs)
+                self._recorded.append(entry)
+            start = time.perf_counter()
+            try:
+                return send(method, url, *args, **kwargs)
+            finally:
+                entry[1] = time.perf_counter() - start
 
         session.request = request
         self.addCleanup(vars(session).pop, 'request', None)
 
     def take(self):
         """The requests recorded since the last take (and forget them)."""
+        return [request for request, _ in self.take_timed()]
+
+    def take_timed(self):
+        """``((method, path), seconds)`` of each request since the last take.
+
+        They are forgotten, as by :meth:`take`. A request still waiting for
+        its answer has ``None`` seconds.
+        """
         with self._lock:
-            taken, self.requests = self.requests, []
-        return taken
+            taken, self._recorded = self._recorded, []
+        return [tuple(entry) for entry in taken]
 
 
 def _path(url):

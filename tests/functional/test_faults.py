@@ -203,11 +203,10 @@ class StartWhileLXDDownTest(_ProxiedTestCase):
                 cctx, server['id'])
 
 
-class HostLocalFailureReschedulesTest(_FaultTestCase):
-    """A failure of this host's LXD reschedules the build.
+class _TwoHostsTestCase(_FaultTestCase):
+    """compute1 on the test's daemon, compute2 on the peer daemon.
 
-    compute1's LXD is down (its proxy stopped), compute2's (the peer
-    daemon) is fine: the build moves to compute2 and succeeds there.
+    Subclasses start both computes, each with the endpoint it needs.
     """
 
     compute_hosts = ()
@@ -216,8 +215,19 @@ class HostLocalFailureReschedulesTest(_FaultTestCase):
         peer.require_peer(self)
         test_resize_migrate.per_host_node_uuids(self)
         lxd_conf.register_opts(nova.conf.CONF)
-        super(HostLocalFailureReschedulesTest, self).setUp()
+        super(_TwoHostsTestCase, self).setUp()
         self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
+
+
+class HostLocalFailureReschedulesTest(_TwoHostsTestCase):
+    """A failure of this host's LXD reschedules the build.
+
+    compute1's LXD is down (its proxy stopped), compute2's (the peer
+    daemon) is fine: the build moves to compute2 and succeeds there.
+    """
+
+    def setUp(self):
+        super(HostLocalFailureReschedulesTest, self).setUp()
         # Each client connects at its first request and keeps the session.
         self.flags(endpoint=peer.PEER_SOCKET, group='lxd')
         self._start_compute('compute2')
@@ -251,7 +261,7 @@ class HostLocalFailureReschedulesTest(_FaultTestCase):
             self._get_provider_uuid_by_host('compute2')))
 
 
-class EveryHostFailsTest(_FaultTestCase):
+class EveryHostFailsTest(_TwoHostsTestCase):
     """Both hosts' daemons down: what the user reads (issue 28 item 4).
 
     Nova keeps the last host's reason when a build runs out of attempts
@@ -261,14 +271,8 @@ class EveryHostFailsTest(_FaultTestCase):
     last host's reason (doc/source/admin/scale.rst).
     """
 
-    compute_hosts = ()
-
     def setUp(self):
-        peer.require_peer(self)
-        test_resize_migrate.per_host_node_uuids(self)
-        lxd_conf.register_opts(nova.conf.CONF)
         super(EveryHostFailsTest, self).setUp()
-        self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
         self.proxies = []
         for host, upstream in (('compute1', None),
                                ('compute2', peer.PEER_SOCKET)):

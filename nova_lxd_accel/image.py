@@ -511,8 +511,12 @@ def _sha256(path):
 
 
 def snapshot_to_glance(client, context, name, image_id, update_task_state,
-                       image_api=None):
-    """Publish the container as an image and upload it to ``image_id``."""
+                       image_api=None, properties=None):
+    """Publish the container as an image and upload it to ``image_id``.
+
+    :param properties: Glance properties to set on the image, besides
+        ``hypervisor_type``.
+    """
     image_api = image_api or glance.API()
     update_task_state(task_state=task_states.IMAGE_PENDING_UPLOAD)
     snapshot = 'nova-snapshot-%s' % image_id
@@ -531,7 +535,8 @@ def snapshot_to_glance(client, context, name, image_id, update_task_state,
                 for chunk in response.iter_content(chunk_size=1 << 20):
                     out.write(chunk)
             metadata = {'disk_format': 'raw', 'container_format': 'bare',
-                        'properties': {'hypervisor_type': 'lxc'}}
+                        'properties': dict(properties or {},
+                                           hypervisor_type='lxc')}
             with open(path, 'rb') as data:
                 image_api.update(context, image_id, metadata, data)
     finally:

@@ -267,10 +267,15 @@ class Lifecycle(object):
                     resource_class='accelerators', provider='-',
                     reason='this driver was set up without accelerators')
             bound = self._claims.claim(guest.name, allocations, instance)
-            # logins, cron and services get the MPS client limits too
-            mps_environment.apply(self._client, guest.name,
-                                  mps_environment.variables_in(bound.config),
-                                  instance)
+            # logins, cron and services get the MPS client limits too; an
+            # image snapshotted with another's loses them
+            mps_environment.apply(
+                self._client, guest.name,
+                mps_environment.variables_in(bound.config), instance,
+                clear=mps_environment.image_may_carry_files(instance))
+        elif mps_environment.image_may_carry_files(instance):
+            mps_environment.apply(self._client, guest.name, {}, instance,
+                                  clear=True)
 
     def _release_gpus(self, read_record, remove):
         """Run ``remove()``; verify the GPU units the container held.
@@ -529,6 +534,8 @@ class Lifecycle(object):
 
     def snapshot(self, context, instance, image_id, update_task_state):
         guest = self.guest(instance)
-        guest.require_record()
-        lxd_image.snapshot_to_glance(self._client, context, guest.name,
-                                     image_id, update_task_state)
+        record = guest.require_record()
+        lxd_image.snapshot_to_glance(
+            self._client, context, guest.name, image_id, update_task_state,
+            properties=mps_environment.snapshot_properties(
+                record.get('config') or {}))

@@ -36,6 +36,11 @@ pam_env has already set up, and a profile script reaches neither
 The files are written into the stopped container, before its start; a
 container whose quota is gone (resize) has the block and the drop-ins
 removed, so that no stale limit or pipe directory is left behind.
+
+A snapshot of such a container carries the files into its image. The
+driver marks that image in Glance (:data:`SNAPSHOT_PROPERTY`), and a spawn
+from it removes them unless the new instance has limits of its own: they
+name the old host's pipe directory and the old flavor's limits.
 """
 
 import re
@@ -57,6 +62,11 @@ DROPINS = (SYSTEM_DROPIN, USER_DROPIN)
 
 BEGIN = '# BEGIN nova-lxd-accel NVIDIA MPS client (rewritten by Nova)'
 END = '# END nova-lxd-accel NVIDIA MPS client'
+
+#: The Glance property of a snapshot whose container had the files. Nova
+#: copies image properties into the instance's system metadata, with
+#: ``image_`` before each: a spawn reads it there, without a request.
+SNAPSHOT_PROPERTY = 'lxd_accel_mps_environment'
 
 _ENVIRONMENT_KEY = 'environment.'
 #: What both pam_env and systemd take unquoted and unchanged.
@@ -81,6 +91,22 @@ def flavor_has_quota(flavor):
     if not isinstance(specs, dict):
         return False
     return any(specs.get(key) not in (None, '') for key in QUOTA_SPECS)
+
+
+def snapshot_properties(config):
+    """Glance properties of a snapshot of a container with ``config``.
+
+    ``{SNAPSHOT_PROPERTY: 'written'}`` when the container has MPS client
+    limits (so their files are in its root file system), else ``{}``.
+    """
+    return {SNAPSHOT_PROPERTY: 'written'} if variables_in(config) else {}
+
+
+def image_may_carry_files(instance):
+    """Whether the instance's image is a snapshot with the MPS files."""
+    if not instance.obj_attr_is_set('system_metadata'):
+        return False
+    return bool(instance.system_metadata.get('image_' + SNAPSHOT_PROPERTY))
 
 
 def _assignments(variables):

@@ -126,3 +126,59 @@ class MpsEnvironmentTest(sharing_ft.SharedGpuTestBase):
         self.assertEqual([('pgpu', 'pci:0000:85:00.0', None)],
                          self.units(server))
         self.assert_no_limits(server)
+
+    def keep_uploaded_image_data(self):
+        """Glance keeps what an upload sends (nova's fixture drops it)."""
+        update = self.glance.update
+
+        def keeping(context, image_id, metadata, data=None, **kwargs):
+            if data is not None:
+                self.glance._imagedata[image_id] = data.read()
+            return update(context, image_id, metadata, **kwargs)
+
+        # nova's compute gets this fixture itself as its image service
+        self.glance.update = keeping
+        self.addCleanup(vars(self.glance).pop, 'update', None)
+
+    def snapshot(self, server):
+        image_id = self.api.post_server_action(
+            server['id'], {'createImage': {'name': 'with-mps'}})['image_id']
+        self._wait_for_server_parameter(server, {'OS-EXT-STS:task_state':
+                                                 None})
+        image = self.glance.show(None, image_id)
+        self.assertTrue(self.glance._imagedata.get(image_id), 'no data')
+        return image
+
+    def boot_from(self, image, flavor_id):
+        server = self.wait_built(self.api.post_server({
+            'server': self._build_server(image_uuid=image['id'],
+                                         flavor_id=flavor_id,
+                                         networks='none')}))
+        self.assertEqual('ACTIVE', server['status'], server.get('fault'))
+        return server
+
+    def test_a_snapshot_does_not_carry_them_to_another_server(self):
+        self.keep_uploaded_image_data()
+        source = self.wait_built(self.post(self.quota_flavor(8192, 50)))
+        self.assertEqual('ACTIVE', source['status'], source.get('fault'))
+        self.assert_limits(source, 8192, 50)
+        image = self.snapshot(source)
+        self.assertEqual('written', image['properties'].get(
+            mps_environment.SNAPSHOT_PROPERTY))
+        self._delete_server(source)
+        # the files are in the image: no flavor of a GPU keeps them
+        plain = self.boot_from(image, self.flavor())
+        self.assert_no_limits(plain)
+        whole = self.boot_from(image, self.flavor(**{'resources:PGPU': '1'}))
+        self.assert_no_limits(whole)
+        # and a quota flavor has its own limits, once
+        quota = self.boot_from(image, self.quota_flavor(16384, 25))
+        self.assert_limits(quota, 16384, 25)
+
+    def test_a_snapshot_without_limits_is_not_marked(self):
+        self.keep_uploaded_image_data()
+        source = self.wait_built(self.post(self.flavor()))
+        self.assertEqual('ACTIVE', source['status'], source.get('fault'))
+        image = self.snapshot(source)
+        self.assertNotIn(mps_environment.SNAPSHOT_PROPERTY,
+                         image['properties'])

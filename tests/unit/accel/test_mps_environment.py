@@ -120,6 +120,32 @@ class ContentsTest(testtools.TestCase):
         self.assertFalse(mps_env.flavor_has_quota(None))
 
 
+class SnapshotMarkTest(testtools.TestCase):
+    """A snapshot of a container with the files is marked; spawns read it."""
+
+    def setUp(self):
+        super(SnapshotMarkTest, self).setUp()
+        objects.register_all()
+
+    def test_marked_only_with_limits(self):
+        _devices, config = sharing.lxd_config(PCI, 8192, 50)
+        self.assertEqual({mps_env.SNAPSHOT_PROPERTY: 'written'},
+                         mps_env.snapshot_properties(config))
+        _devices, whole = sharing.lxd_config(PCI)
+        self.assertEqual({}, mps_env.snapshot_properties(whole))
+        self.assertEqual({}, mps_env.snapshot_properties({}))
+
+    def test_read_from_the_image_properties_nova_keeps(self):
+        # nova's utils.get_system_metadata_from_image: image_<property>
+        meta = {'image_' + mps_env.SNAPSHOT_PROPERTY: 'written'}
+        self.assertTrue(mps_env.image_may_carry_files(
+            objects.Instance(system_metadata=meta)))
+        self.assertFalse(mps_env.image_may_carry_files(
+            objects.Instance(system_metadata={'image_os_distro': 'debian'})))
+        # an instance made without its system metadata (tools, benches)
+        self.assertFalse(mps_env.image_may_carry_files(objects.Instance()))
+
+
 class RecordingClient(object):
     """The seam's file calls, on an in-memory file system."""
 

@@ -259,6 +259,7 @@ class Lifecycle(object):
             # image imported again.
             alias = self._images.replace_lost(context, image_meta, started)
             guest.create(container, alias, profiles)
+        mps_variables = {}
         if _wants_accelerators(allocations):
             # Read who holds what, pick, and record the pick in the stopped
             # container, under one lock that covers nothing else.
@@ -267,15 +268,12 @@ class Lifecycle(object):
                     resource_class='accelerators', provider='-',
                     reason='this driver was set up without accelerators')
             bound = self._claims.claim(guest.name, allocations, instance)
-            # logins, cron and services get the MPS client limits too; an
-            # image snapshotted with another's loses them
-            mps_environment.apply(
-                self._client, guest.name,
-                mps_environment.variables_in(bound.config), instance,
-                clear=mps_environment.image_may_carry_files(instance))
-        elif mps_environment.image_may_carry_files(instance):
-            mps_environment.apply(self._client, guest.name, {}, instance,
-                                  clear=True)
+            mps_variables = mps_environment.variables_in(bound.config)
+        # logins, cron and services get the MPS client limits too; an image
+        # snapshotted with another's loses them (nothing else: no request)
+        mps_environment.apply(
+            self._client, guest.name, mps_variables, instance,
+            clear=mps_environment.image_may_carry_files(instance))
 
     def _release_gpus(self, read_record, remove):
         """Run ``remove()``; verify the GPU units the container held.

@@ -96,7 +96,8 @@ class LXDDriver(driver.ComputeDriver):
             self._parts.client, self._parts.owner,
             CONF.lxd.lifecycle_poll_interval, self.emit_event,
             use_events=CONF.lxd.lifecycle_events,
-            max_backoff=CONF.lxd.lifecycle_events_max_backoff)
+            max_backoff=CONF.lxd.lifecycle_events_max_backoff,
+            on_gone=self._parts.gate.note_gone)
         self._watcher.start()
 
     def _remove_interrupted_builds(self, host):

@@ -120,12 +120,16 @@ class LifecycleWatcher(object):
         watcher off; otherwise the poll interval used only when the daemon
         has no events API.
     :param use_events: False polls whatever the daemon offers.
+    :param on_gone: callable(container name) told first when one of ours
+        was removed behind nova's back (the GPU gate's
+        :meth:`~nova_lxd_accel.accel.gpu_gate.GpuGate.note_gone`), or None.
     """
 
     def __init__(self, client, owner, interval, emit, use_events=True,
                  max_backoff=30.0, min_backoff=0.5, read_timeout=0.5,
-                 burst=0.05, max_burst=200):
+                 burst=0.05, max_burst=200, on_gone=None):
         self._client = client
+        self._on_gone = on_gone
         self._owner = owner
         self._interval = interval
         self._emit = emit
@@ -159,20 +163,29 @@ class LifecycleWatcher(object):
         self._thread.start()
 
     def stop(self):
+        """Stop the thread; safe to call twice, also at the same time.
+
+        nova's graceful shutdown and a clean-up can overlap: each call
+        takes the thread it joins under the lock, so the second sees the
+        same thread or none, never a half-cleared one.
+        """
         self._stop.set()
         with self._lock:
             stream = self._stream
+            thread = self._thread
         if stream is not None:
             stream.close()
-        if self._thread is not None:
-            self._thread.join(timeout=max(self._interval,
-                                          self._read_timeout) +
-                              self._connect_timeout + 5)
-            if self._thread.is_alive():
-                LOG.warning('The lifecycle event thread did not stop in '
-                            'time; it is a daemon thread and ends with '
-                            'the process')
-            self._thread = None
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(timeout=max(self._interval, self._read_timeout) +
+                    self._connect_timeout + 5)
+        if thread.is_alive():
+            LOG.warning('The lifecycle event thread did not stop in '
+                        'time; it is a daemon thread and ends with '
+                        'the process')
+        with self._lock:
+            if self._thread is thread:
+                self._thread = None
 
     # -- what is ours -----------------------------------------------------
 
@@ -222,6 +235,13 @@ class LifecycleWatcher(object):
         LOG.warning('The container %(name)s of instance %(uuid)s is gone '
                     '(deleted on the daemon); reporting the instance '
                     'stopped', {'name': name, 'uuid': uuid})
+        if self._on_gone is not None:
+            # its GPU units first: no claim may take them until verified
+            try:
+                self._on_gone(name)
+            except Exception:
+                LOG.exception('Telling the GPU gate that %s is gone '
+                              'failed', name)
         # whatever state it was last seen in: a poll may have missed its
         # start, and nova ignores STOPPED for a server it has stopped
         self._emit(virtevent.LifecycleEvent(

@@ -92,7 +92,9 @@ class Parts(object):
         # one claim for spawn, resize and migration; never a dirty unit
         claims = accel_claims.Claims(
             client, conf, inventory.device_for_provider,
-            inventory.all_devices, gate.unavailable_units)
+            inventory.all_devices, gate.unavailable_units,
+            on_bound=gate.note_bound,
+            dirty_projects=gate.dirty_share_projects)
         lifecycle = lxd_lifecycle.Lifecycle(
             client, conf, images, plumbing=plumbing, claims=claims,
             gpu_gate=gate)

@@ -17,10 +17,12 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
 
 1. under :data:`CLAIM_LOCK`, read every instance of the daemon (all
    projects, containers and VMs, devices from profiles included: see
-   :func:`nova_lxd_accel.accel.binding.held_units`), and add the units
-   released but not yet verified clean (:meth:`nova_lxd_accel.accel.
-   gpu_gate.GpuGate.unavailable_units`): a claim picks by identity, never
-   a dirty unit, whatever Placement counts;
+   :func:`nova_lxd_accel.accel.binding.held_units`), and then, still under
+   the lock, add the units released but not yet verified clean and those
+   of containers removed behind nova's back (:meth:`nova_lxd_accel.accel.
+   gpu_gate.GpuGate.unavailable_units`, read from the GPU state file after
+   the listing): a claim picks by identity, never a dirty unit, whatever
+   Placement counts;
 2. pick free units (:func:`nova_lxd_accel.accel.binding.bind`);
 3. still under the lock (the body of :func:`claiming`), write the
    devices and their record (the binding record key) into the already created,
@@ -82,18 +84,24 @@ def share_request(conf, instance):
         flavor=getattr(flavor, 'name', None))
 
 
-def with_projects(share, records, exclude):
-    """``share`` knowing the projects already on each shared GPU."""
+def with_projects(share, records, exclude, dirty=None):
+    """``share`` knowing the projects already on each shared GPU.
+
+    :param dirty: shared GPU -> projects of its slots released and not
+        yet verified clean: they count as on the card.
+    """
     if share is None:
         return None
-    return dataclasses.replace(
-        share, projects=binding.share_projects(records, exclude=exclude))
+    projects = binding.share_projects(records, exclude=exclude)
+    for pci, names in (dirty or {}).items():
+        projects.setdefault(pci, set()).update(names)
+    return dataclasses.replace(share, projects=projects)
 
 
 @contextlib.contextmanager
 def claiming(client, name, allocations, device_for_provider,
              host_devices=(), instance=None, project=None, share=None,
-             unavailable=None, nvidia=cdi.RUNTIME):
+             unavailable=None, nvidia=cdi.RUNTIME, dirty_projects=None):
     """Pick the units of ``allocations``; the body writes them, locked.
 
     Yields the :class:`~nova_lxd_accel.accel.binding.Binding`; the body of
@@ -109,20 +117,30 @@ def claiming(client, name, allocations, device_for_provider,
         for slots of shared GPUs.
     :param unavailable: unit key -> reasons, units no claim may pick
         (released and not yet verified clean), as
-        :meth:`.gpu_gate.GpuGate.unavailable_units` gives them.
+        :meth:`.gpu_gate.GpuGate.unavailable_units` gives them; or that
+        callable, called with the records listed, under the lock.
     :param nvidia: the :class:`.cdi.NvidiaBinding` of the daemon.
+    :param dirty_projects: callable(records) -> shared GPU -> projects of
+        its dirty slots (:meth:`.gpu_gate.GpuGate.dirty_share_projects`), read
+        under the lock.
     :raises: AcceleratorUnavailable, AcceleratorNotBindable.
     """
     with lockutils.lock(CLAIM_LOCK):
         records = client.list_all_instances()
         held = binding.held_units(records, exclude=(project, name),
                                   host_devices=host_devices)
+        if callable(unavailable):
+            # read after the listing, under the lock: a release written
+            # before this point is seen, whatever the last probe said
+            unavailable = unavailable(records)
         for key, reasons in (unavailable or {}).items():
             held[key] = list(held.get(key, ())) + list(reasons)
         bound = binding.bind(allocations, device_for_provider or
                              (lambda rp_uuid: None), held, nvidia=nvidia,
-                             share=with_projects(share, records,
-                                                 (project, name)))
+                             share=with_projects(
+                                 share, records, (project, name),
+                                 dirty_projects(records) if dirty_projects
+                                 else None))
         yield bound
     binding.log_bound(LOG, bound, instance)
 
@@ -139,11 +157,18 @@ def claim(client, name, allocations, device_for_provider, host_devices=(),
         **kwargs))
 
 
-def _recorded(client, name, instance, holding):
-    """Record in ``name`` what a :func:`claiming` picks, under its lock."""
+def _recorded(client, name, instance, holding, on_bound=None):
+    """Record in ``name`` what a :func:`claiming` picks, under its lock.
+
+    :param on_bound: callable(container, instance uuid, records) told of
+        the units once written (:meth:`.gpu_gate.GpuGate.note_bound`).
+    """
     with holding as bound:
         if bound.units:
             record(client, name, bound, instance)
+            if on_bound is not None:
+                on_bound(name, getattr(instance, 'uuid', None),
+                         bound.records())
     return bound
 
 
@@ -154,16 +179,22 @@ class Claims(object):
     :param conf: ConfigOpts with ``[lxd]`` and ``[lxd_accelerators]``.
     :param device_for_provider: callable(rp_uuid) -> device reported there.
     :param host_devices: zero-argument callable, the host's devices.
-    :param unavailable: zero-argument callable, see :func:`claiming`.
+    :param unavailable: callable(records) run under the claim lock, see
+        :func:`claiming`.
+    :param on_bound: see :func:`_recorded`.
+    :param dirty_projects: see :func:`claiming`.
     """
 
     def __init__(self, client, conf, device_for_provider,
-                 host_devices=tuple, unavailable=dict):
+                 host_devices=tuple, unavailable=None, on_bound=None,
+                 dirty_projects=None):
+        self._dirty_projects = dirty_projects
         self._client = client
         self._conf = conf
         self._device_for_provider = device_for_provider
         self._host_devices = host_devices
         self._unavailable = unavailable
+        self._on_bound = on_bound
 
     def holding(self, name, allocations, instance):
         """:func:`claiming` for ``instance``'s allocations into ``name``.
@@ -176,7 +207,8 @@ class Claims(object):
                         host_devices=self._host_devices(), instance=instance,
                         project=self._conf.lxd.project,
                         share=share_request(self._conf, instance),
-                        unavailable=self._unavailable(),
+                        unavailable=self._unavailable,
+                        dirty_projects=self._dirty_projects,
                         nvidia=cdi.for_client(self._client, self._conf))
 
     def claim(self, name, allocations, instance):
@@ -185,7 +217,8 @@ class Claims(object):
         :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
         """
         return _recorded(self._client, name, instance,
-                         self.holding(name, allocations, instance))
+                         self.holding(name, allocations, instance),
+                         on_bound=self._on_bound)
 
 
 def record(client, name, bound, instance=None):

@@ -10,62 +10,45 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Health gate, verified release, usage and idle report of the GPUs.
+"""The GPU ledger: who holds which unit, which are dirty, which are held.
 
 :meth:`GpuGate.refresh` runs from the driver's ``get_available_resource``,
-which nova's resource tracker calls once per period *before* it takes its
-lock (``update_provider_tree`` runs under it): it probes the GPUs
-(:mod:`.gpu_probe`), reads who holds which unit from LXD's container
-configs (the binding records of :mod:`.binding`) and updates the state
-file (:mod:`.gpu_state`):
+before nova's resource tracker takes its lock: it lists the daemon's
+containers, then probes the GPUs (:mod:`.gpu_probe`), and under the state
+file's lock (:mod:`.gpu_state`) accounts usage, verifies released units
+(:mod:`.gpu_release`) and applies the health gate (:mod:`.gpu_health`).
 
-* **health gate**: a GPU the probe finds unhealthy (uncorrectable ECC,
-  pending page retirement or row remapping, fallen off the bus, or a new
-  Xid message of ``[lxd_accelerators] fatal_xids`` in the kernel log) is
-  held (kind
-  ``unhealthy``) until an operator releases it (``nova-lxd-accel gpu
-  release``); instances already on it are reported, not touched;
-* **verified release** (the checks: :mod:`.gpu_release`): a unit bound at
-  the last probe and no longer bound now, or one whose container the
-  driver removes (:meth:`GpuGate.note_destroy`), is *dirty*. When the
-  driver removes a container it probes its GPUs at once
-  (:meth:`GpuGate.verify_release`), waiting up to
-  ``[lxd_accelerators] release_wait`` seconds for them to be clean, so a
-  clean unit is offered again by nova's update that ends the delete; a unit
-  still dirty then is re-checked every ``release_recheck_interval`` seconds
-  by a thread of its own, which runs nova's resource update when one turns
-  clean. A dirty unit stays reserved until the probe shows it clean: for a
-  whole GPU no compute process and memory back to its baseline (plus
-  ``[lxd_accelerators] release_memory_tolerance_mib``); for a MIG slice the
-  slice still listed by ``nvidia-smi -L`` as it was, no compute process in
-  its GPU/compute instance and its memory back to its own baseline (both from
-  ``nvidia-smi -q``, since ``--query-compute-apps`` does not tell the slices
-  of one GPU apart); for a slot of a shared GPU, nothing while another slot
-  is still bound (the sharers' processes cannot be told apart), and the
-  whole-GPU check when the last slot is released. A GPU of another vendor
-  cannot be probed and is clean at once. No claim ever picks a dirty unit
-  (:meth:`GpuGate.unavailable_units`);
-* **unprobeable**: an NVIDIA GPU the probe cannot read (no nvidia-smi, or
-  ``probe_failures_before_hold`` failed or timed-out probes in a row)
-  could never be verified at release, so it is held (kind
-  ``unprobeable``, trait :data:`TRAIT_UNPROBEABLE`) until the probe
-  answers again. ``[lxd_accelerators] verified_release = false`` turns
-  this and the release check off;
-* **usage**: per instance and unit, the seconds allocated and the seconds
-  the GPU had a compute process or non-zero utilisation;
-* **idle**: a unit of a running instance whose GPU showed no compute use
-  for ``[lxd_accelerators] idle_report_after`` seconds.
+The ledger's rules:
 
-:meth:`GpuGate.apply` is what ``update_provider_tree`` calls; it reads
-nothing (the holds and dirty units are kept in memory from the last
-probe): a held GPU gets ``reserved = total`` (and the trait
-:data:`TRAIT_UNHEALTHY` when unhealthy), a dirty unit adds one to its
-resource class's ``reserved``. :meth:`GpuGate.check_bindable` refuses to
-bind a held GPU (Placement's reserved stops new allocations; this also
-stops an allocation made before the hold).
+* a unit is *dirty* from its release (:meth:`GpuGate.note_destroy` when the
+  driver removes a container, :meth:`GpuGate.note_gone` when one was
+  removed behind nova's back, or a refresh that finds it unbound) until a
+  probe taken after the release finds it clean, its own instance holds it
+  again, its MIG device was recreated in place, or an operator runs
+  ``nova-lxd-accel gpu forget``. Each entry carries the state's ``seq``: a
+  listing or a probe read before it says nothing about it;
+* a delete waits up to ``release_wait`` seconds for its units (every probe
+  ends by that deadline, whatever nvidia-smi does); the units still dirty
+  are re-checked by a thread of its own (:meth:`GpuGate.recheck`), first
+  after ``release_recheck_interval`` seconds, then less and less often up
+  to ``release_recheck_max_interval``; nova's resource update runs as soon
+  as one turns clean;
+* a claim reads :meth:`GpuGate.unavailable_units` and
+  :meth:`GpuGate.dirty_share_projects` under its lock, after its listing:
+  dirty units, and units recorded bound (:meth:`GpuGate.note_bound`) to a
+  container that is gone, are never picked; a shared card with such a slot
+  takes no tenant of another project;
+* :meth:`GpuGate.apply` (``update_provider_tree``, under nova's lock)
+  reads nothing: a held GPU gets ``reserved = total`` (and the trait
+  :data:`TRAIT_UNHEALTHY` or :data:`TRAIT_UNPROBEABLE`), each dirty unit
+  one more ``reserved`` of its resource class.
+
+``[lxd_accelerators] verified_release = false`` turns the release check
+and the unprobeable hold off.
 """
 
 import dataclasses
+import json
 import os
 import threading
 import time
@@ -74,7 +57,7 @@ from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import gpu_metrics
+from nova_lxd_accel.accel import gpu_health
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_release
 from nova_lxd_accel.accel import gpu_state
@@ -88,40 +71,25 @@ TRAIT_UNHEALTHY = accel_tree.TRAIT_UNHEALTHY
 TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
 #: seconds between two probes while a release waits for its GPUs
 RELEASE_POLL = 0.5
+#: the least time the first probe of a release gets, whatever
+#: ``release_wait`` says (0 still probes once)
+FIRST_PROBE_MIN = 0.5
 
 
-def _unit_gpu(record):
-    """The GPU PCI address of a binding record, or None (InfiniBand)."""
-    if record.get('kind') in (binding.KIND_PGPU, binding.KIND_MIG,
-                              binding.KIND_SHARE):
-        return devices.normalise_pci_address(record.get('pci'))
-    return None
+def next_recheck_interval(interval, freed, conf):
+    """The re-check's next wait, in seconds.
 
-
-def bound_units(containers, projects=None):
-    """Unit key -> who holds it, from LXD's container records."""
-    projects = projects or {}
-    out = {}
-    for record in containers or ():
-        config = record.get('config') or {}
-        instance = identity.instance_uuid(record) or record.get('name')
-        for unit in identity.recorded_units(config):
-            pci = _unit_gpu(unit)
-            if pci is None:
-                continue
-            out[unit['unit']] = {
-                'instance': instance,
-                'container': record.get('name'),
-                # a shared GPU's slot records its project too
-                'project': projects.get(instance) or unit.get('project_id'),
-                'pci': pci,
-                'kind': unit.get('kind'),
-                'resource_class': unit.get('resource_class'),
-                'provider': unit.get('provider'),
-                'mig_uuid': unit.get('mig_uuid'),
-                'running': (record.get('status') or '').lower() == 'running',
-            }
-    return out
+    Back to ``release_recheck_interval`` after a unit turned clean (or a
+    new one was released), else doubled up to
+    ``release_recheck_max_interval``: a unit held for hours is not probed
+    every second, one that frees soon is seen soon.
+    """
+    group = conf.lxd_accelerators
+    start = group.release_recheck_interval
+    if freed or interval is None:
+        return start
+    return min(max(interval * 2, start),
+               max(group.release_recheck_max_interval, start))
 
 
 def _busy(snapshot, pci):
@@ -170,12 +138,19 @@ class GpuGate(object):
         update with it), or None.
     :param sleep: callable(seconds), between the release wait's probes.
     :param monotonic: zero-argument callable, the release wait's clock.
+    :param attribute: callable(pid) -> the container of a host process
+        (:func:`.gpu_release.container_of_process`), or None when the host
+        does not let processes be told apart.
+    :param background: False: no re-check thread; the caller runs
+        :meth:`recheck` (tests that drive time themselves).
     """
 
     def __init__(self, conf, list_containers, known_gpus,
                  instance_projects=None, probe=None, store=None,
                  clock=time.time, on_clean=None, sleep=time.sleep,
-                 monotonic=time.monotonic):
+                 monotonic=time.monotonic,
+                 attribute=gpu_release.container_of_process,
+                 background=True):
         self._conf = conf
         self._list_containers = list_containers
         self._known_gpus = known_gpus
@@ -193,6 +168,12 @@ class GpuGate(object):
         self._rechecker = None
         self._recheck_again = False
         self._stopping = threading.Event()
+        self._attribute = attribute
+        self._background = background
+        #: the re-check's wait now (grows while nothing turns clean)
+        self.recheck_interval = None
+        #: whether a re-check is wanted (what the thread would do next)
+        self.recheck_wanted = False
 
     @property
     def store(self):
@@ -231,9 +212,12 @@ class GpuGate(object):
 
         :returns: the :class:`gpu_probe.Snapshot` taken.
         """
+        # the listing before the probe: a unit it finds released was
+        # released before the probe, so the probe can verify it
+        mark = self._mark()
+        containers = self._list_containers()
         snapshot = self._probe.snapshot()
         self.last_snapshot = snapshot
-        containers = self._list_containers()
         projects = {}
         if self._instance_projects is not None:
             try:
@@ -242,7 +226,7 @@ class GpuGate(object):
                 LOG.warning('Cannot read the projects of the instances '
                             '(%s): usage is recorded without them', exc)
         known = {g.pci_address: g for g in (self._known_gpus() or ())}
-        current = bound_units(containers, projects)
+        current = gpu_release.bound_units(containers, projects)
         now = self._clock()
         if not known and not current and \
                 not os.path.exists(self._store.path):
@@ -250,72 +234,29 @@ class GpuGate(object):
             self._view = GateView(holds={}, dirty={})
             return snapshot
         with self._store.update() as state:
-            self._account(state, current, snapshot, now)
-            gpu_release.verify_released(state, current, snapshot, known,
-                                        now, self._conf)
-            self._health(state, current, snapshot, known, now)
-            failures = self._probe_health(state, snapshot, known, now)
+            released = self._account(state, current, snapshot, known, now,
+                                     mark)
+            gpu_release.verify_released(
+                state, current, snapshot, known, now, self._conf,
+                mark=mark, fresh=released, attribute=self._attribute)
+            gpu_health.health(state, current, snapshot, known, now,
+                              self._conf, self._warned)
+            gpu_health.probed(state, snapshot, known, now, self._conf)
             gpu_release.update_baselines(state, current, snapshot, known)
-            state['probe'] = {'at': now, 'available': snapshot.available,
-                              'error': snapshot.error, 'failures': failures}
             result = dict(state)
         self._view = GateView.of(result)
-        self._report_idle(result, now)
-        self._write_metrics(result, known, now)
+        gpu_health.report_idle(result, now, self._conf, self._warned)
+        gpu_health.write_metrics(result, known, now, self._conf)
         if result['dirty']:
             self._ensure_rechecker()
         return snapshot
 
-    def _probe_health(self, state, snapshot, known, now):
-        """Hold or free the NVIDIA GPUs by whether the probe answers.
-
-        :returns: how many probes in a row have failed, this one included.
-        """
-        group = self._conf.lxd_accelerators
-        failures = 0 if snapshot.available else (
-            (state.get('probe') or {}).get('failures') or 0) + 1
-        if snapshot.available or not self._verifying:
-            for pci, hold in list(state['holds'].items()):
-                if hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
-                    continue
-                del state['holds'][pci]
-                why = ('the GPU probe answers again' if snapshot.available
-                       else 'verified release is turned off')
-                gpu_state.add_event(state, 'release', pci, why, now,
-                                    by=gpu_state.BY_COMPUTE)
-                LOG.info('GPU %(pci)s is offered again: %(why)s',
-                         {'pci': pci, 'why': why})
-            return failures
-        nvidia = sorted(pci for pci, gpu in known.items() if gpu.is_nvidia)
-        if not nvidia:
-            return failures
-        missing = snapshot.error == gpu_probe.NO_NVIDIA_SMI
-        if not missing and failures < group.probe_failures_before_hold:
-            LOG.warning('The GPU probe failed (%(error)s), %(n)d time(s) in '
-                        'a row; the NVIDIA GPUs are held after %(max)d',
-                        {'error': snapshot.error, 'n': failures,
-                         'max': group.probe_failures_before_hold})
-            return failures
-        if missing:
-            reason = ('%s does not exist: a unit bound here could never be '
-                      'verified clean at release' % group.nvidia_smi_path)
-        else:
-            reason = ('the GPU probe failed %d times in a row (last: %s): a '
-                      'unit bound here could never be verified clean at '
-                      'release' % (failures, snapshot.error))
-        for pci in nvidia:
-            hold = state['holds'].get(pci)
-            if hold is not None and \
-                    hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
-                continue        # an operator's or unhealthy hold stays
-            if gpu_state.hold_by_compute(state, pci,
-                                         gpu_state.KIND_UNPROBEABLE, reason,
-                                         now):
-                LOG.error('GPU %(pci)s is not offered: %(reason)s. Make '
-                          'nvidia-smi answer on this host; the GPU is '
-                          'offered again at the first probe that answers',
-                          {'pci': pci, 'reason': reason})
-        return failures
+    def _mark(self):
+        """``state['seq']`` now: read before a probe and a listing."""
+        try:
+            return int(self._store.load().get('seq') or 0)
+        except (OSError, ValueError, TypeError):
+            return 0
 
     def note_destroy(self, read_record):
         """Mark the GPU units of a container about to be deleted dirty.
@@ -331,22 +272,98 @@ class GpuGate(object):
         """
         try:
             record = read_record()
-            units = bound_units([record] if record else [])
+            units = gpu_release.bound_units([record] if record else [])
             if not units:
                 return ()
             now = self._clock()
+            known = self._known()
             with self._store.update() as state:
                 for key, unit in units.items():
                     state['bound'].pop(key, None)
                     if self._verifying:
-                        state['dirty'][key] = gpu_release.dirty_entry(
-                            unit, now)
+                        self._mark_dirty(state, key, unit, known, now)
             self._view = GateView.of(state)
             return tuple(units) if self._verifying else ()
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
                           'container; the next probe finds them')
             return ()
+
+    def _known(self):
+        return {g.pci_address: g for g in (self._known_gpus() or ())}
+
+    def _mark_dirty(self, state, key, unit, known, now):
+        """Write the dirty entry of a unit released at ``now``.
+
+        An entry already there (same release, seen twice) keeps its time.
+        """
+        if key in state['dirty']:
+            return
+        state['dirty'][key] = gpu_release.dirty_entry(
+            unit, now, seq=gpu_state.next_seq(state),
+            place=gpu_release.mig_place(unit, known, self.last_snapshot))
+
+    def note_bound(self, container, instance, records):
+        """Record the units a claim just wrote into ``container``.
+
+        Called under the claim lock, so that a container deleted behind
+        nova's back before the next probe still leaves its units
+        unavailable (:meth:`unavailable_units`) until verified. Never
+        raises.
+
+        :param records: the binding's records (``Binding.records()``).
+        """
+        try:
+            record = {'name': container, 'status': 'Stopped', 'config': {
+                identity.KEY_DEVICES: json.dumps(list(records or ()))}}
+            units = gpu_release.bound_units([record])
+            if not units:
+                return
+            now = self._clock()
+            with self._store.update() as state:
+                for key, unit in units.items():
+                    unit['instance'] = instance
+                    before = state['bound'].get(key) or {}
+                    if before.get('instance') != instance:
+                        state['bound'][key] = dict(unit, since=now,
+                                                   last_busy=now)
+        except Exception:
+            LOG.exception('Cannot record the GPU units bound to %s; the '
+                          'next probe finds them', container)
+
+    def note_gone(self, container):
+        """A container was deleted behind nova's back: its units are dirty.
+
+        The lifecycle watcher calls this as soon as it sees the container
+        gone (by event or by poll); the units are verified by the re-check
+        thread, not in the caller's. Never raises.
+
+        :returns: the keys marked dirty.
+        """
+        try:
+            now = self._clock()
+            known = self._known()
+            with self._store.update() as state:
+                keys = [k for k, u in state['bound'].items()
+                        if u.get('container') == container]
+                for key in keys:
+                    unit = state['bound'].pop(key)
+                    if self._verifying:
+                        self._mark_dirty(state, key, unit, known, now)
+            self._view = GateView.of(state)
+            if keys:
+                LOG.warning('Container %(name)s was removed behind nova\'s '
+                            'back: its GPU units %(units)s are reserved '
+                            'until verified clean',
+                            {'name': container, 'units': ', '.join(keys)})
+                if self._verifying:
+                    self._ensure_rechecker()
+            return keys
+        except Exception:
+            LOG.exception('Cannot mark the GPU units of the removed '
+                          'container %s dirty; the next probe finds them',
+                          container)
+            return []
 
     def verify_release(self, keys):
         """Probe the GPUs of units just released; free the clean ones.
@@ -362,14 +379,24 @@ class GpuGate(object):
         keys = set(keys or ())
         if not keys:
             return set()
-        deadline = self._monotonic() + \
-            self._conf.lxd_accelerators.release_wait
+        start = self._monotonic()
+        wait = self._conf.lxd_accelerators.release_wait
+        deadline = start + wait
         left = keys
         try:
+            first = True
             while True:
-                left, snapshot = self._verify_units(left)
-                if not left or not snapshot.available or \
-                        self._monotonic() + RELEASE_POLL > deadline:
+                # every probe ends by the deadline, whatever nvidia-smi
+                # does (a hung one is abandoned, not waited for)
+                left, snapshot = self._verify_units(
+                    left, deadline=max(deadline, start + FIRST_PROBE_MIN)
+                    if first else deadline)
+                first = False
+                # another probe only with time for it: one cut short by
+                # the deadline would count as a failed probe
+                if not left or not gpu_health.complete(snapshot) or \
+                        self._monotonic() + RELEASE_POLL + \
+                        FIRST_PROBE_MIN > deadline:
                     break
                 self._sleep(RELEASE_POLL)
         except Exception:
@@ -380,80 +407,134 @@ class GpuGate(object):
             self._ensure_rechecker()
         return left
 
-    def _verify_units(self, keys):
-        """One probe of the dirty units ``keys``: (still dirty, snapshot)."""
-        snapshot = self._probe.snapshot()
-        known = {g.pci_address: g for g in (self._known_gpus() or ())}
-        current = bound_units(self._list_containers())
+    def _verify_units(self, keys, deadline=None):
+        """One probe of the dirty units ``keys``: (still dirty, snapshot).
+
+        A failed probe counts toward the unprobeable hold, as in
+        :meth:`refresh`.
+        """
+        mark = self._mark()
+        current = gpu_release.bound_units(self._list_containers())
+        snapshot = self._snapshot(deadline)
+        self.last_snapshot = snapshot
+        known = self._known()
         now = self._clock()
         with self._store.update() as state:
-            gpu_release.verify_released(state, current, snapshot, known,
-                                        now, self._conf, only=keys)
+            gpu_release.verify_released(
+                state, current, snapshot, known, now, self._conf,
+                only=keys, mark=mark, attribute=self._attribute)
+            gpu_health.probed(state, snapshot, known, now, self._conf)
             left = {k for k in keys if k in state['dirty']}
         self._view = GateView.of(state)
         return left, snapshot
 
+    def _snapshot(self, deadline=None):
+        """A probe that ends by ``deadline`` (on this gate's clock)."""
+        if deadline is None:
+            return self._probe.snapshot()
+        budget = deadline - self._monotonic()
+        return self._probe.snapshot(
+            deadline=self._probe.deadline_after(budget))
+
     def stop(self):
-        """End the re-check thread (nova-compute stops)."""
+        """End the re-check thread (nova-compute stops).
+
+        Safe to call more than once, also at the same time from two
+        threads (nova's graceful shutdown and a clean-up can overlap).
+        """
         self._stopping.set()
         with self._recheck_lock:
             thread = self._rechecker
-        if thread is not None:
+        if thread is not None and thread is not threading.current_thread():
             thread.join(5)
 
     def _ensure_rechecker(self):
         """Start the re-check thread unless it runs (then: once more)."""
         with self._recheck_lock:
-            if self._stopping.is_set():
+            self.recheck_wanted = True
+            if self._stopping.is_set() or not self._background:
                 return
             if self._rechecker is not None:
                 self._recheck_again = True
                 return
+            self.recheck_interval = None
             self._rechecker = threading.Thread(
                 target=self._recheck_loop, name='gpu-release-recheck',
                 daemon=True)
             self._rechecker.start()
 
+    def recheck(self):
+        """One re-check of every dirty unit, outside nova's lock.
+
+        Runs ``on_clean`` when a unit turned clean. Never raises.
+
+        :returns: (whether a unit turned clean, the keys still dirty or
+            None when the check failed).
+        """
+        with self._recheck_lock:
+            self._recheck_again = False
+            self.recheck_wanted = False
+        freed = False
+        left = None
+        try:
+            dirty = set(self._store.load()['dirty'])
+            if dirty:
+                group = self._conf.lxd_accelerators
+                left, _snapshot = self._verify_units(
+                    dirty, deadline=self._monotonic() +
+                    group.nvidia_smi_timeout)
+                freed = len(left) < len(dirty)
+            else:
+                left = set()
+        except Exception:
+            LOG.exception('Re-checking the released GPU units failed; '
+                          'trying again')
+        if left:
+            self.recheck_wanted = True
+        if freed and self.on_clean is not None:
+            try:
+                self.on_clean()
+            except Exception:
+                LOG.exception('Reporting the GPU units verified clean '
+                              'failed; nova\'s next periodic task '
+                              'reports them')
+        self.recheck_interval = next_recheck_interval(
+            self.recheck_interval, freed or bool(self._recheck_again),
+            self._conf)
+        return freed, left
+
     def _recheck_loop(self):
-        """Re-check dirty units until none is left; outside nova's lock."""
+        """Re-check dirty units until none is left; outside nova's lock.
+
+        The wait between two re-checks starts at
+        ``release_recheck_interval`` and doubles, up to
+        ``release_recheck_max_interval``, while no unit turns clean.
+        """
         while True:
-            if self._stopping.wait(
-                    self._conf.lxd_accelerators.release_recheck_interval):
+            wait = self.recheck_interval or \
+                self._conf.lxd_accelerators.release_recheck_interval
+            if self._stopping.wait(wait):
                 with self._recheck_lock:
                     self._rechecker = None
                 return
-            with self._recheck_lock:
-                self._recheck_again = False
-            freed = False
-            left = None
-            try:
-                dirty = set(self._store.load()['dirty'])
-                if dirty:
-                    left, _snapshot = self._verify_units(dirty)
-                    freed = len(left) < len(dirty)
-                else:
-                    left = set()
-            except Exception:
-                LOG.exception('Re-checking the released GPU units failed; '
-                              'trying again')
-            if freed and self.on_clean is not None:
-                try:
-                    self.on_clean()
-                except Exception:
-                    LOG.exception('Reporting the GPU units verified clean '
-                                  'failed; nova\'s next periodic task '
-                                  'reports them')
+            _freed, left = self.recheck()
             with self._recheck_lock:
                 if left == set() and not self._recheck_again:
                     self._rechecker = None
                     return
 
-    def _account(self, state, current, snapshot, now):
+    def _account(self, state, current, snapshot, known, now, mark=None):
         last = (state.get('probe') or {}).get('at')
         elapsed = max(0.0, now - last) if last is not None else 0.0
         previous = state['bound']
         bound = {}
+        released = []
         for key, unit in current.items():
+            entry = state['dirty'].get(key)
+            if mark is not None and entry is not None and \
+                    (entry.get('seq') or 0) > mark:
+                # released after this listing was taken: not bound
+                continue
             before = previous.get(key)
             if before and before.get('instance') == unit['instance']:
                 entry = dict(before, **{k: v for k, v in unit.items()
@@ -486,106 +567,16 @@ class GpuGate(object):
                              {'unit': key, 'pci': before.get('pci'),
                               'instance': before.get('instance')})
                     continue
-                state['dirty'][key] = gpu_release.dirty_entry(before, now)
+                if key in state['dirty']:
+                    continue
+                self._mark_dirty(state, key, before, known, now)
+                released.append(key)
                 LOG.info('%(unit)s of GPU %(pci)s was released by instance '
                          '%(instance)s: reserved until it is verified clean',
                          {'unit': key, 'pci': before.get('pci'),
                           'instance': before.get('instance')})
         state['bound'] = bound
-
-    def _new_fatal_xids(self, state, snapshot, pci):
-        """Fatal Xid messages of one GPU not acted on before.
-
-        ``state['xid']`` remembers, per GPU and boot, the time of the last
-        message acted on, so a released GPU is not held again by the same
-        message; one older than ``xid_max_age`` when first read is ignored.
-        """
-        group = self._conf.lxd_accelerators
-        fatal = set(group.fatal_xids or ())
-        events = snapshot.xids_on(pci)
-        if not fatal or not events:
-            return []
-        record = state.setdefault('xid', {})
-        if record.get('boot_id') != snapshot.boot_id:
-            record.clear()
-            record.update(boot_id=snapshot.boot_id, handled={})
-        handled = record.setdefault('handled', {}).get(pci)
-        fresh = []
-        for event in events:
-            if event.code not in fatal or \
-                    (handled is not None and event.at <= handled):
-                continue
-            if group.xid_max_age and snapshot.uptime is not None and \
-                    snapshot.uptime - event.at > group.xid_max_age:
-                continue
-            fresh.append(event)
-        if fresh:
-            record['handled'][pci] = max(e.at for e in fresh)
-        return fresh
-
-    @staticmethod
-    def _xid_text(event, snapshot):
-        when = ''
-        if snapshot.uptime is not None:
-            wall = snapshot.taken_at - (snapshot.uptime - event.at)
-            when = ' at %s' % time.strftime('%Y-%m-%dT%H:%M:%SZ',
-                                            time.gmtime(wall))
-        return 'Xid %d%s: %s' % (event.code, when,
-                                 event.message or 'no message')
-
-    def _health(self, state, current, snapshot, known, now):
-        for pci, gpu in known.items():
-            problems = snapshot.problems(pci, expected_nvidia=gpu.is_nvidia)
-            problems = list(problems) + [
-                self._xid_text(e, snapshot)
-                for e in self._new_fatal_xids(state, snapshot, pci)]
-            if not problems:
-                continue
-            reason = '; '.join(problems)
-            if pci not in state['holds']:
-                gpu_state.hold_by_compute(state, pci,
-                                          gpu_state.KIND_UNHEALTHY, reason,
-                                          now)
-                LOG.error('GPU %(pci)s is unhealthy (%(reason)s): reserved '
-                          'and never bound until an operator runs '
-                          '"nova-lxd-accel gpu release %(pci)s"',
-                          {'pci': pci, 'reason': reason})
-            users = sorted({u['instance'] for u in current.values()
-                            if u['pci'] == pci})
-            if users and self._warned.get(pci) != (reason, users):
-                self._warned[pci] = (reason, users)
-                LOG.warning('Instances %(users)s use unhealthy GPU %(pci)s '
-                            '(%(reason)s); they are left running',
-                            {'users': ', '.join(users), 'pci': pci,
-                             'reason': reason})
-
-    def _report_idle(self, state, now):
-        for unit in gpu_state.idle_units(state, self._conf, now):
-            key = (unit['unit'], unit['idle_since'])
-            if self._warned.get(unit['unit']) == key:
-                continue
-            self._warned[unit['unit']] = key
-            LOG.warning('GPU %(pci)s (%(unit)s) of instance %(instance)s, '
-                        'project %(project)s, has shown no compute use '
-                        'since %(since)s',
-                        {'pci': unit['pci'], 'unit': unit['unit'],
-                         'instance': unit['instance'],
-                         'project': unit['project'],
-                         'since': time.strftime(
-                             '%Y-%m-%dT%H:%M:%SZ',
-                             time.gmtime(unit['idle_since']))})
-
-    def _write_metrics(self, state, known, now):
-        path = self._conf.lxd_accelerators.metrics_file
-        if not path:
-            return
-        try:
-            gpu_metrics.write_textfile(
-                path, gpu_metrics.render(state, sorted(known),
-                                         self._conf, now))
-        except OSError as exc:
-            LOG.warning('Cannot write the GPU metrics file %(path)s: '
-                        '%(error)s', {'path': path, 'error': exc})
+        return released
 
     # -- what update_provider_tree and binding ask ---------------------
 
@@ -640,15 +631,62 @@ class GpuGate(object):
                                             traits=frozenset(traits))
         return out
 
-    def unavailable_units(self):
+    def unavailable_units(self, records=None):
         """Unit key -> why no claim may pick it: released, not yet clean.
 
         In the :func:`.binding.held_units` format, so a claim treats a dirty
-        unit as held, by identity, whatever Placement counts.
+        unit as held, by identity, whatever Placement counts. Read from the
+        state file, so a claim calling this under its lock sees every
+        release written before (by this process or another).
+
+        :param records: the daemon's instance records the claim listed:
+            a unit recorded bound (:meth:`note_bound`, the last probe) to a
+            container absent from them was removed behind nova's back and
+            is unavailable too, until verified.
         """
-        return {key: ['instance %s, released but not verified clean (%s)'
-                      % (unit.get('instance'), unit.get('holding'))]
-                for key, unit in self.view().dirty.items()}
+        try:
+            state = self._store.load()
+        except (OSError, ValueError) as exc:
+            LOG.warning('Cannot read the GPU state file (%s): claims use '
+                        'the dirty units of the last probe', exc)
+            state = {'dirty': self.view().dirty, 'bound': {}}
+        out = {key: ['instance %s, released but not verified clean (%s)'
+                     % (unit.get('instance'), unit.get('holding'))]
+               for key, unit in state['dirty'].items()}
+        if records is not None:
+            alive = {r.get('name') for r in records}
+            for key, unit in state['bound'].items():
+                if unit.get('container') not in alive:
+                    out.setdefault(key, []).append(
+                        'container %s of instance %s is gone; not yet '
+                        'verified clean' % (unit.get('container'),
+                                            unit.get('instance')))
+        return out
+
+    def dirty_share_projects(self, records=None):
+        """Shared GPU PCI address -> projects of its dirty slots.
+
+        A card with a slot not yet verified clean takes no tenant of
+        another project (its leftover could be that project's data); an
+        unknown project blocks every other one. Read from the state file,
+        as :meth:`unavailable_units`, whose ``records`` this takes too: a
+        slot of a container gone behind nova's back counts as dirty.
+        """
+        try:
+            state = self._store.load()
+        except (OSError, ValueError):
+            state = {'dirty': self.view().dirty, 'bound': {}}
+        units = list(state['dirty'].values())
+        if records is not None:
+            alive = {r.get('name') for r in records}
+            units += [u for u in state['bound'].values()
+                      if u.get('container') not in alive]
+        out = {}
+        for unit in units:
+            if unit.get('kind') == binding.KIND_SHARE:
+                out.setdefault(unit.get('pci'), set()).add(
+                    unit.get('project') or 'an unknown project')
+        return out
 
     def check_bindable(self, device, rp_uuid):
         """Raise when ``device`` is a held or unhealthy GPU."""

@@ -64,6 +64,10 @@ APP_FIELDS = ('gpu_bus_id', 'gpu_uuid', 'pid', 'process_name',
 
 #: :attr:`Snapshot.error` when the nvidia-smi binary does not exist
 NO_NVIDIA_SMI = 'no nvidia-smi: no GPU'
+#: :attr:`Snapshot.error` (or :attr:`Snapshot.mig_error`) starts with it
+#: when the ``deadline`` of :meth:`HostProbe.snapshot` was reached before
+#: one of its nvidia-smi calls, which was then not started
+DEADLINE_REACHED = "the probe's deadline was reached"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +87,16 @@ class XidEvent:
 class Snapshot:
     """One probe of the host.
 
-    :ivar available: False when nvidia-smi is absent or failed (then
-        ``gpus`` and ``apps`` say nothing).
+    :ivar available: False when nvidia-smi is absent or failed, or the
+        probe's deadline came first (then ``gpus`` and ``apps`` say
+        nothing, and ``error`` says why).
+    :ivar mig_error: why the MIG facts are unknown: a GPU is in MIG mode
+        and its ``nvidia-smi -q`` failed, timed out, was not started for
+        the probe's deadline (:data:`DEADLINE_REACHED`) or printed nothing
+        readable for it. ``mig`` is then empty, which must not be read as
+        "no process on any MIG device". None when ``mig`` is complete (or
+        no GPU is in MIG mode), and whenever the snapshot is not
+        ``available``.
     """
 
     taken_at: float
@@ -102,6 +114,16 @@ class Snapshot:
     #: what the Xid times are relative to
     uptime: typing.Optional[float] = None
     boot_id: typing.Optional[str] = None
+    mig_error: typing.Optional[str] = None
+
+    @property
+    def complete(self):
+        """Whether every fact was read: ``available`` and no ``mig_error``.
+
+        An available snapshot with a ``mig_error`` still tells each GPU's
+        health and processes; only who uses which MIG device is unknown.
+        """
+        return self.available and not self.mig_error
 
     def apps_on(self, pci_address):
         """The tenants' compute processes on a GPU.
@@ -214,12 +236,15 @@ class HostProbe(object):
     :param path: the nvidia-smi binary (``[lxd_accelerators]
         nvidia_smi_path``).
     :param clock: zero-argument callable returning seconds (tests).
+    :param monotonic: zero-argument callable returning seconds on the
+        clock of :meth:`snapshot`'s ``deadline`` (tests).
     """
 
     def __init__(self, path='nvidia-smi', timeout=10, clock=time.time,
                  kernel_log=None, uptime=_uptime, boot_id=_boot_id,
-                 conf=None):
+                 conf=None, monotonic=time.monotonic):
         self._fixed_path = path
+        self._monotonic = monotonic
         self._fixed_timeout = timeout
         self._conf = conf
         self._clock = clock
@@ -269,48 +294,101 @@ class HostProbe(object):
         self._kernel_log_error = None
         return events
 
-    def _mig(self, gpus):
-        """MIG facts of the GPUs in MIG mode ({} when none or unreadable)."""
-        if not any((g.mig_mode or '').lower() == 'enabled'
-                   for g in gpus.values()):
-            return {}
-        rc, out, err = nvidia_smi.run(self._path, ['-q'], self._timeout)
-        if rc != 0:
-            LOG.warning('%(path)s -q failed (%(error)s): the processes of '
-                        'each MIG device are unknown this time',
-                        {'path': self._path,
-                         'error': (err or out).strip() or rc})
-            return {}
-        return nvidia_smi.parse_mig_query(out)
+    def _run(self, args, deadline):
+        """:func:`.nvidia_smi.run`, within the snapshot's deadline.
 
-    def _query_gpu(self):
-        rc, out, err = nvidia_smi.run(self._path, [
+        Its timeout is the configured one, or less: what is left before
+        ``deadline``. With nothing left nvidia-smi is not started, and
+        the answer is a :data:`.nvidia_smi.FAILED_TO_RUN` whose stderr
+        starts with :data:`DEADLINE_REACHED`.
+        """
+        timeout = self._timeout
+        if deadline is not None:
+            left = deadline - self._monotonic()
+            if left <= 0:
+                return nvidia_smi.FAILED_TO_RUN, '', (
+                    '%s: %s %s not started' % (DEADLINE_REACHED, self._path,
+                                               args[0].split('=', 1)[0]))
+            timeout = min(timeout, left)
+        return nvidia_smi.run(self._path, args, timeout)
+
+    def _mig(self, gpus, deadline):
+        """MIG facts of the GPUs in MIG mode, and why they are unknown.
+
+        :returns: ``(mig, error)``: ``({}, None)`` when no GPU is in MIG
+            mode; ``({}, why)`` when ``nvidia-smi -q`` failed, timed out,
+            was not started for the deadline, or has no readable block for
+            a GPU in MIG mode (a block without MIG devices is read: MIG
+            mode with no device created).
+        """
+        in_mig = sorted(pci for pci, g in gpus.items()
+                        if (g.mig_mode or '').lower() == 'enabled')
+        if not in_mig:
+            return {}, None
+        rc, out, err = self._run(['-q'], deadline)
+        if rc != 0:
+            error = '%s -q: %s' % (
+                self._path,
+                (err or out).strip() or ('not found' if rc is None
+                                         else 'status %s' % rc))
+            if err.startswith(DEADLINE_REACHED):
+                error = err
+        else:
+            read, _ = nvidia_smi.parse_query(out)
+            unread = [pci for pci in in_mig
+                      if pci not in read or read[pci].lost]
+            if not unread:
+                return nvidia_smi.parse_mig_query(out), None
+            error = '%s -q printed nothing readable for %s' % (
+                self._path, ', '.join(unread))
+        LOG.warning('%(error)s: the processes of each MIG device are '
+                    'unknown this time', {'error': error})
+        return {}, error
+
+    def _query_gpu(self, deadline):
+        rc, out, err = self._run([
             '--query-gpu=%s' % ','.join(self._fields), '--format=csv'],
-            self._timeout)
+            deadline)
         if rc and rc > 0 and 'not a valid field' in (out + err) and \
                 self._fields != FIELDS[:-len(OPTIONAL_FIELDS)]:
             # a driver without the row remapper
             self._fields = FIELDS[:-len(OPTIONAL_FIELDS)]
-            return self._query_gpu()
+            return self._query_gpu(deadline)
         return rc, out, err
 
-    def snapshot(self):
+    def deadline_after(self, seconds):
+        """The :meth:`snapshot` deadline ``seconds`` from now (its clock)."""
+        return self._monotonic() + seconds
+
+    def snapshot(self, deadline=None):
         """Probe the GPUs now.
 
         Runs nvidia-smi twice, three times when a GPU is in MIG mode, and
         reads the kernel log's Xid messages.
+
+        :param deadline: None, or when the snapshot must be done by, in
+            seconds of ``time.monotonic()`` (the ``monotonic`` clock of
+            the probe): each nvidia-smi call is given at most what is
+            left, and one due after it is not started (the snapshot is
+            then unavailable, or its ``mig_error`` says so for ``-q``).
+            A snapshot thus takes at most the time left plus
+            :data:`.nvidia_smi.KILL_GRACE`: a caller holding up a delete
+            or a re-check is not held by a hung nvidia-smi.
         """
         now = self._clock()
-        rc, out, err = self._query_gpu()
+        rc, out, err = self._query_gpu(deadline)
         if rc is None:
             return Snapshot(now, False, {}, {}, NO_NVIDIA_SMI)
-        snap = self._snapshot(now, rc, out, err)
+        snap = self._snapshot(now, rc, out, err, deadline)
+        mig, mig_error = ({}, None)
+        if snap.available:
+            mig, mig_error = self._mig(snap.gpus, deadline)
         return dataclasses.replace(
-            snap, mig=self._mig(snap.gpus) if snap.available else {},
+            snap, mig=mig, mig_error=mig_error,
             xids=self._xids(), uptime=self._uptime(),
             boot_id=self._boot_id())
 
-    def _snapshot(self, now, rc, out, err):
+    def _snapshot(self, now, rc, out, err, deadline=None):
         if rc == nvidia_smi.FAILED_TO_RUN:
             # timed out or could not be started: err says which
             LOG.warning('%s', err)
@@ -329,9 +407,9 @@ class HostProbe(object):
             LOG.warning('%(path)s --query-gpu failed: %(error)s',
                         {'path': self._path, 'error': message})
             return Snapshot(now, False, {}, {}, message)
-        rc, out, err = nvidia_smi.run(self._path, [
+        rc, out, err = self._run([
             '--query-compute-apps=%s' % ','.join(APP_FIELDS),
-            '--format=csv'], self._timeout)
+            '--format=csv'], deadline)
         if rc != 0:
             message = (err or out).strip() or 'status %s' % rc
             LOG.warning('%(path)s --query-compute-apps failed: %(error)s',

@@ -33,11 +33,16 @@ against the baseline and the tolerance, so a leftover that only takes
 its name is still caught by the memory it holds.
 """
 
+import os
+import re
+
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -55,15 +60,144 @@ def mig_key(pci, index):
     return '%s/mig%s' % (pci, index)
 
 
-def dirty_entry(unit, now):
-    """The ``state['dirty']`` entry of a unit released at ``now``."""
-    return {'pci': unit.get('pci'),
-            'resource_class': unit.get('resource_class'),
-            'provider': unit.get('provider'),
-            'kind': unit.get('kind'),
-            'mig_uuid': unit.get('mig_uuid'),
-            'instance': unit.get('instance'),
-            'since': now, 'holding': NOT_YET}
+def dirty_entry(unit, now, seq=None, place=None):
+    """The ``state['dirty']`` entry of a unit released at ``now``.
+
+    :param seq: the entry's :func:`.gpu_state.next_seq`.
+    :param place: a MIG slice's ``{'mig_index', 'mig_gi', 'mig_ci',
+        'mig_profile'}`` (:func:`mig_place`), to know it again if the
+        operator recreates it with a new UUID.
+    """
+    entry = {'pci': unit.get('pci'),
+             'resource_class': unit.get('resource_class'),
+             'provider': unit.get('provider'),
+             'kind': unit.get('kind'),
+             'mig_uuid': unit.get('mig_uuid'),
+             'instance': unit.get('instance'),
+             'project': unit.get('project'),
+             'container': unit.get('container'),
+             'since': now, 'holding': NOT_YET, 'seq': seq or 0}
+    entry.update(place or {})
+    return entry
+
+
+def mig_place(unit, known, snapshot):
+    """Where a MIG slice sits on its GPU: index, GPU/compute instance.
+
+    From the inventory's listing and, for modern UUIDs (which do not say
+    it), the last probe's ``nvidia-smi -q``. {} for another unit.
+    """
+    if unit.get('kind') != binding.KIND_MIG:
+        return {}
+    gpu = known.get(unit.get('pci'))
+    mig = {m.uuid: m for m in (gpu.mig_devices if gpu else ())}.get(
+        unit.get('mig_uuid'))
+    if mig is None:
+        return {}
+    facts = ((snapshot.mig if snapshot is not None else {}).get(
+        unit.get('pci')) or {}).get(mig.index)
+    gi = mig.gi if mig.gi is not None else getattr(facts, 'gi', None)
+    ci = mig.ci if mig.ci is not None else getattr(facts, 'ci', None)
+    return {'mig_index': mig.index, 'mig_gi': gi, 'mig_ci': ci,
+            'mig_profile': mig.profile}
+
+
+_PAYLOAD = re.compile(r'lxc\.payload\.([^/\s]+)')
+
+
+def container_of_process(pid, proc='/proc'):
+    """The LXD or Incus container a host process runs in.
+
+    Read from ``/proc/<pid>/cgroup``: both daemons put a container's
+    processes under ``lxc.payload.<name>`` (``<project>_<name>`` outside
+    the default project).
+
+    :returns: the container's name (with its project prefix, if any);
+        '' for a process of the host itself; None when it cannot be told
+        (no such process, no permission).
+    """
+    try:
+        with open(os.path.join(proc, str(int(pid)), 'cgroup'),
+                  encoding='utf-8') as f:
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    match = _PAYLOAD.search(text)
+    return match.group(1) if match else ''
+
+
+def _owned_by(container, owners):
+    """Whether a process's container is one of ``owners`` (names)."""
+    if not container:
+        return False
+    return container in owners or any(
+        container.endswith('_' + name) for name in owners)
+
+
+def _unaccounted(apps, owners, attribute):
+    """The processes of ``apps`` no live holder in ``owners`` accounts for.
+
+    :param owners: names of the live containers bound to the GPU now.
+    :param attribute: callable(pid) -> container name, '' or None
+        (:func:`container_of_process`); None: nothing can be told, so every
+        process is unaccounted for.
+    :returns: list of (app, its container or None).
+    """
+    out = []
+    for app in apps:
+        container = attribute(app.pid) if attribute is not None else None
+        if not _owned_by(container, owners):
+            out.append((app, container))
+    return out
+
+
+def _unaccounted_text(found):
+    parts = []
+    for app, container in found:
+        where = ('in container %s' % container if container else
+                 'on the host' if container == '' else 'of unknown origin')
+        parts.append('%s (pid %s, %s MiB, %s)' % (
+            app.name, app.pid, app.used_memory_mib, where))
+    return ', '.join(parts)
+
+
+def _owners(current, pci, exclude=None):
+    return {u.get('container') for key, u in (current or {}).items()
+            if u.get('pci') == pci and key != exclude and u.get('container')}
+
+
+def _unit_gpu(record):
+    """The GPU PCI address of a binding record, or None (InfiniBand)."""
+    if record.get('kind') in (binding.KIND_PGPU, binding.KIND_MIG,
+                              binding.KIND_SHARE):
+        return devices.normalise_pci_address(record.get('pci'))
+    return None
+
+
+def bound_units(containers, projects=None):
+    """Unit key -> who holds it, from LXD's container records."""
+    projects = projects or {}
+    out = {}
+    for record in containers or ():
+        config = record.get('config') or {}
+        instance = identity.instance_uuid(record) or record.get('name')
+        for unit in identity.recorded_units(config):
+            pci = _unit_gpu(unit)
+            if pci is None:
+                continue
+            out[unit['unit']] = {
+                'instance': instance,
+                'container': record.get('name'),
+                # a shared GPU's slot records its project too
+                'project': projects.get(instance) or unit.get('project_id'),
+                'pci': pci,
+                'kind': unit.get('kind'),
+                'resource_class': unit.get('resource_class'),
+                'provider': unit.get('provider'),
+                'mig_uuid': unit.get('mig_uuid'),
+                'running': (record.get('status') or '').lower() == 'running',
+            }
+    return out
 
 
 def _apps_text(apps):
@@ -82,27 +216,36 @@ def _memory_over(state, key, used_mib, conf):
     return None
 
 
-def holding(unit, snapshot, known, state, conf, current=None):
+def holding(unit, snapshot, known, state, conf, current=None,
+            attribute=None):
     """None when a released unit is clean, else what still holds it.
 
     :param known: PCI address -> :class:`.devices.Gpu` the inventory knows.
     :param current: unit key -> binding of the units bound now.
+    :param attribute: callable(pid) -> container (see
+        :func:`container_of_process`), or None when processes cannot be
+        told apart.
     """
     pci = unit.get('pci')
     gpu = known.get(pci)
     if gpu is not None and not gpu.is_nvidia:
         return None
-    if unit.get('kind') == binding.KIND_MIG:
-        return _mig_holding(unit, gpu, snapshot, state, conf)
-    if unit.get('kind') == binding.KIND_SHARE and any(
-            u.get('pci') == pci for u in (current or {}).values()):
-        # the card is still shared: its processes cannot be told apart
-        # per slot, so a slot is free at once; the card is verified
-        # when its last slot is released
-        return None
     if not snapshot.available:
         return 'the GPU cannot be probed (%s)' % (snapshot.error or
                                                   'nvidia-smi failed')
+    if unit.get('kind') == binding.KIND_MIG:
+        return _mig_holding(unit, gpu, snapshot, state, conf, current,
+                            attribute)
+    owners = _owners(current, pci)
+    if unit.get('kind') == binding.KIND_SHARE and owners:
+        # the card is still shared: a process is the slot's leftover
+        # unless its cgroup puts it in a container bound to the card now
+        found = _unaccounted(snapshot.apps_on(pci), owners, attribute)
+        if found:
+            return ('compute processes %s on the shared GPU, which no '
+                    'instance bound to it accounts for' %
+                    _unaccounted_text(found))
+        return None
     apps = snapshot.apps_on(pci)
     if apps:
         return 'compute processes %s' % _apps_text(apps)
@@ -118,29 +261,37 @@ def holding(unit, snapshot, known, state, conf, current=None):
     return None
 
 
-def _mig_holding(unit, gpu, snapshot, state, conf):
+def _mig_holding(unit, gpu, snapshot, state, conf, current, attribute):
     """None when a released MIG device is clean, else what holds it.
 
     Clean: still listed as it was, no compute process in its GPU/compute
     instance, and its memory back to its baseline (plus the tolerance).
-    When nvidia-smi's queries or ``nvidia-smi -q`` could not be read this
-    time, only the listing (``nvidia-smi -L``, read by the inventory) is
-    checked, as before per-slice checks existed.
+    Without facts of the slice (``nvidia-smi -q`` failed or does not list
+    it): clean only when no process on its GPU is unaccounted for, as
+    ``--query-compute-apps`` does not tell the slices of a GPU apart.
     """
     uuid = unit.get('mig_uuid')
+    pci = unit.get('pci')
     listed = {m.uuid: m for m in (gpu.mig_devices if gpu else ())}
     if uuid and uuid not in listed:
-        return 'MIG device %s is no longer listed' % uuid
+        return 'MIG device %s is gone (no longer listed)' % uuid
     mig = listed.get(uuid)
-    facts = (snapshot.mig.get(unit.get('pci')) or {}).get(
-        mig.index if mig else None)
+    facts = (snapshot.mig.get(pci) or {}).get(mig.index if mig else None)
     if facts is None:
+        found = _unaccounted(snapshot.apps_on(pci), _owners(current, pci),
+                             attribute)
+        if found:
+            why = getattr(snapshot, 'mig_error', None) or \
+                'nvidia-smi -q does not list MIG device %s' % uuid
+            return ('no facts of the MIG device (%s) and compute processes '
+                    '%s on its GPU, which no live instance accounts for' % (
+                        why, _unaccounted_text(found)))
         return None
     apps = nvidia_smi.tenant_apps(facts.apps)
     if apps:
         return 'compute processes %s in MIG device %s' % (
             _apps_text(apps), uuid)
-    over = _memory_over(state, mig_key(unit.get('pci'), facts.index),
+    over = _memory_over(state, mig_key(pci, facts.index),
                         facts.memory_used_mib, conf)
     if over:
         return ('%d MiB of memory in use in MIG device %s (baseline '
@@ -148,22 +299,78 @@ def _mig_holding(unit, gpu, snapshot, state, conf):
     return None
 
 
+def mig_replacement(unit, gpu, snapshot):
+    """The MIG device now in a released slice's place, or None.
+
+    When the operator recreates a slice (what ``doctor`` advises for one
+    that stays dirty) it comes back with a new UUID in the same GPU
+    instance; the old slice can only have been destroyed with no process
+    left in it.
+    """
+    if unit.get('kind') != binding.KIND_MIG or gpu is None:
+        return None
+    listed = {m.uuid: m for m in gpu.mig_devices}
+    if not unit.get('mig_uuid') or unit['mig_uuid'] in listed:
+        return None
+    gi, ci = unit.get('mig_gi'), unit.get('mig_ci')
+    slices = snapshot.mig.get(unit.get('pci')) or {}
+    for mig in gpu.mig_devices:
+        facts = slices.get(mig.index)
+        here = (mig.gi if mig.gi is not None else getattr(facts, 'gi', None),
+                mig.ci if mig.ci is not None else getattr(facts, 'ci', None))
+        if gi is not None and ci is not None:
+            if here == (gi, ci):
+                return mig
+        elif unit.get('mig_index') is not None and \
+                mig.index == unit.get('mig_index') and \
+                mig.profile == unit.get('mig_profile'):
+            return mig
+    return None
+
+
 def verify_released(state, current, snapshot, known, now, conf,
-                    only=None):
+                    only=None, mark=None, fresh=(), attribute=None):
     """Free the dirty units of ``state`` found clean; note what holds others.
 
     :param only: unit keys to check (None: every dirty unit).
+    :param mark: ``state['seq']`` read before ``snapshot`` and ``current``
+        were taken: an entry written after (a larger ``seq``) is left
+        alone, as these facts are older than its release.
+    :param fresh: keys written after ``mark`` from ``current`` itself
+        (released before ``snapshot`` was taken): checked.
+    :param attribute: see :func:`holding`.
     """
     for key in list(state['dirty']):
         if only is not None and key not in only:
             continue
         unit = state['dirty'][key]
-        if key in current:
-            # bound again (by a migration's revert, for example)
+        if mark is not None and (unit.get('seq') or 0) > mark and \
+                key not in fresh:
+            continue
+        again = current.get(key)
+        if again is not None and again.get('instance') == unit.get(
+                'instance'):
+            # its own instance holds it again (a migration's revert, a
+            # delete that failed): bound, not free
             del state['dirty'][key]
             continue
+        replaced = mig_replacement(unit, known.get(unit.get('pci')),
+                                   snapshot)
+        if replaced is not None:
+            del state['dirty'][key]
+            gpu_state.add_event(state, 'replaced', unit.get('pci'),
+                                'MIG device recreated as %s' % replaced.uuid,
+                                now, unit=key)
+            LOG.info('%(unit)s of GPU %(pci)s was recreated as MIG device '
+                     '%(new)s in the same place: the old entry is dropped',
+                     {'unit': key, 'pci': unit.get('pci'),
+                      'new': replaced.uuid})
+            continue
         held_by = None if not verifying(conf) else holding(
-            unit, snapshot, known, state, conf, current)
+            unit, snapshot, known, state, conf, current, attribute)
+        if held_by is None and again is not None:
+            held_by = 'bound to instance %s while not verified clean' % (
+                again.get('instance'))
         if held_by is None:
             del state['dirty'][key]
             waited = max(0.0, now - (unit.get('since') or now))

@@ -24,15 +24,24 @@ Keys (all times are UNIX seconds):
     PCI address -> ``{"kind": "operator"|"unhealthy"|"unprobeable",
     "reason", "since", "by"}``: the GPU is reserved in Placement and never
     bound until ``nova-lxd-accel gpu release`` (an ``unprobeable`` hold
-    lifts by itself when the probe answers again).
+    lifts by itself when the probe answers again). An unhealthy hold of a
+    GPU nvidia-smi no longer lists has ``"gone": true``.
 ``bound``
     unit key (see :mod:`.binding`) -> who holds it now: ``instance``,
     ``project``, ``container``, ``pci``, ``resource_class``, ``provider``,
     ``since``, ``last_busy``, ``running``.
 ``dirty``
     unit key -> a released unit not yet verified clean: ``pci``,
-    ``resource_class``, ``provider``, ``instance``, ``since`` and
-    ``holding`` (what the last probe still saw).
+    ``resource_class``, ``provider``, ``instance``, ``container``,
+    ``since``, ``seq`` and ``holding`` (what the last probe still saw); a
+    MIG slice also its place (``mig_index``, ``mig_gi``, ``mig_ci``,
+    ``mig_profile``). It leaves only when a probe taken after it was
+    written finds it clean, when its own instance is bound to it again (a
+    migration's revert), when its MIG device was recreated in the same
+    place, or by ``nova-lxd-accel gpu forget``.
+``seq``
+    a counter raised for every dirty entry written: a probe or a listing
+    read before an entry's ``seq`` says nothing about it.
 ``baseline``
     PCI address -> lowest memory use (MiB) seen while the GPU was free.
 ``usage``
@@ -73,13 +82,22 @@ STATE_DIRTY = 'reserved-dirty'
 STATE_HELD = 'held'
 STATE_UNHEALTHY = 'unhealthy'
 STATE_IDLE = 'idle'
+#: an unhealthy GPU that nvidia-smi no longer lists at all
+STATE_GONE = 'gone'
 STATES = (STATE_FREE, STATE_BOUND, STATE_DIRTY, STATE_HELD,
-          STATE_UNHEALTHY, STATE_IDLE)
+          STATE_UNHEALTHY, STATE_IDLE, STATE_GONE)
 
 
 def empty_state():
     return {'version': 1, 'holds': {}, 'bound': {}, 'dirty': {},
-            'baseline': {}, 'usage': {}, 'probe': {}, 'events': []}
+            'baseline': {}, 'usage': {}, 'probe': {}, 'events': [],
+            'seq': 0}
+
+
+def next_seq(state):
+    """Raise and return ``state['seq']`` (see the module docstring)."""
+    state['seq'] = int(state.get('seq') or 0) + 1
+    return state['seq']
 
 
 class StateStore(object):
@@ -172,12 +190,13 @@ def hold(store, pci, reason, kind=KIND_OPERATOR, by=None, now=None):
     return new
 
 
-def hold_by_compute(state, pci, kind, reason, now):
+def hold_by_compute(state, pci, kind, reason, now, gone=False):
     """Hold a GPU in ``state`` for nova-compute (an unhealthy GPU, ...).
 
     A GPU held already keeps the time of its first hold; the hold event is
     recorded only when it was not held.
 
+    :param gone: nvidia-smi no longer lists the GPU (:data:`STATE_GONE`).
     :returns: True when it was not held before.
     """
     previous = state['holds'].get(pci)
@@ -186,6 +205,8 @@ def hold_by_compute(state, pci, kind, reason, now):
     state['holds'][pci] = {'kind': kind, 'reason': reason,
                            'since': (previous or {}).get('since', now),
                            'by': BY_COMPUTE}
+    if gone or (previous or {}).get('gone'):
+        state['holds'][pci]['gone'] = True
     return previous is None
 
 
@@ -202,6 +223,23 @@ def release(store, pci, reason, by=None, now=None):
         add_event(state, 'release', pci, reason, now, by=by,
                   previous=previous and previous.get('reason'))
     return previous
+
+
+def forget(store, key, reason, by=None, now=None):
+    """Drop the dirty entry of unit ``key``: the operator's way back.
+
+    The caller checks first that no live container holds the unit (see
+    ``nova-lxd-accel gpu forget``).
+
+    :returns: the entry dropped, or None when ``key`` was not dirty.
+    """
+    now = now if now is not None else time.time()
+    with store.update() as state:
+        entry = state['dirty'].pop(key, None)
+        if entry is not None:
+            add_event(state, 'forget', entry.get('pci'), reason, now,
+                      unit=key, by=by, holding=entry.get('holding'))
+    return entry
 
 
 def idle_units(state, conf, now, after=None):
@@ -236,7 +274,9 @@ def gpu_states(state, pcis, conf, now):
     out = {}
     for pci in pcis:
         hold = state.get('holds', {}).get(pci)
-        if hold and hold.get('kind') == KIND_UNHEALTHY:
+        if hold and hold.get('gone'):
+            out[pci] = STATE_GONE
+        elif hold and hold.get('kind') == KIND_UNHEALTHY:
             out[pci] = STATE_UNHEALTHY
         elif hold:
             out[pci] = STATE_HELD

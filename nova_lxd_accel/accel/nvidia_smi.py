@@ -42,6 +42,7 @@ import io
 import os
 import re
 import subprocess
+import threading
 import typing
 
 from oslo_log import log as logging
@@ -507,6 +508,39 @@ def parse_mig_query(text):
 
 #: :func:`run`'s return code when nvidia-smi timed out or could not start
 FAILED_TO_RUN = -1
+#: Seconds :func:`run` waits for a timed-out nvidia-smi to end after its
+#: SIGKILL before it abandons it (see :func:`abandoned_children`)
+KILL_GRACE = 0.5
+
+_abandoned_lock = threading.Lock()
+_abandoned = 0
+
+
+def abandoned_children():
+    """How many nvidia-smi processes :func:`run` abandoned so far.
+
+    One is abandoned when it did not end within :data:`KILL_GRACE` of its
+    SIGKILL: a process in an uninterruptible sleep in the kernel (the
+    driver of a wedged GPU, after an Xid 79) cannot end until the kernel
+    lets it. A daemon thread waits for each, so none stays a zombie once
+    it ends; the count never goes down, it is the history of the process.
+    """
+    with _abandoned_lock:
+        return _abandoned
+
+
+def reset_abandoned():
+    """Set :func:`abandoned_children` back to 0 (tests)."""
+    global _abandoned
+    with _abandoned_lock:
+        _abandoned = 0
+
+
+def _count_abandoned():
+    global _abandoned
+    with _abandoned_lock:
+        _abandoned += 1
+        return _abandoned
 
 
 def _timed_out(exc):
@@ -515,26 +549,104 @@ def _timed_out(exc):
     return type(exc).__name__ == 'TimeoutExpired'
 
 
+def _seconds(value):
+    """A timeout for a message: ``10``, ``1.5``, ``0.25``."""
+    if isinstance(value, int) or value is None:
+        return '%s' % value
+    return '%g' % (round(value, 2) if value >= 1 else float('%.2g' % value))
+
+
+def _reap(proc):
+    """Wait for an abandoned child, so that it is no zombie once it ends."""
+    try:
+        proc.wait()
+    except Exception:
+        LOG.exception('Cannot wait for the abandoned nvidia-smi (pid %s)',
+                      proc.pid)
+    else:
+        LOG.info('The abandoned nvidia-smi (pid %(pid)s) ended at last '
+                 '(status %(rc)s)', {'pid': proc.pid, 'rc': proc.returncode})
+
+
+def _abandon(proc, command):
+    """Leave a killed child that does not end to a daemon reaper thread.
+
+    Our ends of its pipes are closed (it can never block us through them),
+    and a thread waits for it: a SIGKILLed process ends as soon as the
+    kernel lets it, and must then be reaped.
+
+    :returns: the number of children abandoned so far.
+    """
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except Exception:    # a half-read pipe may refuse: keep it
+                pass
+    reaper = threading.Thread(target=_reap, args=(proc,), daemon=True,
+                              name='nvidia-smi-reaper-%s' % proc.pid)
+    reaper.start()
+    count = _count_abandoned()
+    LOG.error('%(command)s (pid %(pid)s) did not end %(grace)s seconds '
+              'after its SIGKILL: it is probably stuck in the kernel, in '
+              'the driver of a wedged GPU. Left to a reaper thread '
+              '(%(count)d nvidia-smi process(es) abandoned so far); each '
+              'one stuck holds its memory and the GPU driver may block '
+              'the next ones. Check dmesg for NVRM Xid errors (79: fallen '
+              'off the bus), then drain the GPU and reset it '
+              '(nvidia-smi --gpu-reset) or reboot the host.',
+              {'command': command, 'pid': proc.pid, 'grace': KILL_GRACE,
+               'count': count})
+    return count
+
+
 def run(path, args, timeout):
     """Run nvidia-smi: the one place the driver starts it.
 
+    Never blocks for more than ``timeout`` + :data:`KILL_GRACE` seconds:
+    a timed-out nvidia-smi is SIGKILLed, and when even that does not end
+    it within :data:`KILL_GRACE` (stuck in the kernel on a wedged GPU,
+    where SIGKILL waits for the driver), it is abandoned to a reaper
+    thread and logged as an error (:func:`abandoned_children`), rather
+    than holding a delete, the periodic task or a re-check forever as
+    ``subprocess.run``'s unbounded wait after the kill would.
+
     :returns: ``(returncode, stdout, stderr)``; returncode None when the
         binary does not exist, :data:`FAILED_TO_RUN` when it timed out
-        (its process is killed) or could not be started (stderr says why).
+        (its process is killed; stderr says ``did not answer within`` and,
+        when it was abandoned, its pid) or could not be started (stderr
+        says why).
     """
+    command = ' '.join([path] + list(args))
     try:
-        proc = subprocess.run([path] + list(args), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        proc = subprocess.Popen([path] + list(args), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
         return None, '', '%s not found' % path
     except OSError as exc:
         return FAILED_TO_RUN, '', 'cannot run %s: %s' % (path, exc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except Exception as exc:
+        if not _timed_out(exc):
+            proc.kill()
+            raise
+    else:
+        return proc.returncode, out or '', err or ''
+    message = '%s did not answer within %s seconds' % (path,
+                                                       _seconds(timeout))
+    proc.kill()
+    try:
+        proc.communicate(timeout=KILL_GRACE)
     except Exception as exc:
         if not _timed_out(exc):
             raise
-        return FAILED_TO_RUN, '', '%s did not answer within %s seconds' % (
-            path, timeout)
-    return proc.returncode, proc.stdout or '', proc.stderr or ''
+        _abandon(proc, command)
+        message += (' and did not end after its SIGKILL: pid %s abandoned, '
+                    'probably stuck in the kernel on a wedged GPU (see the '
+                    'NVRM Xid errors of dmesg)' % proc.pid)
+    return FAILED_TO_RUN, '', message
 
 
 def run_list(path='nvidia-smi', timeout=10):

@@ -10,22 +10,30 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""``nova-lxd-accel gpu hold|release|list``: the operator's GPU holds.
+"""``nova-lxd-accel gpu hold|release|forget|list``: the operator's GPU holds.
 
 ``hold ADDRESS --reason TEXT`` drains a GPU (maintenance): nova-compute
 reports it ``reserved = total`` at its next periodic task and never binds
 it. ``release ADDRESS --reason TEXT`` returns a held or unhealthy GPU (a GPU
-the probe still finds unhealthy is held again at the next probe). ``list``
-shows the holds and the released units not yet verified clean. The state
-is the file under ``[lxd_accelerators] state_dir`` (``--state-dir``).
+the probe still finds unhealthy is held again at the next probe).
+``forget UNIT --reason TEXT`` drops a released unit that stays dirty (the
+operator has checked it by other means: the one way back besides a clean
+probe); it refuses a unit a live container holds. ``list`` shows the holds
+and the released units not yet verified clean. The state is the file under
+``[lxd_accelerators] state_dir`` (``--state-dir``).
 """
 
 import getpass
 import json
+import logging
 
+from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.cmd import common
+from nova_lxd_accel.cmd import inventory as inventory_cmd
+
+LOG = logging.getLogger(__name__)
 
 
 def register(subparsers):
@@ -45,6 +53,22 @@ def register(subparsers):
                          help='why (kept in the state file and logged)')
         common.add_common(sub)
         sub.set_defaults(action=name)
+    text = 'forget a released unit that stays dirty'
+    sub = actions.add_parser(
+        'forget', help=text, description=text + ' (after checking it by '
+        'other means). Refused for a unit a live container holds.')
+    sub.add_argument('unit', metavar='UNIT',
+                     help='unit key as "gpu list" shows it, e.g. '
+                          'pci:0000:3b:00.0, mig:<uuid>, '
+                          'share:0000:3b:00.0/2')
+    sub.add_argument('--reason', required=True,
+                     help='why (kept in the state file and logged)')
+    sub.add_argument('--instances-file', metavar='FILE',
+                     help='JSON of LXD /1.0/instances?recursion=1&'
+                          'all-projects=true instead of asking the local '
+                          'daemon (which nova.conf\'s [lxd] names)')
+    common.add_common(sub)
+    sub.set_defaults(action='forget')
     sub = actions.add_parser('list', help='list held GPUs and dirty units')
     common.add_format(sub)
     common.add_common(sub)
@@ -64,6 +88,8 @@ def _run(args):
     store = gpu_state.StateStore.from_conf(conf)
     if args.action == 'list':
         return _list(store, args)
+    if args.action == 'forget':
+        return _forget(store, conf, args)
     address = nvidia_smi.pci_address(args.address)
     if not address or address.count(':') != 2:
         _error('%r is not a PCI address (e.g. 0000:3b:00.0)' % args.address)
@@ -87,6 +113,56 @@ def _run(args):
     except (OSError, ValueError) as exc:
         _error('cannot update %s: %s' % (store.path, exc))
         return common.EXIT_ERROR
+    return common.EXIT_OK
+
+
+def _live_holders(conf, args):
+    """Unit key -> holders, from the daemon's instances (all projects)."""
+    if args.instances_file:
+        records = inventory_cmd.load_instances_file(args.instances_file)
+    else:
+        from nova_lxd_accel import client as lxd_client
+
+        records = lxd_client.LXDClient(conf).list_all_instances()
+    return binding.held_units(records)
+
+
+def _forget(store, conf, args):
+    try:
+        state = store.load()
+    except (OSError, ValueError) as exc:
+        _error(exc)
+        return common.EXIT_ERROR
+    entry = state['dirty'].get(args.unit)
+    if entry is None:
+        _error('%s is not a released unit waiting for verification; "gpu '
+               'list" shows those' % args.unit)
+        return common.EXIT_BAD_INPUT
+    try:
+        holders = _live_holders(conf, args).get(args.unit)
+    except common.InputError as exc:
+        _error(exc)
+        return common.EXIT_BAD_INPUT
+    except Exception as exc:
+        _error('cannot list the daemon\'s instances (%s): without them no '
+               'one can tell whether a live container holds %s; start the '
+               'daemon or give --instances-file' % (exc, args.unit))
+        return common.EXIT_ERROR
+    if holders:
+        _error('%s is bound to a live container (%s): it is not forgotten; '
+               'delete that instance first' % (args.unit, '; '.join(holders)))
+        return common.EXIT_BAD_INPUT
+    by = getpass.getuser()
+    try:
+        gpu_state.forget(store, args.unit, args.reason, by=by)
+    except (OSError, ValueError) as exc:
+        _error('cannot update %s: %s' % (store.path, exc))
+        return common.EXIT_ERROR
+    LOG.warning('%s of GPU %s forgotten by %s: %s (it was held by: %s)',
+                args.unit, entry.get('pci'), by, args.reason,
+                entry.get('holding'))
+    print('%s of GPU %s forgotten: %s. nova-compute offers it again at its '
+          'next periodic task.' % (args.unit, entry.get('pci'), args.reason))
     return common.EXIT_OK
 
 

@@ -231,18 +231,35 @@ Related options:
 * ``verified_release``, ``release_recheck_interval``
 """),
     cfg.FloatOpt('release_recheck_interval',
-                 default=5.0,
+                 default=1.0,
                  min=0.5,
                  help="""
-Seconds between two re-checks of released GPU units that were not clean
-when their container was removed. The re-check runs in its own thread,
-outside nova's resource tracker lock, only while some unit waits; when a
-unit turns clean nova's resource update runs at once, so the unit is
-offered again without waiting for nova's periodic task.
+Seconds before the first re-check of released GPU units that were not
+clean when their container was removed. The re-check runs in its own
+thread, outside nova's resource tracker lock, only while some unit waits;
+when a unit turns clean nova's resource update runs at once, so the unit
+is offered again without waiting for nova's periodic task. While no unit
+turns clean the wait doubles after each re-check, up to
+``release_recheck_max_interval``; it starts again from this value when a
+unit turns clean or another is released.
 
 Related options:
 
-* ``release_wait``
+* ``release_wait``, ``release_recheck_max_interval``
+"""),
+    cfg.FloatOpt('release_recheck_max_interval',
+                 default=30.0,
+                 min=0.5,
+                 help="""
+The longest wait between two re-checks of released GPU units that stay
+dirty (a leftover process that does not end, a wedged GPU): the re-check's
+wait grows from ``release_recheck_interval`` to this and stays there until
+a unit turns clean. Such a unit is offered again at most this long after
+its last process ends.
+
+Related options:
+
+* ``release_recheck_interval``
 """),
     cfg.IntOpt('probe_failures_before_hold',
                default=3,

@@ -75,13 +75,16 @@ class GateTestCase(testtools.TestCase):
         os.makedirs(self.smi_dir)
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
+        #: pid -> container the recorded processes run in (what the
+        #: gate would read from /proc/<pid>/cgroup); others: unknown
+        self.pids = {}
         self.gate = gpu_gate.GpuGate(
             self.conf, lambda: self.containers, lambda: self.gpus,
             instance_projects=lambda: {INSTANCE: 'proj-a'},
             probe=gpu_probe.HostProbe(
                 os.path.join(self.smi_dir, 'nvidia-smi'),
                 clock=lambda: self.now),
-            clock=lambda: self.now)
+            clock=lambda: self.now, attribute=self.pids.get)
 
     def override(self, name, value):
         # the option group object is shared by every ConfigOpts
@@ -543,7 +546,10 @@ class TestSharedRelease(GateTestCase):
         text = gpu_metrics.render(state, [H100], self.conf, self.now)
         self.assertIn('nova_lxd_accel_gpu_shared_slots_used{pci="%s",'
                       'project="proj-a"} 2' % H100, text)
-        # one sharer leaves, the other still computes: its slot is free
+        # one sharer leaves, the other still computes (its cgroup says
+        # so): the released slot is free
+        self.pids.update(dict.fromkeys((11327, 11328, 11345),
+                                       'nova-' + self.OTHER))
         self.containers = [share_container(1, self.OTHER)]
         self.now += 60
         self.gate.refresh()
@@ -560,6 +566,36 @@ class TestSharedRelease(GateTestCase):
                       text)
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual({}, self.dirty())
+
+    def test_slot_with_a_process_no_sharer_accounts_for_stays_dirty(self):
+        self.gate.refresh()
+        self.containers = [share_container(0, INSTANCE),
+                           share_container(1, self.OTHER)]
+        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
+                  'nvsmi-h100-80gb-load-compute-apps.csv')
+        self.now += 60
+        self.gate.refresh()
+        # the leaver's process (its cgroup names its own, removed
+        # container) stays while the other slot is still bound
+        self.pids.update(dict.fromkeys((11327, 11328), 'nova-' + self.OTHER))
+        self.pids[11345] = 'nova-' + INSTANCE
+        self.containers = [share_container(1, self.OTHER)]
+        self.now += 60
+        self.gate.refresh()
+        holding = self.dirty()[binding.share_key(H100, 0)]['holding']
+        self.assertIn('gpu_burn (pid 11345', holding)
+        self.assertIn('in container nova-' + INSTANCE, holding)
+        # a process whose container cannot be told holds the slot too
+        del self.pids[11345]
+        self.now += 60
+        self.gate.refresh()
+        self.assertIn('of unknown origin', self.dirty()[
+            binding.share_key(H100, 0)]['holding'])
+        # it was the other sharer's after all: free
+        self.pids[11345] = 'nova-' + self.OTHER
         self.now += 60
         self.gate.refresh()
         self.assertEqual({}, self.dirty())

@@ -186,6 +186,173 @@ class TestHostProbe(testtools.TestCase):
         self.assertEqual([], snap.problems(H100))
 
 
+def logged_smi(directory, outputs, status=0):
+    """:func:`fake_smi` noting the first argument of each run in a file.
+
+    :returns: ``(path, log)``: the script, and the file it appends to
+        (absent while it never ran).
+    """
+    path = fake_smi(directory, outputs, status)
+    log = os.path.join(directory, 'ran')
+    with open(path) as f:
+        script = f.read()
+    with open(path, 'w') as f:
+        f.write(script.replace('#!/bin/sh\n', '#!/bin/sh\n'
+                               'echo "${1%%%%=*}" >> %s\n' % log, 1))
+    return path, log
+
+
+def _ran(log):
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        return f.read().split()
+
+
+MIG_GPU = {
+    '--query-gpu': utils.sample_path('handmade-nvsmi-h100-mig-query-gpu.csv'),
+    '--query-compute-apps': utils.sample_path(
+        'nvsmi-h100-80gb-idle-compute-apps.csv')}
+
+
+class TestSnapshotDeadline(testtools.TestCase):
+    """``snapshot(deadline)``: no nvidia-smi call goes past it."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+
+    def _probe(self, path, *times):
+        """A probe whose monotonic clock answers ``times``, then the last."""
+        times = list(times)
+
+        def monotonic():
+            return times.pop(0) if len(times) > 1 else times[0]
+        return gpu_probe.HostProbe(path, monotonic=monotonic)
+
+    def test_deadline_passed_starts_no_nvidia_smi(self):
+        path, log = logged_smi(self.dir, MIG_GPU)
+        snap = self._probe(path, 100.0).snapshot(deadline=50.0)
+        self.assertEqual([], _ran(log))
+        self.assertFalse(snap.available)
+        self.assertFalse(snap.complete)
+        self.assertTrue(snap.error.startswith(gpu_probe.DEADLINE_REACHED),
+                        snap.error)
+        self.assertIn('--query-gpu not started', snap.error)
+        self.assertEqual([], snap.problems(H100))
+
+    def test_deadline_reached_between_calls(self):
+        path, log = logged_smi(self.dir, MIG_GPU)
+        snap = self._probe(path, 0.0, 60.0).snapshot(deadline=50.0)
+        self.assertEqual(['--query-gpu'], _ran(log))
+        self.assertFalse(snap.available)
+        self.assertEqual("the probe's deadline was reached: %s "
+                         "--query-compute-apps not started" % path,
+                         snap.error)
+
+    def test_deadline_reached_before_mig_query(self):
+        path, log = logged_smi(self.dir, dict(MIG_GPU, **{
+            '-q': utils.sample_path(
+                'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
+        snap = self._probe(path, 0.0, 0.0, 60.0).snapshot(deadline=50.0)
+        self.assertEqual(['--query-gpu', '--query-compute-apps'], _ran(log))
+        self.assertTrue(snap.available)
+        self.assertFalse(snap.complete)
+        self.assertTrue(
+            snap.mig_error.startswith(gpu_probe.DEADLINE_REACHED),
+            snap.mig_error)
+        self.assertEqual({}, snap.mig)
+
+    def test_each_call_gets_what_is_left(self):
+        path, log = logged_smi(self.dir, dict(MIG_GPU, **{
+            '-q': utils.sample_path(
+                'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
+        timeouts = []
+        real = nvidia_smi.run
+
+        def run(path, args, timeout):
+            timeouts.append(timeout)
+            return real(path, args, timeout)
+
+        self.useFixture(fixtures.MockPatchObject(nvidia_smi, 'run', run))
+        probe = gpu_probe.HostProbe(path, timeout=10,
+                                    monotonic=lambda: 100.0)
+        self.assertTrue(probe.snapshot(deadline=102.5).complete)
+        self.assertEqual([2.5] * 3, timeouts)
+        del timeouts[:]
+        self.assertTrue(probe.snapshot(deadline=1000.0).complete)
+        self.assertTrue(probe.snapshot().complete)
+        self.assertEqual([10] * 6, timeouts)
+
+
+class TestMigError(testtools.TestCase):
+    """A GPU in MIG mode whose ``nvidia-smi -q`` cannot be read."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+
+    def test_mig_query_read(self):
+        path = fake_smi(self.dir, dict(MIG_GPU, **{
+            '-q': utils.sample_path(
+                'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
+        snap = gpu_probe.HostProbe(path).snapshot()
+        self.assertIsNone(snap.mig_error)
+        self.assertTrue(snap.complete)
+        self.assertEqual([48211], [a.pid for a in snap.mig[H100][2].apps])
+
+    def test_mig_query_failing(self):
+        # the stand-in exits 9 for -q
+        path = fake_smi(self.dir, MIG_GPU)
+        snap = gpu_probe.HostProbe(path).snapshot()
+        self.assertTrue(snap.available)
+        self.assertFalse(snap.complete)
+        self.assertEqual('%s -q: status 9' % path, snap.mig_error)
+        self.assertEqual({}, snap.mig)
+        # the GPUs' facts are still there
+        self.assertEqual('Enabled', snap.gpus[H100].mig_mode)
+        self.assertEqual([], snap.problems(H100))
+
+    def test_mig_query_timing_out(self):
+        path = fake_smi(self.dir, MIG_GPU)
+        with open(path) as f:
+            script = f.read()
+        with open(path, 'w') as f:
+            f.write(script.replace('case "$1" in\n',
+                                   'case "$1" in\n  -q) exec sleep 30 ;;\n'))
+        snap = gpu_probe.HostProbe(path, timeout=0.2).snapshot()
+        self.assertTrue(snap.available)
+        self.assertFalse(snap.complete)
+        self.assertIn('did not answer within 0.2 seconds', snap.mig_error)
+
+    def test_mig_query_without_the_gpu(self):
+        # -q answers, for another GPU only
+        path = fake_smi(self.dir, dict(MIG_GPU, **{
+            '-q': utils.sample_path('nvsmi-h200-580-idle-q.txt')}))
+        snap = gpu_probe.HostProbe(path).snapshot()
+        self.assertTrue(snap.available)
+        self.assertFalse(snap.complete)
+        self.assertEqual('%s -q printed nothing readable for %s' % (
+            path, H100), snap.mig_error)
+        self.assertEqual({}, snap.mig)
+
+    def test_no_mig_gpu_no_mig_query(self):
+        path, log = logged_smi(self.dir, {
+            '--query-gpu': utils.sample_path(
+                'nvsmi-h100-80gb-idle-query-gpu.csv'),
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-idle-compute-apps.csv')})
+        snap = gpu_probe.HostProbe(path).snapshot()
+        self.assertEqual(['--query-gpu', '--query-compute-apps'], _ran(log))
+        self.assertTrue(snap.complete)
+        self.assertIsNone(snap.mig_error)
+
+    def test_unavailable_is_not_complete(self):
+        snap = gpu_probe.HostProbe(os.path.join(self.dir, 'absent')).snapshot()
+        self.assertFalse(snap.complete)
+        self.assertIsNone(snap.mig_error)
+
+
 class TestKernelLogXids(testtools.TestCase):
 
     def test_dmesg_lines(self):

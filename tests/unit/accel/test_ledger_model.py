@@ -1,0 +1,638 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The GPU ledger as a model: claims, releases, probes, hangs, restarts.
+
+A Hypothesis ``RuleBasedStateMachine`` drives the real ledger code (the
+gate, the release checks, the claims, the binding, the state file, the
+lifecycle watcher and the probe's parsers) on a fake clock, against the
+project's fake daemon (:class:`tests.fake_lxd.FakeLXDClient`) and a
+scriptable nvidia-smi at the probe's one boundary (:func:`.nvidia_smi.run`:
+the outputs of ``--query-gpu``, ``--query-compute-apps`` and ``-q`` made
+from the model's processes; a failure; a hang, which costs the caller its
+whole timeout plus :data:`.nvidia_smi.KILL_GRACE`, as the real ``run``
+does: ``test_nvidia_smi_hang`` proves that on a frozen process).
+
+The host: a whole GPU, a GPU in MIG mode with two slices, a GPU shared in
+two slots. Processes live in containers; a container removed while its
+process survives leaves a leftover (the dirty unit to catch).
+
+Rules interleave boots (claims), deletes through nova, deletes behind
+nova's back, processes appearing and leaving, the probe failing, hanging,
+losing ``-q`` or recovering, periodic refreshes, re-checks, the watcher's
+poll, restarts of nova-compute (the gate built again from its state file)
+and the operator's ``forget``; and any of them can be scheduled to run at
+a yield point inside another: right after a claim lists the daemon (under
+the claim lock), after the gate lists the daemon, and while the probe
+runs. No sleeps: the fake clock moves only when the model moves it.
+
+Invariants after every step:
+
+* no unit is bound to two instances;
+* no unit is bound while a process that is not its holder's is on it;
+* a unit clean and unbound for one re-check is allocatable (not dirty,
+  reserved 0 in the provider tree);
+* the provider tree's reserved is the holds plus the dirty units;
+* nothing ran past its deadline (a delete: ``release_wait`` + 1 s).
+
+``LEDGER_MODEL_EXAMPLES`` (default 100) and ``LEDGER_MODEL_STEPS`` (default
+40) size the run; ``tox -e ledger-model`` runs a long profile by hand. The
+seed is fixed (``derandomize``) so CI runs the same cases each time.
+"""
+
+import os
+import types
+
+import fixtures
+from hypothesis import settings
+from hypothesis import stateful
+from hypothesis import strategies as st
+from oslo_config import cfg
+
+from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import claims as accel_claims
+from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel import gpu_probe
+from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import events
+from nova_lxd_accel import exception
+from nova_lxd_accel.spec import identity
+from tests import fake_lxd
+from tests import fake_nvidia_smi
+
+HOST = 'cmp1'
+WHOLE = '0000:00:01.0'
+MIGGPU = '0000:00:02.0'
+SHARED = '0000:00:03.0'
+MIG_RC = 'CUSTOM_MIG_1G_10GB'
+RP = {WHOLE: 'rp-whole', MIGGPU: 'rp-mig', SHARED: 'rp-shared'}
+MIG_UUIDS = ('MIG-aaaaaaaa-0000-4000-8000-000000000000',
+             'MIG-aaaaaaaa-0000-4000-8000-000000000001')
+#: what each flavor asks Placement for
+FLAVORS = {'whole': (RP[WHOLE], 'PGPU'), 'mig': (RP[MIGGPU], MIG_RC),
+           'share': (RP[SHARED], accel_tree.SHARE_RC)}
+PROJECTS = ('proj-a', 'proj-b')
+SMI_TIMEOUT = 3
+RELEASE_WAIT = 2.0
+
+
+def mig_devices(uuids=MIG_UUIDS):
+    return tuple(devices.MigDevice(profile='1g.10gb', uuid=uuid, index=i,
+                                   gpu_index=1)
+                 for i, uuid in enumerate(uuids))
+
+
+def host_gpus(mig_uuids=MIG_UUIDS):
+    def gpu(pci, **kw):
+        return devices.Gpu(pci_address=pci, vendor_id='10de',
+                           product_id='2330', driver='nvidia',
+                           model='NVIDIA H100 80GB HBM3', **kw)
+    return [gpu(WHOLE), gpu(MIGGPU, mig_devices=mig_devices(mig_uuids)),
+            gpu(SHARED, shared_slots=2, memory_mib=81559)]
+
+
+class Clock(object):
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+class FakeSmi(object):
+    """nvidia-smi as the model's processes make it answer.
+
+    :ivar procs: pid -> (pci, MIG index or None, container name).
+    :ivar mode: 'ok', 'fail', 'hang' or 'q-fail' (only ``-q`` fails).
+    """
+
+    def __init__(self, clock, model):
+        self.clock = clock
+        self.model = model
+        self.procs = {}
+        self.mode = 'ok'
+        self.calls = 0
+
+    def run(self, path, args, timeout):
+        self.calls += 1
+        self.model.at_yield_point('probe')
+        if self.mode == 'hang' or (self.mode == 'q-fail' and
+                                   args[0] == '-q'):
+            # the real run: killed at the timeout, abandoned after grace
+            self.clock.sleep(timeout + nvidia_smi.KILL_GRACE)
+            return (nvidia_smi.FAILED_TO_RUN, '',
+                    '%s did not answer within %s seconds' % (path, timeout))
+        if self.mode == 'fail':
+            return 1, '', 'Failed to initialize NVML: Unknown Error'
+        if args[0].startswith('--query-gpu'):
+            return 0, self.query_gpu(), ''
+        if args[0].startswith('--query-compute-apps'):
+            return 0, self.apps(), ''
+        if args[0] == '-q':
+            return 0, self.query_q(), ''
+        return 2, '', 'unknown option'
+
+    def used(self, pci, index=None):
+        return sum(100 for p, (g, i, _c) in self.procs.items()
+                   if g == pci and (index is None or i == index))
+
+    def query_gpu(self):
+        rows = [fake_nvidia_smi.QUERY_HEADER]
+        for n, pci in enumerate((WHOLE, MIGGPU, SHARED)):
+            rows.append(fake_nvidia_smi.gpu_row(
+                n, pci, 'GPU-%d' % n, 'NVIDIA H100 80GB HBM3',
+                used_mib=self.used(pci),
+                mig_mode='Enabled' if pci == MIGGPU else 'Disabled'))
+        return '\n'.join(rows) + '\n'
+
+    def apps(self):
+        rows = [fake_nvidia_smi.APPS_HEADER]
+        for pid, (pci, _index, _c) in sorted(self.procs.items()):
+            rows.append(fake_nvidia_smi.app_row(pci, pid, 'python3', 100))
+        return '\n'.join(rows) + '\n'
+
+    def query_q(self):
+        lines = ['GPU 0000%s' % MIGGPU.upper(), '    MIG Mode',
+                 '        Current                    : Enabled']
+        for mig in self.model.gpus[1].mig_devices:
+            # a slice recreated keeps its GPU instance: same gi, new UUID
+            gi = 3 + mig.index
+            lines += ['    MIG Device',
+                      '        Index                  : %d' % mig.index,
+                      '        GPU Instance ID        : %d' % gi,
+                      '        Compute Instance ID    : 0',
+                      '        FB Memory Usage',
+                      '            Total              : 9856 MiB',
+                      '            Used               : %d MiB' % self.used(
+                          MIGGPU, mig.index)]
+        lines.append('    Processes')
+        for pid, (pci, index, _c) in sorted(self.procs.items()):
+            if pci != MIGGPU:
+                continue
+            gi = 3 + index
+            lines += ['        GPU instance ID        : %d' % gi,
+                      '        Compute instance ID    : 0',
+                      '        Process ID             : %d' % pid,
+                      '            Type               : C',
+                      '            Name               : python3',
+                      '            Used GPU Memory    : 100 MiB']
+        return '\n'.join(lines) + '\n'
+
+
+def model_conf(state_dir):
+    conf = cfg.ConfigOpts()
+    lxd_conf.register_opts(conf)
+    conf([], default_config_files=[])
+    group = 'lxd_accelerators'
+    for name, value in (('state_dir', state_dir),
+                        ('release_wait', RELEASE_WAIT),
+                        ('release_recheck_interval', 1.0),
+                        ('release_recheck_max_interval', 8.0),
+                        ('probe_failures_before_hold', 2),
+                        ('nvidia_smi_timeout', SMI_TIMEOUT),
+                        ('idle_report_after', 0),
+                        ('kernel_log', ''),
+                        ('shared_gpus', ['%s:2' % SHARED])):
+        conf.set_override(name, value, group=group)
+    return conf
+
+
+class LedgerMachine(stateful.RuleBasedStateMachine):
+    """See the module docstring."""
+
+    def __init__(self):
+        super().__init__()
+        self._fixtures = fixtures.TempDir()
+        self._fixtures.setUp()
+        self.conf = model_conf(os.path.join(self._fixtures.path, 'state'))
+        self.clock = Clock()
+        self.smi = FakeSmi(self.clock, self)
+        self.client = fake_lxd.FakeLXDClient()
+        self.owner = identity.Owner(host=HOST)
+        #: how many times each MIG slice was recreated
+        self.mig_generation = [0, 0]
+        self.gpus = host_gpus()
+        self.next_pid = 1000
+        self.next_instance = 0
+        #: instance uuid -> container name, of every live container
+        self.live = {}
+        #: containers removed behind nova's back that neither the watcher
+        #: nor a refresh has seen yet
+        self.unseen_gone = set()
+        #: point -> ops waiting to run there (see at_yield_point)
+        self.pending = {}
+        self.in_yield = False
+        #: fake seconds spent in scheduled operations
+        self.yield_time = 0.0
+        #: container -> its instance's project
+        self.project_of = {}
+        #: units clean and unbound at the last re-check, and the state's
+        #: seq then (a unit released after is not the re-check's)
+        self.clean_at_recheck = set()
+        self.recheck_seq = 0
+        self.patch = fixtures.MockPatchObject(nvidia_smi, 'run',
+                                              self.smi.run)
+        self.patch.setUp()
+        self.start_compute()
+
+    def teardown(self):
+        self.watcher.stop()
+        self.gate.stop()
+        self.patch.cleanUp()
+        self._fixtures.cleanUp()
+
+    # -- the host's parts, built as nova-compute builds them --------------
+
+    def start_compute(self):
+        """nova-compute starts: the gate from its state file, no memory."""
+        probe = gpu_probe.HostProbe('nvidia-smi', timeout=SMI_TIMEOUT,
+                                    clock=self.clock,
+                                    monotonic=self.clock)
+        self.gate = gpu_gate.GpuGate(
+            self.conf, self.list_containers, lambda: self.gpus,
+            probe=probe, clock=self.clock, sleep=self.clock.sleep,
+            monotonic=self.clock, attribute=self.attribute,
+            background=False)
+        self.claims = accel_claims.Claims(
+            self.client, self.conf, self.device_for_provider,
+            lambda: self.gpus, self.gate.unavailable_units,
+            on_bound=self.gate.note_bound,
+            dirty_projects=self.gate.dirty_share_projects)
+        self.watcher = events.LifecycleWatcher(
+            self.client, self.owner, 1, lambda event: None,
+            on_gone=self.gate.note_gone)
+        self.watcher.resync()
+
+    def device_for_provider(self, rp_uuid):
+        return {RP[g.pci_address]: g for g in self.gpus}.get(rp_uuid)
+
+    def list_containers(self):
+        records = self.client.list_containers()
+        self.at_yield_point('gate-listing')
+        return records
+
+    def attribute(self, pid):
+        proc = self.smi.procs.get(pid)
+        return proc[2] if proc else None
+
+    # -- yield points ------------------------------------------------------
+
+    def at_yield_point(self, point):
+        """Run what the model scheduled at ``point`` (once, not nested)."""
+        ops = self.pending.get(point)
+        if not ops or self.in_yield:
+            return
+        self.in_yield = True
+        start = self.clock.now
+        try:
+            while ops:
+                ops.pop(0)()
+        finally:
+            self.in_yield = False
+            # not the time of the operation they ran inside
+            self.yield_time += self.clock.now - start
+
+    def claim_listing(self):
+        original = self.client.list_all_instances
+
+        def listed():
+            # under the claim lock, before the claim reads the daemon
+            self.at_yield_point('claim-listing')
+            return original()
+        return fixtures.MockPatchObject(self.client, 'list_all_instances',
+                                        listed)
+
+    # -- what the model knows ---------------------------------------------
+
+    def bound(self):
+        """Unit key -> containers holding it, from the daemon itself."""
+        out = {}
+        for record in self.client.list_all_instances():
+            for unit in identity.recorded_units(record.get('config')):
+                out.setdefault(unit['unit'], []).append(record['name'])
+        return out
+
+    def unit_of(self, key):
+        """(pci, MIG index or None) of a unit key."""
+        if key.startswith('pci:'):
+            return key[4:], None
+        if key.startswith('share:'):
+            return key[6:].split('/')[0], None
+        for mig in self.gpus[1].mig_devices:
+            if key == binding.mig_unit_key(self.gpus[1], mig):
+                return MIGGPU, mig.index
+        return MIGGPU, -1       # a slice recreated away
+
+    def foreign_processes(self, key, holders):
+        """Processes on unit ``key`` that its live holders do not own."""
+        pci, index = self.unit_of(key)
+        if pci == SHARED:
+            # a process on the card of a container not holding it now,
+            # from another project than a holder's (one project shares
+            # a card: its own leftovers are its own)
+            owners = {n for k, names in self.bound().items()
+                      if self.unit_of(k)[0] == SHARED for n in names}
+            projects = {self.project_of.get(n) for n in holders}
+            return [pid for pid, (g, i, c) in self.smi.procs.items()
+                    if g == pci and c not in owners and
+                    (not holders or self.project_of.get(c) not in projects)]
+        return [pid for pid, (g, i, c) in self.smi.procs.items()
+                if g == pci and (index is None or i == index) and
+                c not in holders]
+
+    # -- rules ---------------------------------------------------------------
+
+    def _boot(self, flavor, project):
+        uuid = '00000000-0000-4000-8000-%012d' % self.next_instance
+        self.next_instance += 1
+        name = self.owner.container_name(uuid)
+        self.client.create_container(
+            name, {identity.KEY_HOST: HOST,
+                   identity.KEY_INSTANCE_UUID: uuid}, {}, [], {})
+        rp, rc = FLAVORS[flavor]
+        instance = types.SimpleNamespace(
+            uuid=uuid, project_id=project,
+            flavor=types.SimpleNamespace(name=flavor, extra_specs={}))
+        try:
+            self.claims.claim(name, {rp: {'resources': {rc: 1}}}, instance)
+        except (exception.AcceleratorUnavailable,
+                exception.AcceleratorNotBindable,
+                exception.SharedGpuOtherProject):
+            # nova's build fails: the container is removed, nothing held
+            self.client.delete_container(name)
+            return
+        self.client.change_state(name, 'start')
+        self.live[uuid] = name
+        self.project_of[name] = project
+
+    @stateful.rule(flavor=st.sampled_from(sorted(FLAVORS)),
+                   project=st.sampled_from(PROJECTS))
+    def boot(self, flavor, project):
+        with self.claim_listing():
+            self._boot(flavor, project)
+
+    def _pick(self, data):
+        if not self.live:
+            return None
+        return data.draw(st.sampled_from(sorted(self.live)))
+
+    @stateful.rule(data=st.data(), leftover=st.booleans())
+    def delete(self, data, leftover):
+        """nova deletes the instance (the driver's destroy path)."""
+        uuid = self._pick(data)
+        if uuid is None:
+            return
+        name = self.live.pop(uuid)
+        self._survive(name, leftover)
+        start = self.clock.now - self.yield_time
+        released = self.gate.note_destroy(
+            lambda: self.client.get_container(name))
+        self.client.remove_container(name)
+        self.gate.verify_release(released)
+        took = self.clock.now - self.yield_time - start
+        assert took <= RELEASE_WAIT + 1.0, (
+            'the delete waited %.1f s for its GPUs' % took)
+
+    def _survive(self, name, leftover):
+        """The container's processes end with it unless ``leftover``."""
+        if not leftover:
+            for pid in [p for p, v in self.smi.procs.items()
+                        if v[2] == name]:
+                del self.smi.procs[pid]
+
+    @stateful.rule(data=st.data(), leftover=st.booleans())
+    def delete_behind_novas_back(self, data, leftover):
+        uuid = self._pick(data)
+        if uuid is None:
+            return
+        name = self.live.pop(uuid)
+        self._survive(name, leftover)
+        self.client.remove_container(name)
+        self.unseen_gone.add(name)
+
+    @stateful.rule()
+    def watcher_polls(self):
+        self.watcher.resync()
+        self.unseen_gone.clear()
+
+    @stateful.rule(data=st.data())
+    def process_appears(self, data):
+        """An instance starts a CUDA process on one of its units."""
+        uuid = self._pick(data)
+        if uuid is None:
+            return
+        name = self.live[uuid]
+        keys = [k for k, names in self.bound().items() if name in names]
+        if not keys:
+            return
+        pci, index = self.unit_of(data.draw(st.sampled_from(sorted(keys))))
+        self.smi.procs[self.next_pid] = (pci, index, name)
+        self.next_pid += 1
+
+    @stateful.rule(data=st.data())
+    def process_leaves(self, data):
+        if not self.smi.procs:
+            return
+        del self.smi.procs[data.draw(st.sampled_from(
+            sorted(self.smi.procs)))]
+
+    @stateful.rule(mode=st.sampled_from(('ok', 'fail', 'hang', 'q-fail')))
+    def probe_becomes(self, mode):
+        self.smi.mode = mode
+
+    @stateful.rule()
+    def periodic_refresh(self):
+        start = self.clock.now - self.yield_time
+        self.gate.maybe_refresh()
+        self.unseen_gone.clear()
+        took = self.clock.now - self.yield_time - start
+        # three nvidia-smi calls at most, each bounded
+        assert took <= 3 * (SMI_TIMEOUT + nvidia_smi.KILL_GRACE), took
+
+    @stateful.rule()
+    def recheck(self):
+        clean = self.clean_units()
+        self.recheck_seq = self.gate.store.load().get('seq', 0)
+        start = self.clock.now - self.yield_time
+        self.gate.recheck()
+        took = self.clock.now - self.yield_time - start
+        assert took <= SMI_TIMEOUT + 1.0, took
+        self.clean_at_recheck = clean if self.smi.mode == 'ok' else set()
+
+    @stateful.rule()
+    def restart_compute(self):
+        self.watcher.stop()
+        self.gate.stop()
+        self.start_compute()
+        self.clean_at_recheck = set()
+
+    @stateful.rule(data=st.data())
+    def operator_forgets(self, data):
+        """``gpu forget`` on a dirty unit no live container holds."""
+        dirty = sorted(self.gate.store.load()['dirty'])
+        if not dirty:
+            return
+        key = data.draw(st.sampled_from(dirty))
+        if key in self.bound():
+            return          # the command refuses it
+        pci, index = self.unit_of(key)
+        # the operator checked by other means: ends what was left
+        for pid in [p for p, (g, i, c) in self.smi.procs.items()
+                    if g == pci and (index is None or i == index) and
+                    c not in self.live.values()]:
+            del self.smi.procs[pid]
+        gpu_state.forget(self.gate.store, key, 'checked by hand')
+
+    @stateful.rule(index=st.sampled_from((0, 1)))
+    def operator_recreates_mig_slice(self, index):
+        """A free slice destroyed and made again: a new UUID, same place."""
+        mig = self.gpus[1].mig_devices[index]
+        key = binding.mig_unit_key(self.gpus[1], mig)
+        if key in self.bound() or any(
+                g == MIGGPU and i == index
+                for g, i, _c in self.smi.procs.values()):
+            return          # nvidia-smi refuses to destroy a busy slice
+        self.mig_generation[index] += 1
+        uuids = list(m.uuid for m in self.gpus[1].mig_devices)
+        uuids[index] = 'MIG-bbbbbbbb-%04d-4000-8000-%012d' % (
+            self.mig_generation[index], index)
+        self.gpus = host_gpus(tuple(uuids))
+
+    @stateful.rule(point=st.sampled_from(('claim-listing', 'gate-listing',
+                                          'probe')),
+                   op=st.sampled_from(('delete', 'delete-behind',
+                                       'refresh', 'boot', 'process-leaves')),
+                   flavor=st.sampled_from(sorted(FLAVORS)),
+                   data=st.data())
+    def schedule(self, point, op, flavor, data):
+        """Run ``op`` at the next pass through ``point`` (lock edges)."""
+        if op == 'boot' and point == 'claim-listing':
+            return          # a claim inside a claim waits for its lock
+        uuid = self._pick(data)
+        if op == 'delete' and uuid is not None:
+            self.pending.setdefault(point, []).append(
+                lambda: self._scheduled_delete(uuid))
+        elif op == 'delete-behind' and uuid is not None:
+            self.pending.setdefault(point, []).append(
+                lambda: self._scheduled_behind(uuid))
+        elif op == 'refresh':
+            self.pending.setdefault(point, []).append(self.gate.refresh)
+        elif op == 'boot':
+            self.pending.setdefault(point, []).append(
+                lambda: self._boot(flavor, PROJECTS[0]))
+        elif op == 'process-leaves' and self.smi.procs:
+            pid = data.draw(st.sampled_from(sorted(self.smi.procs)))
+            self.pending.setdefault(point, []).append(
+                lambda: self.smi.procs.pop(pid, None))
+
+    def _scheduled_delete(self, uuid):
+        name = self.live.pop(uuid, None)
+        if name is None:
+            return
+        self._survive(name, True)
+        released = self.gate.note_destroy(
+            lambda: self.client.get_container(name))
+        self.client.remove_container(name)
+        self.gate.verify_release(released)
+
+    def _scheduled_behind(self, uuid):
+        name = self.live.pop(uuid, None)
+        if name is None:
+            return
+        self._survive(name, True)
+        self.client.remove_container(name)
+        self.unseen_gone.add(name)
+
+    # -- invariants -------------------------------------------------------
+
+    def clean_units(self):
+        """Units no live container holds and no process is on."""
+        bound = self.bound()
+        out = set()
+        for gpu in self.gpus:
+            for key in [k for keys in binding.provider_units(gpu).values()
+                        for k in keys]:
+                if key in bound:
+                    continue
+                if self.foreign_processes(key, ()):
+                    continue
+                out.add(key)
+        return out
+
+    @stateful.invariant()
+    def no_unit_bound_twice(self):
+        for key, names in self.bound().items():
+            assert len(names) == 1, '%s bound to %s' % (key, names)
+
+    @stateful.invariant()
+    def no_unit_bound_with_a_foreign_process(self):
+        for key, names in self.bound().items():
+            found = self.foreign_processes(key, names)
+            assert not found, '%s bound to %s with processes %s of %s' % (
+                key, names, found, [self.smi.procs[p][2] for p in found])
+
+    @stateful.invariant()
+    def reserved_is_holds_plus_dirty(self):
+        # what update_provider_tree reports: the gate's view (an
+        # operator's command in the file applies at the next period)
+        view = self.gate.view()
+        state = {'holds': view.holds, 'dirty': view.dirty}
+        desired = accel_tree.desired_providers(HOST, self.gpus, [])
+        applied = self.gate.apply(desired)
+        for gpu in self.gpus:
+            name = accel_tree.gpu_provider_name(HOST, gpu.pci_address)
+            inventory = applied[name].inventory
+            hold = state['holds'].get(gpu.pci_address)
+            for rc, record in inventory.items():
+                dirty = sum(1 for u in state['dirty'].values()
+                            if u.get('pci') == gpu.pci_address and
+                            u.get('resource_class') == rc)
+                want = record['total'] if hold else min(record['total'],
+                                                        dirty)
+                assert record['reserved'] == want, (
+                    gpu.pci_address, rc, record['reserved'], want)
+
+    @stateful.invariant()
+    def clean_unbound_units_are_allocatable(self):
+        if self.smi.mode != 'ok':
+            return
+        state = self.gate.store.load()
+        still = self.clean_at_recheck & self.clean_units()
+        for key in sorted(still):
+            pci, _index = self.unit_of(key)
+            entry = state['dirty'].get(key) or {}
+            if pci in state['holds'] or \
+                    entry.get('seq', 0) > self.recheck_seq:
+                continue
+            assert key not in state['dirty'], (
+                '%s clean and unbound since the last re-check but still '
+                'dirty: %s' % (key, state['dirty'][key].get('holding')))
+
+
+def _settings(examples, steps):
+    return settings(max_examples=examples, stateful_step_count=steps,
+                    deadline=None, derandomize=True, database=None,
+                    print_blob=False)
+
+
+#: the model as a test case of the unit suite (stestr finds it)
+TestLedgerModel = LedgerMachine.TestCase
+TestLedgerModel.settings = _settings(
+    int(os.environ.get('LEDGER_MODEL_EXAMPLES', '100')),
+    int(os.environ.get('LEDGER_MODEL_STEPS', '40')))

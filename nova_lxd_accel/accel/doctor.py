@@ -332,6 +332,14 @@ def check_gpu_states(view):
                                'or repair the NVIDIA driver, or set '
                                '[lxd_accelerators] nvidia_smi_path); the hold '
                                'lifts at the next probe that answers'))
+        elif hold.get('gone'):
+            out.append(Finding('gpu-gone', ERROR, 'GPU %s is gone: nvidia-smi '
+                               'no longer lists it (%s)%s' % (
+                                   pci, hold.get('reason'), on),
+                               'check "dmesg" for NVRM Xid 79 (fallen off '
+                               'the bus); reset the GPU or reboot the host, '
+                               'then "nova-lxd-accel gpu release %s --reason '
+                               '..."' % pci))
         elif hold.get('kind') == gpu_state.KIND_UNHEALTHY:
             out.append(Finding('gpu-health', ERROR, 'GPU %s is unhealthy: %s'
                                '%s' % (pci, hold.get('reason'), on),
@@ -349,7 +357,9 @@ def check_gpu_states(view):
                                unit.get('holding')),
                            'end the process nvidia-smi shows on it, or '
                            'recreate the MIG device; it is schedulable again '
-                           'once clean'))
+                           'once clean (or, once checked by other means, '
+                           '"nova-lxd-accel gpu forget %s --reason ...")'
+                           % key))
     for unit in gpu_state.idle_units(state, view.conf, view.now):
         out.append(Finding('gpu-idle', WARN, 'GPU %s of instance %s '
                            '(project %s) idle for %.1f h' % (

@@ -16,6 +16,7 @@ The real stream, reconnection and deletion are tested against the real
 daemon in tests/integration/test_events.py.
 """
 
+import threading
 import time
 
 import fixtures
@@ -174,6 +175,61 @@ class WatcherTest(testtools.TestCase):
                          self._events(emitted))
         self.assertIn('The container %s of instance %s is gone' % (
             NAME, UUID), self.log.output)
+
+    def test_deleted_container_tells_the_gpu_gate_first(self):
+        client = _daemon(_record(NAME, 'Running'))
+        told = []
+        emitted = []
+        watcher = events.LifecycleWatcher(
+            client, identity.Owner(HOST, project='p1'), 60,
+            lambda event: emitted.append((list(told), event)),
+            on_gone=told.append)
+        watcher.resync()
+        del client.records[NAME]
+        watcher.resync()            # a poll sees it gone
+        self.assertEqual([NAME], told)
+        # the gate knew before nova heard of it
+        self.assertEqual([[NAME]], [before for before, _ in emitted])
+
+    def test_stop_twice_at_once_is_safe(self):
+        # nova's graceful shutdown and a clean-up overlap: the second stop
+        # runs while the first still joins the thread
+        watcher, _emitted = self._watcher(_daemon())
+        both_joining = threading.Barrier(2, timeout=10)
+        first_done = threading.Event()
+
+        class Thread(object):
+            joins = 0
+
+            def join(self, timeout=None):
+                Thread.joins += 1
+                second = Thread.joins == 2
+                both_joining.wait()
+                if second:
+                    first_done.wait(10)
+
+            def is_alive(self):
+                return False
+
+        watcher._thread = Thread()
+        errors = []
+
+        def stop():
+            try:
+                watcher.stop()
+            except Exception as exc:
+                errors.append(exc)
+            finally:
+                if not first_done.is_set():
+                    first_done.set()
+
+        threads = [threading.Thread(target=stop) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        self.assertEqual([], errors)
+        self.assertIsNone(watcher._thread)
 
     def test_renamed_away_is_not_gone(self):
         client = _daemon(_record(NAME, 'Stopped'))

@@ -510,6 +510,92 @@ class TestMigRelease(GateTestCase):
         self.gate.refresh()
         self.assertEqual({}, self.gate.store.load()['dirty'])
 
+    def test_slice_recreated_in_place_replaces_the_entry(self):
+        # doctor's advice for a slice that stays dirty: recreate it
+        self.gate.refresh()
+        self.containers = [mig_container(self.SLICE2)]
+        self.now += 60
+        self.gate.refresh()
+        self.containers = []
+        self.mig_host('handmade-nvsmi-h100-mig-slice2-busy-q.txt')
+        self.now += 60
+        self.gate.refresh()
+        self.assertIsNotNone(self.dirty())
+        # the operator destroys the slice (nvidia-smi refuses while a
+        # process is in it) and creates it again in the same GPU instance
+        new = 'MIG-00000009-0000-0000-0000-000000000009'
+        self.gpus = [dataclasses.replace(self.gpus[0], mig_devices=tuple(
+            dataclasses.replace(m, uuid=new) if m.uuid == self.SLICE2
+            else m for m in self.gpus[0].mig_devices))]
+        self.mig_host('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
+        self.now += 60
+        self.gate.refresh()
+        state = self.gate.store.load()
+        self.assertEqual({}, state['dirty'])
+        event = state['events'][-1]
+        self.assertEqual(('replaced', 'mig:' + self.SLICE2),
+                         (event['event'], event['unit']))
+        self.assertIn(new, event['reason'])
+
+    def test_slice_gone_without_replacement_stays_and_says_gone(self):
+        self.gate.refresh()
+        self.gate.note_destroy(lambda: mig_container(self.SLICE2))
+        self.mig_host('handmade-nvsmi-h100-mig-slice2-busy-q.txt')
+        self.gpus = [dataclasses.replace(self.gpus[0], mig_devices=tuple(
+            m for m in self.gpus[0].mig_devices if m.uuid != self.SLICE2))]
+        self.now += 60
+        self.gate.refresh()
+        self.assertIn('is gone', self.dirty()['holding'])
+
+    def test_without_facts_of_the_slice_a_process_on_its_gpu_holds_it(self):
+        self.gate.refresh()
+        self.gate.note_destroy(lambda: mig_container(self.SLICE2))
+        # -q fails; --query-compute-apps shows a process on the GPU
+        test_gpu_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': utils.sample_path(
+                'handmade-nvsmi-h100-mig-query-gpu.csv'),
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-load-compute-apps.csv')})
+        self.now += 60
+        self.gate.refresh()
+        holding = self.dirty()['holding']
+        self.assertIn('no facts of the MIG device', holding)
+        self.assertIn('gpu_burn (pid 11345', holding)
+        # a failing -q counts toward the unprobeable hold
+        self.assertEqual(1, self.gate.store.load()['probe']['failures'])
+        # the process leaves: clean although -q still fails
+        test_gpu_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': utils.sample_path(
+                'handmade-nvsmi-h100-mig-query-gpu.csv'),
+            '--query-compute-apps': utils.sample_path(
+                'nvsmi-h100-80gb-idle-compute-apps.csv')})
+        self.now += 60
+        self.gate.refresh()
+        self.assertIsNone(self.dirty())
+
+
+class TestRecheckBackoff(testtools.TestCase):
+
+    def test_interval_doubles_to_the_cap_and_starts_again(self):
+        conf = cfg.ConfigOpts()
+        accelerators.register_opts(conf)
+        conf([])
+        conf.set_override('release_recheck_interval', 1.0,
+                          group='lxd_accelerators')
+        conf.set_override('release_recheck_max_interval', 10.0,
+                          group='lxd_accelerators')
+        self.addCleanup(conf.clear_override, 'release_recheck_interval',
+                        group='lxd_accelerators')
+        self.addCleanup(conf.clear_override, 'release_recheck_max_interval',
+                        group='lxd_accelerators')
+        waits, interval = [], None
+        for _ in range(6):
+            interval = gpu_gate.next_recheck_interval(interval, False, conf)
+            waits.append(interval)
+        self.assertEqual([1.0, 2.0, 4.0, 8.0, 10.0, 10.0], waits)
+        self.assertEqual(1.0, gpu_gate.next_recheck_interval(10.0, True,
+                                                             conf))
+
 
 def share_container(slot, instance, pci=H100):
     unit = binding.Unit(

@@ -381,6 +381,25 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.live[uuid] = name
         self.project_of[name] = project
 
+    @stateful.initialize(projects=st.lists(st.sampled_from(PROJECTS),
+                                           min_size=3, max_size=3))
+    def busy_host(self, projects):
+        """One instance of each flavor, each with a process on its unit."""
+        for flavor, project in zip(sorted(FLAVORS), projects):
+            with self.claim_listing():
+                self._boot(flavor, project)
+        for name in list(self.live.values()):
+            self._start_process(name, 0)
+
+    def _start_process(self, name, which):
+        keys = sorted(k for k, names in self.bound().items()
+                      if name in names)
+        if not keys:
+            return
+        pci, index = self.unit_of(keys[which % len(keys)])
+        self.smi.procs[self.next_pid] = (pci, index, name)
+        self.next_pid += 1
+
     @stateful.rule(flavor=st.sampled_from(sorted(FLAVORS)),
                    project=st.sampled_from(PROJECTS))
     def boot(self, flavor, project):
@@ -392,6 +411,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             return None
         return data.draw(st.sampled_from(sorted(self.live)))
 
+    @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data(), leftover=st.booleans())
     def delete(self, data, leftover):
         """nova deletes the instance (the driver's destroy path)."""
@@ -416,6 +436,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                         if v[2] == name]:
                 del self.smi.procs[pid]
 
+    @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data(), leftover=st.booleans())
     def delete_behind_novas_back(self, data, leftover):
         uuid = self._pick(data)
@@ -431,20 +452,13 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.watcher.resync()
         self.unseen_gone.clear()
 
+    @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data())
     def process_appears(self, data):
         """An instance starts a CUDA process on one of its units."""
-        uuid = self._pick(data)
-        if uuid is None:
-            return
-        name = self.live[uuid]
-        keys = [k for k, names in self.bound().items() if name in names]
-        if not keys:
-            return
-        pci, index = self.unit_of(data.draw(st.sampled_from(sorted(keys))))
-        self.smi.procs[self.next_pid] = (pci, index, name)
-        self.next_pid += 1
+        self._start_process(self.live[self._pick(data)], 0)
 
+    @stateful.precondition(lambda self: self.smi.procs)
     @stateful.rule(data=st.data())
     def process_leaves(self, data):
         if not self.smi.procs:

@@ -108,6 +108,31 @@ class TestDoctor(RecordedHost):
         self.assertIn('make nvidia-smi answer', finding['fix'])
         self.assertNotIn(('gpu-health', 'error'), found)
 
+    def test_gone_gpu_is_reported_gone_in_doctor_and_metrics(self):
+        path = self.host('a100-unhealthy-no-cdi')
+        state = os.path.join(path, 'state', 'gpu-state.json')
+        with open(state) as f:
+            data = json.load(f)
+        data['holds'] = {'0000:07:00.0': {
+            'kind': 'unhealthy', 'since': 1784093000.0, 'gone': True,
+            'by': 'nova-compute',
+            'reason': 'fallen off the bus (nvidia-smi no longer lists it)'}}
+        with open(state, 'w') as f:
+            json.dump(data, f)
+        rc, status, found, data = self.doctor(path)
+        self.assertEqual((1, 'error'), (rc, status))
+        [finding] = [f for f in data['findings']
+                     if f['check'] == 'gpu-gone']
+        self.assertIn('GPU 0000:07:00.0 is gone', finding['message'])
+        self.assertIn('Xid 79', finding['fix'])
+        metrics = os.path.join(path, 'gpu.prom')
+        rc, _, _ = run('metrics', '--state-dir', os.path.join(path, 'state'),
+                       '--output', metrics, '--at', AT)
+        with open(metrics) as f:
+            text = f.read()
+        self.assertIn('nova_lxd_accel_gpu_state{pci="0000:07:00.0",'
+                      'state="gone"} 1', text)
+
     def test_shared_gpu_slots_and_mps_directories(self):
         path = self.host('a100-unhealthy-no-cdi')
         conf = os.path.join(path, 'nova.conf')
@@ -245,6 +270,59 @@ class TestGpuCommand(RecordedHost):
         rc, out, _ = run('gpu', 'release', '0000:00:09.0', '--reason', 'x',
                          '--state-dir', state)
         self.assertIn('was not held', out)
+
+    def forget_setup(self):
+        state = self.state_dir()
+        path = os.path.join(state, 'gpu-state.json')
+        with open(path) as f:
+            data = json.load(f)
+        data['dirty'] = {'pci:0000:00:09.0': {
+            'pci': '0000:00:09.0', 'resource_class': 'PGPU',
+            'instance': IDLE, 'since': 1784093000.0, 'seq': 1,
+            'holding': 'compute processes ./gpu_burn (pid 11345)'}}
+        with open(path, 'w') as f:
+            json.dump(data, f)
+        instances = os.path.join(state, 'instances.json')
+        with open(instances, 'w') as f:
+            json.dump([], f)
+        return state, instances
+
+    def test_forget_drops_a_dirty_unit_and_records_it(self):
+        state, instances = self.forget_setup()
+        rc, out, _ = run('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                         'GPU reset by hand', '--state-dir', state,
+                         '--instances-file', instances)
+        self.assertEqual(0, rc)
+        self.assertIn('pci:0000:00:09.0 of GPU 0000:00:09.0 forgotten', out)
+        with open(os.path.join(state, 'gpu-state.json')) as f:
+            data = json.load(f)
+        self.assertEqual({}, data['dirty'])
+        event = data['events'][-1]
+        self.assertEqual(('forget', 'pci:0000:00:09.0', 'GPU reset by hand'),
+                         (event['event'], event['unit'], event['reason']))
+        # nothing left to forget
+        rc, _, err = run('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                         'again', '--state-dir', state,
+                         '--instances-file', instances)
+        self.assertEqual(2, rc)
+        self.assertIn('not a released unit waiting', err)
+
+    def test_forget_refuses_a_unit_a_live_container_holds(self):
+        state, instances = self.forget_setup()
+        with open(instances, 'w') as f:
+            json.dump([{'name': 'nova-x', 'status': 'Running', 'config': {
+                'user.nova_lxd_accel.devices': json.dumps([{
+                    'name': 'nova-gpu0', 'kind': 'pgpu', 'unit':
+                    'pci:0000:00:09.0', 'pci': '0000:00:09.0'}])},
+                'devices': {'nova-gpu0': {'type': 'gpu',
+                                          'pci': '0000:00:09.0'}}}], f)
+        rc, _, err = run('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                         'x', '--state-dir', state,
+                         '--instances-file', instances)
+        self.assertEqual(2, rc)
+        self.assertIn('bound to a live container', err)
+        with open(os.path.join(state, 'gpu-state.json')) as f:
+            self.assertIn('pci:0000:00:09.0', json.load(f)['dirty'])
 
     def test_bad_address(self):
         rc, _, err = run('gpu', 'hold', 'gpu0', '--reason', 'x',

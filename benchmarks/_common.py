@@ -43,15 +43,16 @@ def orchestrate_or_measure(parser, argv, orchestrate, measure):
     return orchestrate(args)
 
 
-def measure_in_venv(sandbox_dir, script, iterations):
+def measure_in_venv(sandbox_dir, script, iterations, *extra):
     """Run ``script --measure`` with the sandbox venv's Python.
 
+    :param extra: more arguments for the measuring half (its own options).
     :returns: the JSON document on the last line of its standard output.
     """
     venv_python = os.path.join(sandbox_dir, 'venv', 'bin', 'python')
     out = subprocess.run(
         [venv_python, os.path.abspath(script), '--measure',
-         '--iterations', str(iterations)],
+         '--iterations', str(iterations)] + list(extra),
         check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -186,13 +186,9 @@ class GpuGate(object):
     # -- refresh -------------------------------------------------------
 
     def maybe_refresh(self):
-        """:meth:`refresh` unless the last probe is too recent.
+        """:meth:`refresh` unless younger than ``probe_interval``.
 
-        Too recent: younger than ``[lxd_accelerators] probe_interval``.
-        Never raises.
-
-        The driver calls it from ``get_available_resource``, which nova's
-        resource tracker runs before it takes its lock.
+        From ``get_available_resource``, before nova's lock. Never raises.
         """
         interval = self._conf.lxd_accelerators.probe_interval
         last = self.last_snapshot
@@ -306,10 +302,9 @@ class GpuGate(object):
     def note_bound(self, container, instance, records):
         """Record the units a claim just wrote into ``container``.
 
-        Called under the claim lock, so that a container deleted behind
-        nova's back before the next probe still leaves its units
-        unavailable (:meth:`unavailable_units`) until verified. Never
-        raises.
+        Under the claim lock: a container deleted behind nova's back before
+        the next probe still leaves its units unavailable until verified
+        (:meth:`unavailable_units`). Never raises.
 
         :param records: the binding's records (``Binding.records()``).
         """
@@ -524,8 +519,9 @@ class GpuGate(object):
                     return
 
     def _account(self, state, current, snapshot, known, now, mark=None):
-        last = (state.get('probe') or {}).get('at')
-        elapsed = max(0.0, now - last) if last is not None else 0.0
+        # the last refresh's time (a release's probes do not account)
+        last = state.get('accounted_at', (state.get('probe') or {}).get('at'))
+        state['accounted_at'] = now
         previous = state['bound']
         bound = {}
         released = []
@@ -542,7 +538,10 @@ class GpuGate(object):
             else:
                 entry = dict(unit, since=now, last_busy=now)
             busy = snapshot.available and _busy(snapshot, unit['pci'])
-            elapsed_here = elapsed if before else 0.0
+            # from the last refresh, or from the claim (note_bound) if later
+            elapsed_here = max(0.0, now - max(
+                last, (before or {}).get('since') or last)) \
+                if before and last is not None else 0.0
             if busy:
                 entry['last_busy'] = now
             bound[key] = entry

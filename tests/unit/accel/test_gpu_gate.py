@@ -689,6 +689,18 @@ class TestSharedRelease(GateTestCase):
 
 class TestUsageIdleMetrics(GateTestCase):
 
+    def test_a_release_probe_between_two_refreshes_takes_no_usage(self):
+        self.containers = [container()]
+        self.gate.refresh()
+        self.now += 30
+        # another unit's release probes in between (it writes the probe's
+        # time, not the accounting's)
+        self.gate.verify_release({'pci:0000:00:0a.0'})
+        self.now += 30
+        self.gate.refresh()
+        usage = self.gate.store.load()['usage'][INSTANCE]['units']
+        self.assertEqual(60.0, usage['pci:' + H100]['allocated_s'])
+
     def test_usage_and_idle(self):
         self.containers = [container()]
         self.gate.refresh()

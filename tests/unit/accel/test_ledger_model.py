@@ -42,6 +42,8 @@ Invariants after every step:
 * a unit clean and unbound for one re-check is allocatable (not dirty,
   reserved 0 in the provider tree);
 * the provider tree's reserved is the holds plus the dirty units;
+* after ``probe_failures_before_hold`` probes in a row that could not read
+  everything (``-q`` included), the GPU is held;
 * nothing ran past its deadline (a delete: ``release_wait`` + 1 s).
 
 ``LEDGER_MODEL_EXAMPLES`` (default 100) and ``LEDGER_MODEL_STEPS`` (default
@@ -128,9 +130,15 @@ class FakeSmi(object):
         self.procs = {}
         self.mode = 'ok'
         self.calls = 0
+        #: probes in a row that could not read everything (as the model
+        #: sees them start)
+        self.failed_in_a_row = 0
 
     def run(self, path, args, timeout):
         self.calls += 1
+        if args[0].startswith('--query-gpu'):
+            self.failed_in_a_row = 0 if self.mode == 'ok' else \
+                self.failed_in_a_row + 1
         self.model.at_yield_point('probe')
         if self.mode == 'hang' or (self.mode == 'q-fail' and
                                    args[0] == '-q'):
@@ -621,6 +629,16 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                                                         dirty)
                 assert record['reserved'] == want, (
                     gpu.pci_address, rc, record['reserved'], want)
+
+    @stateful.invariant()
+    def a_gpu_that_cannot_be_verified_is_held(self):
+        # every failing mode leaves the MIG GPU's slices unverifiable
+        if self.smi.failed_in_a_row >= 2:
+            hold = self.gate.view().holds.get(MIGGPU) or {}
+            assert hold.get('kind') in (gpu_state.KIND_UNPROBEABLE,
+                                        gpu_state.KIND_UNHEALTHY), (
+                '%d probes in a row failed (%s) and GPU %s is not held: %s'
+                % (self.smi.failed_in_a_row, self.smi.mode, MIGGPU, hold))
 
     @stateful.invariant()
     def clean_unbound_units_are_allocatable(self):

@@ -587,23 +587,26 @@ def measure_dirty_kind(conn, placement, daemon, image, kind, rc, specs,
             delete_quietly(conn, server.id)
             raise
         left_at = leftover.remove()
+        left_clock = datetime.datetime.now().strftime('%H:%M:%S.%f')[:-3]
         free_at = _common.wait(lambda: placement.free(rc) == before and
                                time.monotonic())
         row = {'gone': gone_at - started, 'held': held,
                'seen_free_polls': seen_free, 'polls': polls,
                'checked': checked, 'check': check,
                'unit': unit.get('unit'), 'pci': unit.get('pci'),
+               'left_clock': left_clock,
                'leave_to_free': free_at - left_at,
                'delete_to_free': free_at - started}
         rows.append(row)
         print('%s %d (dirty, %s): gone %.2fs; %.2fs after DELETE %s '
               '(Placement: total %d, reserved %d, used %d, free %d; '
               'allocatable in %d of %d polls since the 404); leftover '
-              'left -> allocatable again %.2fs' % (
+              'left at %s -> allocatable again %.2fs' % (
                   kind, index, unit.get('unit'), row['gone'], checked,
                   'STILL RESERVED' if held else 'NOT HELD',
                   check['total'], check['reserved'], check['used'],
-                  check['free'], seen_free, polls, row['leave_to_free']),
+                  check['free'], seen_free, polls, left_clock,
+                  row['leave_to_free']),
               file=sys.stderr)
     return rows
 

@@ -31,14 +31,16 @@ nova's back, processes appearing and leaving, the probe failing, hanging,
 losing ``-q`` or recovering, periodic refreshes, re-checks, the watcher's
 poll, restarts of nova-compute (the gate built again from its state file)
 and the operator's ``forget``; and any of them can be scheduled to run at
-a yield point inside another: right after a claim lists the daemon (under
-the claim lock), after the gate lists the daemon, and while the probe
+a yield point inside another: right after a claim takes its lock (before
+it lists the daemon), after the gate lists the daemon, and while the probe
 runs. No sleeps: the fake clock moves only when the model moves it.
 
 Invariants after every step:
 
 * no unit is bound to two instances;
 * no unit is bound while a process that is not its holder's is on it;
+* a process of a removed container keeps its unit (on a shared card: a
+  slot of the card) dirty, so no tenant of another project gets it;
 * a unit clean and unbound for one re-check is allocatable (not dirty,
   reserved 0 in the provider tree);
 * the provider tree's reserved is the holds plus the dirty units;
@@ -51,6 +53,7 @@ Invariants after every step:
 seed is fixed (``derandomize``) so CI runs the same cases each time.
 """
 
+import contextlib
 import os
 import types
 
@@ -58,6 +61,7 @@ import fixtures
 from hypothesis import settings
 from hypothesis import stateful
 from hypothesis import strategies as st
+from oslo_concurrency import lockutils
 from oslo_config import cfg
 
 from nova_lxd_accel.accel import binding
@@ -316,15 +320,19 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             # not the time of the operation they ran inside
             self.yield_time += self.clock.now - start
 
-    def claim_listing(self):
-        original = self.client.list_all_instances
+    def claim_lock(self):
+        """The claim's lock, with a yield point right after it is taken."""
+        model = self
 
-        def listed():
-            # under the claim lock, before the claim reads the daemon
-            self.at_yield_point('claim-listing')
-            return original()
-        return fixtures.MockPatchObject(self.client, 'list_all_instances',
-                                        listed)
+        class Locks(object):
+            @staticmethod
+            @contextlib.contextmanager
+            def lock(name):
+                with lockutils.lock(name):
+                    # under the claim lock, before the claim reads anything
+                    model.at_yield_point('claim-lock')
+                    yield
+        return fixtures.MockPatchObject(accel_claims, 'lockutils', Locks)
 
     # -- what the model knows ---------------------------------------------
 
@@ -394,7 +402,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     def busy_host(self, projects):
         """One instance of each flavor, each with a process on its unit."""
         for flavor, project in zip(sorted(FLAVORS), projects):
-            with self.claim_listing():
+            with self.claim_lock():
                 self._boot(flavor, project)
         for name in list(self.live.values()):
             self._start_process(name, 0)
@@ -411,7 +419,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     @stateful.rule(flavor=st.sampled_from(sorted(FLAVORS)),
                    project=st.sampled_from(PROJECTS))
     def boot(self, flavor, project):
-        with self.claim_listing():
+        with self.claim_lock():
             self._boot(flavor, project)
 
     def _pick(self, data):
@@ -536,7 +544,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self.mig_generation[index], index)
         self.gpus = host_gpus(tuple(uuids))
 
-    @stateful.rule(point=st.sampled_from(('claim-listing', 'gate-listing',
+    @stateful.rule(point=st.sampled_from(('claim-lock', 'gate-listing',
                                           'probe')),
                    op=st.sampled_from(('delete', 'delete-behind',
                                        'refresh', 'boot', 'process-leaves')),
@@ -544,7 +552,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                    data=st.data())
     def schedule(self, point, op, flavor, data):
         """Run ``op`` at the next pass through ``point`` (lock edges)."""
-        if op == 'boot' and point == 'claim-listing':
+        if op == 'boot' and point == 'claim-lock':
             return          # a claim inside a claim waits for its lock
         uuid = self._pick(data)
         if op == 'delete' and uuid is not None:
@@ -629,6 +637,34 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                                                         dirty)
                 assert record['reserved'] == want, (
                     gpu.pci_address, rc, record['reserved'], want)
+
+    @stateful.invariant()
+    def a_leftover_keeps_its_unit_from_other_tenants(self):
+        """A process of a removed container keeps its unit unavailable.
+
+        Dirty, or recorded bound to the container that is gone; on a
+        shared card, some slot of the card (which keeps other projects
+        away).
+        """
+        state = self.gate.store.load()
+        alive = set(self.live.values())
+        unavailable = set(state['dirty']) | {
+            k for k, u in state['bound'].items()
+            if u.get('container') not in alive}
+        for pid, (pci, index, owner) in sorted(self.smi.procs.items()):
+            if owner in alive:
+                continue
+            if pci == SHARED:
+                keys = {binding.share_key(SHARED, slot) for slot in (0, 1)}
+            elif index is None:
+                keys = {'pci:' + pci}
+            else:
+                keys = {binding.mig_unit_key(self.gpus[1], m)
+                        for m in self.gpus[1].mig_devices
+                        if m.index == index}
+            assert keys & unavailable, (
+                'process %d of removed container %s on %s, and none of %s '
+                'is dirty' % (pid, owner, pci, sorted(keys)))
 
     @stateful.invariant()
     def a_gpu_that_cannot_be_verified_is_held(self):

@@ -184,14 +184,20 @@ def print_dirty(results, iterations, options):
         '', '', '', '(last iteration)', 'p50', 'p95', 'max'))
     for kind, rows in results.items():
         gone = [r['gone'] for r in rows]
-        after = [r['leave_to_free'] for r in rows]
-        held = sum(1 for r in rows if r['held'])
+        # a unit Placement offered while the leftover was there: no figure
+        after = [r['leave_to_free'] for r in rows if r['held']]
         check = rows[-1]['check']
-        print('%-12s %8.2fs %6s %-24s %9.2fs %9.2fs %9.2fs' % (
-            kind, statistics.median(gone), '%d/%d' % (held, len(rows)),
+        figures = ('%9.2fs %9.2fs %9.2fs' % (
+            statistics.median(after), percentile(after, 0.95), max(after))
+            if after else '%10s %10s %10s' % ('-', '-', '-'))
+        print('%-12s %8.2fs %6s %-24s %s' % (
+            kind, statistics.median(gone), '%d/%d' % (len(after), len(rows)),
             'free %d of %d, rsv %d' % (check['free'], check['total'],
-                                       check['reserved']),
-            statistics.median(after), percentile(after, 0.95), max(after)))
+                                       check['reserved']), figures))
+    if any(not r['held'] for rows in results.values() for r in rows):
+        print('NOT HELD: Placement offered the unit while the leftover was '
+              'still there (see the lines above); leave->free counts only '
+              'the held iterations')
 
 
 def orchestrate(args):

@@ -55,7 +55,6 @@ import time
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import gpu_health
 from nova_lxd_accel.accel import gpu_probe
@@ -168,6 +167,8 @@ class GpuGate(object):
         self._rechecker = None
         self._recheck_again = False
         self._stopping = threading.Event()
+        #: set to cut the re-check's wait short (a new release, a stop)
+        self._wake = threading.Event()
         self._attribute = attribute
         self._background = background
         #: the re-check's wait now (grows while nothing turns clean)
@@ -438,6 +439,7 @@ class GpuGate(object):
         threads (nova's graceful shutdown and a clean-up can overlap).
         """
         self._stopping.set()
+        self._wake.set()
         with self._recheck_lock:
             thread = self._rechecker
         if thread is not None and thread is not threading.current_thread():
@@ -450,7 +452,10 @@ class GpuGate(object):
             if self._stopping.is_set() or not self._background:
                 return
             if self._rechecker is not None:
+                # a new release: the schedule starts again from the start
                 self._recheck_again = True
+                self.recheck_interval = None
+                self._wake.set()
                 return
             self.recheck_interval = None
             self._rechecker = threading.Thread(
@@ -493,9 +498,12 @@ class GpuGate(object):
                 LOG.exception('Reporting the GPU units verified clean '
                               'failed; nova\'s next periodic task '
                               'reports them')
-        self.recheck_interval = next_recheck_interval(
-            self.recheck_interval, freed or bool(self._recheck_again),
-            self._conf)
+        with self._recheck_lock:
+            # released meanwhile: from the start again
+            interval = None if self._recheck_again else \
+                self.recheck_interval
+            self.recheck_interval = next_recheck_interval(interval, freed,
+                                                          self._conf)
         return freed, left
 
     def _recheck_loop(self):
@@ -505,10 +513,14 @@ class GpuGate(object):
         ``release_recheck_interval`` and doubles, up to
         ``release_recheck_max_interval``, while no unit turns clean.
         """
+        start = self._conf.lxd_accelerators.release_recheck_interval
         while True:
-            wait = self.recheck_interval or \
-                self._conf.lxd_accelerators.release_recheck_interval
-            if self._stopping.wait(wait):
+            due = time.monotonic() + (self.recheck_interval or start)
+            while not self._stopping.is_set() and time.monotonic() < due:
+                if self._wake.wait(due - time.monotonic()):
+                    self._wake.clear()
+                    due = min(due, time.monotonic() + start)
+            if self._stopping.is_set():
                 with self._recheck_lock:
                     self._rechecker = None
                 return
@@ -630,62 +642,32 @@ class GpuGate(object):
                                             traits=frozenset(traits))
         return out
 
-    def unavailable_units(self, records=None):
-        """Unit key -> why no claim may pick it: released, not yet clean.
-
-        In the :func:`.binding.held_units` format, so a claim treats a dirty
-        unit as held, by identity, whatever Placement counts. Read from the
-        state file, so a claim calling this under its lock sees every
-        release written before (by this process or another).
-
-        :param records: the daemon's instance records the claim listed:
-            a unit recorded bound (:meth:`note_bound`, the last probe) to a
-            container absent from them was removed behind nova's back and
-            is unavailable too, until verified.
-        """
+    def _ledger(self):
+        """The state file now; the last probe's dirty units if unreadable."""
         try:
-            state = self._store.load()
+            return self._store.load()
         except (OSError, ValueError) as exc:
             LOG.warning('Cannot read the GPU state file (%s): claims use '
                         'the dirty units of the last probe', exc)
-            state = {'dirty': self.view().dirty, 'bound': {}}
-        out = {key: ['instance %s, released but not verified clean (%s)'
-                     % (unit.get('instance'), unit.get('holding'))]
-               for key, unit in state['dirty'].items()}
-        if records is not None:
-            alive = {r.get('name') for r in records}
-            for key, unit in state['bound'].items():
-                if unit.get('container') not in alive:
-                    out.setdefault(key, []).append(
-                        'container %s of instance %s is gone; not yet '
-                        'verified clean' % (unit.get('container'),
-                                            unit.get('instance')))
-        return out
+            return {'dirty': self.view().dirty, 'bound': {}}
+
+    def unavailable_units(self, records=None):
+        """Unit key -> why no claim may pick it now.
+
+        :func:`.gpu_release.unavailable` of the state file: a claim calling
+        this under its lock sees every release written before, by any
+        process.
+
+        :param records: the daemon's instance records the claim listed.
+        """
+        return gpu_release.unavailable(self._ledger(), records)
 
     def dirty_share_projects(self, records=None):
-        """Shared GPU PCI address -> projects of its dirty slots.
+        """Shared GPU -> projects of its dirty slots.
 
-        A card with a slot not yet verified clean takes no tenant of
-        another project (its leftover could be that project's data); an
-        unknown project blocks every other one. Read from the state file,
-        as :meth:`unavailable_units`, whose ``records`` this takes too: a
-        slot of a container gone behind nova's back counts as dirty.
+        :func:`.gpu_release.dirty_share_projects` of the state file.
         """
-        try:
-            state = self._store.load()
-        except (OSError, ValueError):
-            state = {'dirty': self.view().dirty, 'bound': {}}
-        units = list(state['dirty'].values())
-        if records is not None:
-            alive = {r.get('name') for r in records}
-            units += [u for u in state['bound'].values()
-                      if u.get('container') not in alive]
-        out = {}
-        for unit in units:
-            if unit.get('kind') == binding.KIND_SHARE:
-                out.setdefault(unit.get('pci'), set()).add(
-                    unit.get('project') or 'an unknown project')
-        return out
+        return gpu_release.dirty_share_projects(self._ledger(), records)
 
     def check_bindable(self, device, rp_uuid):
         """Raise when ``device`` is a held or unhealthy GPU."""

@@ -432,3 +432,47 @@ def update_baselines(state, current, snapshot, known):
                     facts.memory_used_mib is None:
                 continue
             _lower_baseline(state, mig_key(pci, index), facts.memory_used_mib)
+
+
+def _gone_bound(state, records):
+    """Units recorded bound to a container absent from ``records``."""
+    if records is None:
+        return {}
+    alive = {r.get('name') for r in records}
+    return {key: unit for key, unit in state['bound'].items()
+            if unit.get('container') not in alive}
+
+
+def unavailable(state, records=None):
+    """Unit key -> why no claim may pick it.
+
+    In the :func:`.binding.held_units` format: the dirty units, and the
+    units recorded bound to a container the claim's own listing
+    (``records``) no longer shows (removed behind nova's back, not yet
+    verified).
+    """
+    out = {key: ['instance %s, released but not verified clean (%s)'
+                 % (unit.get('instance'), unit.get('holding'))]
+           for key, unit in state['dirty'].items()}
+    for key, unit in _gone_bound(state, records).items():
+        out.setdefault(key, []).append(
+            'container %s of instance %s is gone; not yet verified clean'
+            % (unit.get('container'), unit.get('instance')))
+    return out
+
+
+def dirty_share_projects(state, records=None):
+    """Shared GPU PCI address -> the projects of its unavailable slots.
+
+    A card with a slot not yet verified clean takes no tenant of another
+    project (a leftover could hold that project's data); an unknown
+    project blocks every other one.
+    """
+    out = {}
+    units = list(state['dirty'].values()) + list(
+        _gone_bound(state, records).values())
+    for unit in units:
+        if unit.get('kind') == binding.KIND_SHARE:
+            out.setdefault(unit.get('pci'), set()).add(
+                unit.get('project') or 'an unknown project')
+    return out

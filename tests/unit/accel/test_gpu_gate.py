@@ -574,6 +574,26 @@ class TestMigRelease(GateTestCase):
         self.assertIsNone(self.dirty())
 
 
+class TestRecheckRestartsOnARelease(GateTestCase):
+
+    def test_a_release_while_the_thread_waits_long_wakes_it(self):
+        # the thread waits 16 s after rounds where nothing turned clean
+        self.gate._rechecker = threading.current_thread()
+        self.gate.recheck_interval = 16.0
+        self.gate._ensure_rechecker()       # another unit is released
+        self.assertIsNone(self.gate.recheck_interval)
+        self.assertTrue(self.gate._wake.is_set())
+        # and a re-check that ran meanwhile does not grow it again
+        self.gate.recheck_interval = 16.0
+        self.gate._recheck_again = False
+        self.gate._ensure_rechecker()
+        self.gate.recheck()
+        self.assertEqual(
+            self.conf.lxd_accelerators.release_recheck_interval,
+            self.gate.recheck_interval)
+        self.gate._rechecker = None
+
+
 class TestRecheckBackoff(testtools.TestCase):
 
     def test_interval_doubles_to_the_cap_and_starts_again(self):

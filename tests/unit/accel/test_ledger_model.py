@@ -571,6 +571,39 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self.pending.setdefault(point, []).append(
                 lambda: self.smi.procs.pop(pid, None))
 
+    @stateful.rule(outer=st.sampled_from(('boot', 'delete', 'refresh',
+                                          'recheck')),
+                   point=st.sampled_from(('lock-or-listing', 'probe')),
+                   op=st.sampled_from(('delete', 'delete-behind',
+                                       'refresh', 'boot', 'process-leaves')),
+                   flavor=st.sampled_from(sorted(FLAVORS)),
+                   project=st.sampled_from(PROJECTS),
+                   data=st.data())
+    def interleave(self, outer, point, op, flavor, project, data):
+        """``op`` inside ``outer``, where ``outer`` takes or drops a lock.
+
+        A boot's claim right after it takes the claim lock; a delete, a
+        refresh or a re-check after it lists the daemon or while it
+        probes.
+        """
+        if outer == 'boot':
+            point = 'claim-lock'
+        elif point == 'lock-or-listing':
+            point = 'gate-listing'
+        self.pending = {}
+        self.schedule(point, op, flavor, data)
+        if outer == 'boot':
+            self.boot(flavor, project)
+        elif outer == 'delete':
+            if self.live:
+                self.delete(data, data.draw(st.booleans()))
+        elif outer == 'refresh':
+            self.gate.refresh()
+            self.unseen_gone.clear()
+        else:
+            self.recheck()
+        self.pending = {}
+
     def _scheduled_delete(self, uuid):
         name = self.live.pop(uuid, None)
         if name is None:

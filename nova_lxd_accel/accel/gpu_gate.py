@@ -321,8 +321,11 @@ class GpuGate(object):
                     unit['instance'] = instance
                     before = state['bound'].get(key) or {}
                     if before.get('instance') != instance:
-                        state['bound'][key] = dict(unit, since=now,
-                                                   last_busy=now)
+                        # seq: a refresh listing older than this claim
+                        # must not take the unit for released
+                        state['bound'][key] = dict(
+                            unit, since=now, last_busy=now,
+                            seq=gpu_state.next_seq(state))
         except Exception:
             LOG.exception('Cannot record the GPU units bound to %s; the '
                           'next probe finds them', container)
@@ -570,6 +573,10 @@ class GpuGate(object):
                 record['busy_s'] += elapsed_here
             record['last'] = now
         for key, before in previous.items():
+            if key not in current and mark is not None and \
+                    (before.get('seq') or 0) > mark:
+                bound[key] = before     # claimed after this listing
+                continue
             if key not in current:
                 if not self._verifying:
                     LOG.info('%(unit)s of GPU %(pci)s was released by '

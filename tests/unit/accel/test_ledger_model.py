@@ -48,7 +48,7 @@ Invariants after every step:
   everything (``-q`` included), the GPU is held;
 * nothing ran past its deadline (a delete: ``release_wait`` + 1 s).
 
-``LEDGER_MODEL_EXAMPLES`` (default 100) and ``LEDGER_MODEL_STEPS`` (default
+``LEDGER_MODEL_EXAMPLES`` (default 200) and ``LEDGER_MODEL_STEPS`` (default
 40) size the run; ``tox -e ledger-model`` runs a long profile by hand. The
 seed is fixed (``derandomize``) so CI runs the same cases each time.
 """
@@ -397,11 +397,16 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.live[uuid] = name
         self.project_of[name] = project
 
-    @stateful.initialize(projects=st.lists(st.sampled_from(PROJECTS),
-                                           min_size=3, max_size=3))
-    def busy_host(self, projects):
-        """One instance of each flavor, each with a process on its unit."""
-        for flavor, project in zip(sorted(FLAVORS), projects):
+    @stateful.initialize(counts=st.tuples(st.integers(0, 1),
+                                          st.integers(0, 2),
+                                          st.integers(0, 2)),
+                         projects=st.lists(st.sampled_from(PROJECTS),
+                                           min_size=5, max_size=5))
+    def busy_host(self, counts, projects):
+        """Instances of each flavor, each with a process on its unit."""
+        flavors = [f for f, n in zip(('whole', 'mig', 'share'), counts)
+                   for _ in range(n)]
+        for flavor, project in zip(flavors, projects):
             with self.claim_lock():
                 self._boot(flavor, project)
         for name in list(self.live.values()):
@@ -735,5 +740,5 @@ def _settings(examples, steps):
 #: the model as a test case of the unit suite (stestr finds it)
 TestLedgerModel = LedgerMachine.TestCase
 TestLedgerModel.settings = _settings(
-    int(os.environ.get('LEDGER_MODEL_EXAMPLES', '100')),
+    int(os.environ.get('LEDGER_MODEL_EXAMPLES', '200')),
     int(os.environ.get('LEDGER_MODEL_STEPS', '40')))

@@ -512,6 +512,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     @stateful.rule()
     def restart_compute(self):
+        # what the old process was in the middle of dies with it
+        self.pending = {}
         self.watcher.stop()
         self.gate.stop()
         self.start_compute()
@@ -567,7 +569,9 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self.pending.setdefault(point, []).append(
                 lambda: self._scheduled_behind(uuid))
         elif op == 'refresh':
-            self.pending.setdefault(point, []).append(self.gate.refresh)
+            # late bound: the gate of the nova-compute running then
+            self.pending.setdefault(point, []).append(
+                lambda: self.gate.refresh())
         elif op == 'boot':
             self.pending.setdefault(point, []).append(
                 lambda: self._boot(flavor, PROJECTS[0]))

@@ -252,8 +252,11 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.in_yield = False
         #: fake seconds spent in scheduled operations
         self.yield_time = 0.0
-        #: container -> its instance's project
+        #: container -> its instance's project and flavor
         self.project_of = {}
+        self.flavor_of = {}
+        #: the instance the last rule picked
+        self.picked = None
         #: units clean and unbound at the last re-check, and the state's
         #: seq then (a unit released after is not the re-check's)
         self.clean_at_recheck = set()
@@ -396,6 +399,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.client.change_state(name, 'start')
         self.live[uuid] = name
         self.project_of[name] = project
+        self.flavor_of[name] = flavor
 
     @stateful.initialize(counts=st.tuples(st.integers(0, 1),
                                           st.integers(0, 2),
@@ -430,7 +434,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     def _pick(self, data):
         if not self.live:
             return None
-        return data.draw(st.sampled_from(sorted(self.live)))
+        self.picked = data.draw(st.sampled_from(sorted(self.live)))
+        return self.picked
 
     @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data(), leftover=st.booleans())
@@ -562,6 +567,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         if op == 'boot' and point == 'claim-lock':
             return          # a claim inside a claim waits for its lock
         uuid = self._pick(data)
+        if flavor == 'same':
+            flavor = self.flavor_of.get(self.live.get(uuid), 'mig')
         if op == 'delete' and uuid is not None:
             self.pending.setdefault(point, []).append(
                 lambda: self._scheduled_delete(uuid))
@@ -585,7 +592,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                    point=st.sampled_from(('lock-or-listing', 'probe')),
                    op=st.sampled_from(('delete', 'delete-behind',
                                        'refresh', 'boot', 'process-leaves')),
-                   flavor=st.sampled_from(sorted(FLAVORS)),
+                   flavor=st.sampled_from(sorted(FLAVORS) + ['same']),
                    project=st.sampled_from(PROJECTS),
                    data=st.data())
     def interleave(self, outer, point, op, flavor, project, data):
@@ -600,7 +607,13 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         elif point == 'lock-or-listing':
             point = 'gate-listing'
         self.pending = {}
+        before = dict(self.live)
         self.schedule(point, op, flavor, data)
+        if flavor == 'same':
+            # the flavor of the instance the inner operation picked (a
+            # user deleting a server and booting the same flavor again)
+            picked = self.picked if self.picked in before else None
+            flavor = self.flavor_of.get(before.get(picked), 'mig')
         if outer == 'boot':
             self.boot(flavor, project)
         elif outer == 'delete':

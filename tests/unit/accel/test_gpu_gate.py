@@ -479,7 +479,8 @@ class TestMigRelease(GateTestCase):
     def dirty(self):
         return self.gate.store.load()['dirty'].get('mig:' + self.SLICE2)
 
-    def test_slice_with_a_process_stays_reserved(self):
+    def release_busy_slice2(self):
+        """SLICE2 bound a period, then released with a process in it."""
         self.gate.refresh()                 # baselines while free
         self.containers = [mig_container(self.SLICE2)]
         self.now += 60
@@ -488,6 +489,9 @@ class TestMigRelease(GateTestCase):
         self.mig_host('handmade-nvsmi-h100-mig-slice2-busy-q.txt')
         self.now += 60
         self.gate.refresh()
+
+    def test_slice_with_a_process_stays_reserved(self):
+        self.release_busy_slice2()
         self.assertIn('python3 (pid 48211, 4090 MiB) in MIG device %s'
                       % self.SLICE2, self.dirty()['holding'])
         # only its memory left (the process gone, not yet freed)
@@ -512,14 +516,7 @@ class TestMigRelease(GateTestCase):
 
     def test_slice_recreated_in_place_replaces_the_entry(self):
         # doctor's advice for a slice that stays dirty: recreate it
-        self.gate.refresh()
-        self.containers = [mig_container(self.SLICE2)]
-        self.now += 60
-        self.gate.refresh()
-        self.containers = []
-        self.mig_host('handmade-nvsmi-h100-mig-slice2-busy-q.txt')
-        self.now += 60
-        self.gate.refresh()
+        self.release_busy_slice2()
         self.assertIsNotNone(self.dirty())
         # the operator destroys the slice (nvidia-smi refuses while a
         # process is in it) and creates it again in the same GPU instance

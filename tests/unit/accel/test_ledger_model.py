@@ -447,13 +447,22 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         name = self.live.pop(uuid)
         self._survive(name, leftover)
         start = self.clock.now - self.yield_time
+        self._destroy(name)
+        took = self.clock.now - self.yield_time - start
+        assert took <= RELEASE_WAIT + 1.0, (
+            'the delete waited %.1f s for its GPUs' % took)
+
+    def _destroy(self, name):
+        """The driver's destroy: mark, remove, verify (Lifecycle's order)."""
         released = self.gate.note_destroy(
             lambda: self.client.get_container(name))
         self.client.remove_container(name)
         self.gate.verify_release(released)
-        took = self.clock.now - self.yield_time - start
-        assert took <= RELEASE_WAIT + 1.0, (
-            'the delete waited %.1f s for its GPUs' % took)
+
+    def _remove_behind(self, name):
+        """``lxc delete``: the daemon only; nova and the gate not told."""
+        self.client.remove_container(name)
+        self.unseen_gone.add(name)
 
     def _survive(self, name, leftover):
         """The container's processes end with it unless ``leftover``."""
@@ -470,8 +479,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             return
         name = self.live.pop(uuid)
         self._survive(name, leftover)
-        self.client.remove_container(name)
-        self.unseen_gone.add(name)
+        self._remove_behind(name)
 
     @stateful.rule()
     def watcher_polls(self):
@@ -631,18 +639,14 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         if name is None:
             return
         self._survive(name, True)
-        released = self.gate.note_destroy(
-            lambda: self.client.get_container(name))
-        self.client.remove_container(name)
-        self.gate.verify_release(released)
+        self._destroy(name)
 
     def _scheduled_behind(self, uuid):
         name = self.live.pop(uuid, None)
         if name is None:
             return
         self._survive(name, True)
-        self.client.remove_container(name)
-        self.unseen_gone.add(name)
+        self._remove_behind(name)
 
     # -- invariants -------------------------------------------------------
 

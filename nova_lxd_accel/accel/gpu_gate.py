@@ -173,8 +173,6 @@ class GpuGate(object):
         self._background = background
         #: the re-check's wait now (grows while nothing turns clean)
         self.recheck_interval = None
-        #: whether a re-check is wanted (what the thread would do next)
-        self.recheck_wanted = False
 
     @property
     def store(self):
@@ -451,7 +449,6 @@ class GpuGate(object):
     def _ensure_rechecker(self):
         """Start the re-check thread unless it runs (then: once more)."""
         with self._recheck_lock:
-            self.recheck_wanted = True
             if self._stopping.is_set() or not self._background:
                 return
             if self._rechecker is not None:
@@ -476,7 +473,6 @@ class GpuGate(object):
         """
         with self._recheck_lock:
             self._recheck_again = False
-            self.recheck_wanted = False
         freed = False
         left = None
         try:
@@ -492,8 +488,6 @@ class GpuGate(object):
         except Exception:
             LOG.exception('Re-checking the released GPU units failed; '
                           'trying again')
-        if left:
-            self.recheck_wanted = True
         if freed and self.on_clean is not None:
             try:
                 self.on_clean()

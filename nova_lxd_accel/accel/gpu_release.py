@@ -161,9 +161,10 @@ def _unaccounted_text(found):
     return ', '.join(parts)
 
 
-def _owners(current, pci, exclude=None):
-    return {u.get('container') for key, u in (current or {}).items()
-            if u.get('pci') == pci and key != exclude and u.get('container')}
+def _owners(current, pci):
+    """Names of the containers bound to GPU ``pci`` now."""
+    return {u.get('container') for u in (current or {}).values()
+            if u.get('pci') == pci and u.get('container')}
 
 
 def _unit_gpu(record):

@@ -23,6 +23,7 @@ from nova.api.validation.extra_specs import base
 from nova import exception
 from oslo_utils import strutils
 
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception as lxd_exception
 
@@ -236,13 +237,13 @@ def _check_gpu_memory_request(flavor, specs):
             'requests %s), so that Placement counts the memory MPS '
             'enforces' % (GPU_MEMORY_RC, quota, quota,
                           request if request is not None else 'none')))
-    share_groups = _groups(specs, 'resources', sharing.SHARE_RC)
+    share_groups = _groups(specs, 'resources', placement_names.SHARE_RC)
     if not memory_groups[0] or share_groups != memory_groups:
         raise _inconsistent(flavor, (
             'request the slot and the memory in one numbered group '
             '(resources1:%s=1 and resources1:%s=%s): otherwise Placement '
             'may take them from two different GPUs' % (
-                sharing.SHARE_RC, GPU_MEMORY_RC, quota)))
+                placement_names.SHARE_RC, GPU_MEMORY_RC, quota)))
 
 
 def _check_sharing_mode_traits(flavor, specs):
@@ -257,7 +258,7 @@ def _check_sharing_mode_traits(flavor, specs):
     """
     required = sharing.required_mode_traits(specs)
     mode = sharing.flavor_mode(specs)
-    share_groups = _groups(specs, 'resources', sharing.SHARE_RC)
+    share_groups = _groups(specs, 'resources', placement_names.SHARE_RC)
     group = share_groups[0] if share_groups else None
     wrong = sorted(key for other, keys in required.items() for key in keys
                    if other != mode or

@@ -70,7 +70,7 @@ from nova_lxd_accel.accel import devices  # noqa: E402
 from nova_lxd_accel.accel import gpu_gate  # noqa: E402
 from nova_lxd_accel.accel import gpu_state  # noqa: E402
 from nova_lxd_accel.accel import inventory as accel_inventory  # noqa: E402
-from nova_lxd_accel.accel import provider_tree as accel_tree  # noqa: E402
+from nova_lxd_accel.accel import placement_names  # noqa: E402
 from nova_lxd_accel import client as lxd_client  # noqa: E402
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel import exception  # noqa: E402
@@ -882,7 +882,7 @@ def check_slot_release(report, host, rp_uuid, gpu, binary, first, last):
     Then ``last`` is released: the card is verified with no sharer left.
     """
     pci = gpu.pci_address
-    rc = accel_tree.SHARE_RC
+    rc = placement_names.SHARE_RC
     (first_name, first_keys), (last_name, last_keys) = first, last
     outside = start_holder_on_host(host, gpu, binary)
     held = False

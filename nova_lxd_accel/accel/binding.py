@@ -52,7 +52,7 @@ import os_resource_classes as orc
 
 from nova_lxd_accel.accel import cdi
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception
 from nova_lxd_accel.spec import identity
@@ -71,8 +71,8 @@ _NAME_PREFIX = {KIND_PGPU: identity.GPU_DEVICE_PREFIX,
 
 #: Resource classes only this driver's child providers offer (a shared
 #: GPU's CUSTOM_GPU_MEMORY_MB is counted by Placement, not bound).
-ACCEL_CLASSES = (orc.PGPU, orc.VGPU, accel_tree.RC_INFINIBAND_VF,
-                 accel_tree.RC_INFINIBAND_PORT, sharing.SHARE_RC)
+ACCEL_CLASSES = (orc.PGPU, orc.VGPU, placement_names.RC_INFINIBAND_VF,
+                 placement_names.RC_INFINIBAND_PORT, placement_names.SHARE_RC)
 MIG_PREFIX = 'CUSTOM_MIG_'
 
 
@@ -428,7 +428,7 @@ def provider_units(device):
     out = {}
     if isinstance(device, devices.Gpu):
         if device.shared_slots:
-            out[sharing.SHARE_RC] = [
+            out[placement_names.SHARE_RC] = [
                 share_key(device.pci_address, slot)
                 for slot in range(device.shared_slots)]
         elif device.mig_devices:
@@ -440,9 +440,9 @@ def provider_units(device):
     elif isinstance(device, devices.IbCard):
         vfs = ['netdev:' + vf.netdevs[0] for vf in device.vfs if vf.netdevs]
         if vfs:
-            out[accel_tree.RC_INFINIBAND_VF] = vfs
+            out[placement_names.RC_INFINIBAND_VF] = vfs
         else:
-            out[accel_tree.RC_INFINIBAND_PORT] = [
+            out[placement_names.RC_INFINIBAND_PORT] = [
                 'netdev:' + p.netdev for p in device.ports if p.netdev]
     return out
 
@@ -538,7 +538,7 @@ def _share_units(gpu, rc, count, rp_uuid, held, share):
 
 def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME,
                share=None):
-    if rc == sharing.SHARE_RC:
+    if rc == placement_names.SHARE_RC:
         if not gpu.shared_slots:
             raise exception.AcceleratorNotBindable(
                 resource_class=rc, provider=rp_uuid,
@@ -548,7 +548,7 @@ def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME,
         raise exception.AcceleratorNotBindable(
             resource_class=rc, provider=rp_uuid,
             reason='GPU %s is shared: it is offered only as %s'
-                   % (gpu.pci_address, sharing.SHARE_RC))
+                   % (gpu.pci_address, placement_names.SHARE_RC))
     if rc == orc.PGPU:
         if gpu.mig_devices:
             raise exception.AcceleratorNotBindable(
@@ -576,7 +576,7 @@ def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME,
 
 
 def _ib_units(card, rc, count, rp_uuid, held):
-    if rc == accel_tree.RC_INFINIBAND_VF:
+    if rc == placement_names.RC_INFINIBAND_VF:
         candidates = [('netdev:' + vf.netdevs[0], vf) for vf in card.vfs
                       if vf.netdevs]
         kind = KIND_IB_VF
@@ -588,7 +588,7 @@ def _ib_units(card, rc, count, rp_uuid, held):
             free = [k for k, _ in candidates if not _holders(held, k)]
             for key, holder in zip(reversed(free), others):
                 held[key] = ['%s (nictype=sriov)' % holder]
-    elif rc == accel_tree.RC_INFINIBAND_PORT:
+    elif rc == placement_names.RC_INFINIBAND_PORT:
         candidates = [('netdev:' + p.netdev, p) for p in card.ports
                       if p.netdev]
         kind = KIND_IB_PORT

@@ -30,6 +30,7 @@ from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import lxd_resources
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import daemon as lxd_daemon
 
@@ -392,7 +393,7 @@ def check_shared_gpus(view):
         users = {}
         for unit in bound:
             if unit.get('pci') == gpu.pci_address and \
-                    unit.get('resource_class') == sharing.SHARE_RC:
+                    unit.get('resource_class') == placement_names.SHARE_RC:
                 project = unit.get('project') or '?'
                 users[project] = users.get(project, 0) + 1
         used = ', '.join('%d by project %s' % (n, p)

@@ -49,7 +49,7 @@ import re
 import typing
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.accounting import apel
 
@@ -208,7 +208,7 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
             set(out[name].gpus) | {gpu.pci_address})))
         return
     memory = _gpu_memory_mib(gpu, memory_by_pci.get(gpu.pci_address))
-    specs = _base_specs(gpu, accel_tree.SHARE_RC, 1, '%s share 1/%d' % (
+    specs = _base_specs(gpu, placement_names.SHARE_RC, 1, '%s share 1/%d' % (
         model, gpu.shared_slots), quota, VIRT_SHARED,
         gpu_share=fractions.Fraction(1, gpu.shared_slots))
     if quota:
@@ -217,7 +217,7 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
         specs = {('%s1:%s' % tuple(k.split(':', 1))
                   if k.split(':')[0] in ('resources', 'trait') else k): v
                  for k, v in specs.items()}
-        specs['resources1:%s' % accel_tree.MEMORY_RC] = str(quota)
+        specs['resources1:%s' % placement_names.MEMORY_RC] = str(quota)
         specs['lxd:gpu_memory_mb'] = str(quota)
         how = ('MPS quota: %d MiB of its memory' % quota)
     else:

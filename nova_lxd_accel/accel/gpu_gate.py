@@ -60,13 +60,13 @@ from nova_lxd_accel.accel import gpu_health
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_release
 from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel import exception
 from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
-TRAIT_UNHEALTHY = accel_tree.TRAIT_UNHEALTHY
+TRAIT_UNHEALTHY = placement_names.TRAIT_UNHEALTHY
 TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
 #: seconds between two probes while a release waits for its GPUs
 RELEASE_POLL = 0.5

@@ -36,7 +36,7 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
 """
 
 from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import placement_names
 
 PREFIX = 'nova_lxd_accel_gpu_'
 
@@ -87,7 +87,7 @@ def render(state, pcis, conf, now):
            [({'pci': pci}, dirty.get(pci, 0)) for pci in pcis])
     slots = {}
     for unit in state.get('bound', {}).values():
-        if unit.get('resource_class') == accel_tree.SHARE_RC:
+        if unit.get('resource_class') == placement_names.SHARE_RC:
             key = (unit.get('pci'), unit.get('project'))
             slots[key] = slots.get(key, 0) + 1
     family('shared_slots_used', 'gauge',

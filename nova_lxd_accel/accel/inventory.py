@@ -36,6 +36,7 @@ from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import nova_lookups
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.spec import identity
@@ -212,7 +213,8 @@ class AcceleratorInventory(object):
                 LOG.warning('Shared GPU %s: its memory is unknown (no GPU '
                             'probe answer yet), so it offers no %s and '
                             'flavors with lxd:gpu_memory_mb cannot land '
-                            'on it', gpu.pci_address, accel_tree.MEMORY_RC)
+                            'on it', gpu.pci_address,
+                            placement_names.MEMORY_RC)
         # each shared GPU's mode, as a trait flavors require (sharing)
         sharing_traits = {
             g.pci_address: sharing.MODE_TRAITS[sharing.card_mode(
@@ -293,7 +295,7 @@ class AcceleratorInventory(object):
             inventory = want.inventory
             for rc, keys in binding.provider_units(want.device).items():
                 taken = [k for k in keys if binding.holders_of(held, k)]
-                if rc == accel_tree.RC_INFINIBAND_VF:
+                if rc == placement_names.RC_INFINIBAND_VF:
                     free = [k for k in keys if k not in taken]
                     others = binding.unspecified_vfs(held, want.device)
                     taken += free[max(0, len(free) - len(others)):] \

@@ -31,31 +31,10 @@ import os_traits
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import placement_names
 
 LOG = logging.getLogger(__name__)
 
-RC_INFINIBAND_VF = 'CUSTOM_INFINIBAND_VF'
-RC_INFINIBAND_PORT = 'CUSTOM_INFINIBAND_PORT'
-#: a shared GPU's slots and memory (see :mod:`.sharing`)
-SHARE_RC = 'CUSTOM_GPU_SHARE'
-MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
-TRAIT_SHARED = 'CUSTOM_GPU_SHARED'
-#: how a shared GPU is shared (see :mod:`.sharing`): flavors require one
-TRAIT_SHARING_QUOTA = 'CUSTOM_GPU_SHARING_QUOTA'
-TRAIT_SHARING_TIMESLICE = 'CUSTOM_GPU_SHARING_TIMESLICE'
-SHARING_TRAIT_PREFIX = 'CUSTOM_GPU_SHARING_'
-#: a GPU the health gate holds (see :mod:`.gpu_gate`)
-TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
-
-#: Trait names the driver sets itself. On the first update of a process
-#: (when it cannot remember what it set before) a trait of these families
-#: that the device no longer has is removed; any other trait an operator put
-#: on a provider is kept.
-MANAGED_TRAIT_PREFIXES = ('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_PRODUCT_',
-                          'CUSTOM_GPU_MODEL_', 'CUSTOM_CUDA_CC_',
-                          'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_',
-                          TRAIT_UNHEALTHY, TRAIT_SHARED,
-                          SHARING_TRAIT_PREFIX)
 
 _CUDA_CC = re.compile(r'^\s*(\d+)\.(\d+)\s*$')
 
@@ -100,9 +79,9 @@ def gpu_totals(gpu):
     if gpu.shared_slots:
         # no memory inventory while the card's memory is unknown: then a
         # flavor with a memory quota finds no room here (never over-commit)
-        totals = {SHARE_RC: gpu.shared_slots}
+        totals = {placement_names.SHARE_RC: gpu.shared_slots}
         if gpu.memory_mib:
-            totals[MEMORY_RC] = gpu.memory_mib
+            totals[placement_names.MEMORY_RC] = gpu.memory_mib
         return totals
     if gpu.mig_devices:
         totals = {}
@@ -136,7 +115,7 @@ def gpu_traits(gpu, sharing_trait=None):
     if model:
         traits.add('CUSTOM_GPU_MODEL_%s' % model)
     if gpu.shared_slots:
-        traits.add(TRAIT_SHARED)
+        traits.add(placement_names.TRAIT_SHARED)
         if sharing_trait:
             traits.add(sharing_trait)
     match = _CUDA_CC.match(gpu.architecture or '')
@@ -155,8 +134,9 @@ def ib_totals(card):
     """
     vfs = [vf for vf in card.vfs if vf.netdevs]
     if vfs:
-        return {RC_INFINIBAND_VF: len(vfs)}
-    return {RC_INFINIBAND_PORT: len([p for p in card.ports if p.netdev])}
+        return {placement_names.RC_INFINIBAND_VF: len(vfs)}
+    return {placement_names.RC_INFINIBAND_PORT: len(
+        [p for p in card.ports if p.netdev])}
 
 
 def ib_traits(card):
@@ -283,8 +263,8 @@ class TreeState(object):
         before = self._our_traits.get(want.name)
         if before is None:
             current = provider_tree.data(uuid).traits
-            stale = {t for t in current
-                     if t.startswith(MANAGED_TRAIT_PREFIXES)} - want.traits
+            stale = {t for t in current if t.startswith(
+                placement_names.MANAGED_TRAIT_PREFIXES)} - want.traits
         else:
             stale = before - want.traits
         if stale:

@@ -23,11 +23,8 @@ import re
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import mps_environment
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel import exception
-
-SHARE_RC = accel_tree.SHARE_RC
-MEMORY_RC = accel_tree.MEMORY_RC
 
 
 #: How a shared GPU is shared (``[lxd_accelerators] shared_gpus``, the
@@ -40,8 +37,8 @@ MODE_TIMESLICE = 'timeslice'
 DEFAULT_MODE = MODE_TIMESLICE
 MODES = (MODE_QUOTA, MODE_TIMESLICE)
 #: the trait of each mode on the GPU's provider; a flavor requires one
-MODE_TRAITS = {MODE_QUOTA: accel_tree.TRAIT_SHARING_QUOTA,
-               MODE_TIMESLICE: accel_tree.TRAIT_SHARING_TIMESLICE}
+MODE_TRAITS = {MODE_QUOTA: placement_names.TRAIT_SHARING_QUOTA,
+               MODE_TIMESLICE: placement_names.TRAIT_SHARING_TIMESLICE}
 #: the extra spec that makes a flavor's share a quota'd one
 MEMORY_QUOTA_KEY = 'lxd:gpu_memory_mb'
 

@@ -71,6 +71,7 @@ from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import events
@@ -89,7 +90,7 @@ MIG_UUIDS = ('MIG-aaaaaaaa-0000-4000-8000-000000000000',
              'MIG-aaaaaaaa-0000-4000-8000-000000000001')
 #: what each flavor asks Placement for
 FLAVORS = {'whole': (RP[WHOLE], 'PGPU'), 'mig': (RP[MIGGPU], MIG_RC),
-           'share': (RP[SHARED], accel_tree.SHARE_RC)}
+           'share': (RP[SHARED], placement_names.SHARE_RC)}
 PROJECTS = ('proj-a', 'proj-b')
 SMI_TIMEOUT = 3
 RELEASE_WAIT = 2.0

@@ -26,8 +26,8 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 from oslo_utils import timeutils
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import mps_environment
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel import extra_specs as lxd_extra_specs
@@ -55,7 +55,7 @@ RESCUE_POOL_DRIVERS = ('dir', 'btrfs')
 def _wants_accelerators(allocations):
     for alloc in (allocations or {}).values():
         for rc, amount in ((alloc or {}).get('resources') or {}).items():
-            if amount and binding.is_accelerator_class(rc):
+            if amount and units.is_accelerator_class(rc):
                 return True
     return False
 

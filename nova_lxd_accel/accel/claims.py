@@ -46,7 +46,9 @@ from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import binding_ledger
 from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def with_projects(share, records, exclude, dirty=None):
     """
     if share is None:
         return None
-    projects = binding.share_projects(records, exclude=exclude)
+    projects = units.share_projects(records, exclude=exclude)
     for pci, names in (dirty or {}).items():
         projects.setdefault(pci, set()).update(names)
     return dataclasses.replace(share, projects=projects)
@@ -127,8 +129,8 @@ def claiming(client, name, allocations, device_for_provider,
     """
     with lockutils.lock(CLAIM_LOCK):
         records = client.list_all_instances()
-        held = binding.held_units(records, exclude=(project, name),
-                                  host_devices=host_devices)
+        held = units.held_units(records, exclude=(project, name),
+                                host_devices=host_devices)
         if callable(unavailable):
             # read after the listing, under the lock: a release written
             # before this point is seen, whatever the last probe said
@@ -142,7 +144,7 @@ def claiming(client, name, allocations, device_for_provider,
                                  dirty_projects(records) if dirty_projects
                                  else None))
         yield bound
-    binding.log_bound(LOG, bound, instance)
+    binding_ledger.log_bound(LOG, bound, instance)
 
 
 def claim(client, name, allocations, device_for_provider, host_devices=(),

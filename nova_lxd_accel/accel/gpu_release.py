@@ -38,10 +38,10 @@ import re
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def mig_place(unit, known, snapshot):
     From the inventory's listing and, for modern UUIDs (which do not say
     it), the last probe's ``nvidia-smi -q``. {} for another unit.
     """
-    if unit.get('kind') != binding.KIND_MIG:
+    if unit.get('kind') != units.KIND_MIG:
         return {}
     gpu = known.get(unit.get('pci'))
     mig = {m.uuid: m for m in (gpu.mig_devices if gpu else ())}.get(
@@ -169,8 +169,8 @@ def _owners(current, pci):
 
 def _unit_gpu(record):
     """The GPU PCI address of a binding record, or None (InfiniBand)."""
-    if record.get('kind') in (binding.KIND_PGPU, binding.KIND_MIG,
-                              binding.KIND_SHARE):
+    if record.get('kind') in (units.KIND_PGPU, units.KIND_MIG,
+                              units.KIND_SHARE):
         return devices.normalise_pci_address(record.get('pci'))
     return None
 
@@ -234,11 +234,11 @@ def holding(unit, snapshot, known, state, conf, current=None,
     if not snapshot.available:
         return 'the GPU cannot be probed (%s)' % (snapshot.error or
                                                   'nvidia-smi failed')
-    if unit.get('kind') == binding.KIND_MIG:
+    if unit.get('kind') == units.KIND_MIG:
         return _mig_holding(unit, gpu, snapshot, state, conf, current,
                             attribute)
     owners = _owners(current, pci)
-    if unit.get('kind') == binding.KIND_SHARE and owners:
+    if unit.get('kind') == units.KIND_SHARE and owners:
         # the card is still shared: a process is the slot's leftover
         # unless its cgroup puts it in a container bound to the card now
         found = _unaccounted(snapshot.apps_on(pci), owners, attribute)
@@ -308,7 +308,7 @@ def mig_replacement(unit, gpu, snapshot):
     instance; the old slice can only have been destroyed with no process
     left in it.
     """
-    if unit.get('kind') != binding.KIND_MIG or gpu is None:
+    if unit.get('kind') != units.KIND_MIG or gpu is None:
         return None
     listed = {m.uuid: m for m in gpu.mig_devices}
     if not unit.get('mig_uuid') or unit['mig_uuid'] in listed:
@@ -470,10 +470,10 @@ def dirty_share_projects(state, records=None):
     project blocks every other one.
     """
     out = {}
-    units = list(state['dirty'].values()) + list(
+    entries = list(state['dirty'].values()) + list(
         _gone_bound(state, records).values())
-    for unit in units:
-        if unit.get('kind') == binding.KIND_SHARE:
+    for unit in entries:
+        if unit.get('kind') == units.KIND_SHARE:
             out.setdefault(unit.get('pci'), set()).add(
                 unit.get('project') or 'an unknown project')
     return out

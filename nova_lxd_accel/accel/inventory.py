@@ -39,6 +39,7 @@ from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
@@ -289,15 +290,15 @@ class AcceleratorInventory(object):
         """
         host_devices = [p.device for p in desired.values()]
         foreign = [r for r in records or () if not self._is_ours(r)]
-        held = binding.held_units(foreign, host_devices=host_devices)
+        held = units.held_units(foreign, host_devices=host_devices)
         out, logged = {}, []
         for name, want in desired.items():
             inventory = want.inventory
             for rc, keys in binding.provider_units(want.device).items():
-                taken = [k for k in keys if binding.holders_of(held, k)]
+                taken = [k for k in keys if units.holders_of(held, k)]
                 if rc == placement_names.RC_INFINIBAND_VF:
                     free = [k for k in keys if k not in taken]
-                    others = binding.unspecified_vfs(held, want.device)
+                    others = units.unspecified_vfs(held, want.device)
                     taken += free[max(0, len(free) - len(others)):] \
                         if others else []
                     held = dict(held, **{
@@ -311,7 +312,7 @@ class AcceleratorInventory(object):
                     inventory[rc].get('reserved', 0) + len(taken),
                     inventory[rc]['total']))
                 logged.extend((k, name, tuple(sorted(
-                    binding.holders_of(held, k)))) for k in taken)
+                    units.holders_of(held, k)))) for k in taken)
             out[name] = dataclasses.replace(want, inventory=inventory)
         logged = sorted(logged)
         if logged != self._foreign_logged:
@@ -475,18 +476,18 @@ def shared_gpu_usage(gpu, records, host_devices=()):
     for record in records:
         config = record.get('config') or {}
         for unit in identity.recorded_units(config):
-            if unit.get('kind') != binding.KIND_SHARE or \
+            if unit.get('kind') != units.KIND_SHARE or \
                     devices.normalise_pci_address(unit.get('pci') or '') \
                     != gpu.pci_address:
                 continue
             slots.append({'slot': unit.get('slot'), 'unit': unit['unit'],
                           'instance': identity.instance_uuid(record),
                           'project': unit.get('project_id'),
-                          'container': binding.holder_name(record)})
+                          'container': units.holder_name(record)})
     slots.sort(key=lambda s: (str(s['unit']), str(s['container'])))
-    held = binding.held_units(records, host_devices=host_devices)
-    card_held_by = sorted(binding.holders_of(held, 'pci:' + gpu.pci_address))
-    offered = {binding.share_key(gpu.pci_address, n) for n in range(total)}
+    held = units.held_units(records, host_devices=host_devices)
+    card_held_by = sorted(units.holders_of(held, 'pci:' + gpu.pci_address))
+    offered = {units.share_key(gpu.pci_address, n) for n in range(total)}
     used = len(offered & {s['unit'] for s in slots})
     return {'slots_total': total,
             'slots_used': total if card_held_by else used,

@@ -33,7 +33,8 @@ answer there would strip devices from live instances.
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import binding_ledger
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
@@ -45,23 +46,23 @@ def _instance_uuid(record):
 
 def double_bindings(records):
     """Unit key -> container names, for units held more than once."""
-    return {key: names for key, names in binding.held_units(records).items()
+    return {key: names for key, names in units.held_units(records).items()
             if len(names) > 1}
 
 
-def placement_mismatches(units, allocations):
+def placement_mismatches(recorded, allocations):
     """Differences between one instance's binding and its allocations.
 
-    :param units: the instance's binding records.
+    :param recorded: the instance's binding records.
     :param allocations: ``{rp_uuid: {'resources': {rc: n}}}`` from
         Placement for that consumer.
     :returns: list of ``(provider, rc, bound, allocated)``.
     """
-    bound = binding.expected_usage(units)
+    bound = binding_ledger.expected_usage(recorded)
     allocated = {}
     for rp_uuid, alloc in (allocations or {}).items():
         for rc, amount in ((alloc or {}).get('resources') or {}).items():
-            if amount and binding.is_accelerator_class(rc):
+            if amount and units.is_accelerator_class(rc):
                 allocated.setdefault(rp_uuid, {})[rc] = amount
     out = []
     for rp_uuid in sorted(set(bound) | set(allocated)):
@@ -81,10 +82,10 @@ def release(client, record):
     volume attached meanwhile is kept.
     """
     def drop_binding(config, devices):
-        units = identity.recorded_units(config)
-        if not units:
+        recorded = identity.recorded_units(config)
+        if not recorded:
             return False
-        for unit in units:
+        for unit in recorded:
             devices.pop(unit.get('name'), None)
         config.pop(identity.KEY_DEVICES, None)
 
@@ -105,7 +106,7 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                if identity.is_ours(r, host)]
     for key, names in sorted(double_bindings(records).items()):
         # holders are named as binding names them (<project>/<name>)
-        by_name = {binding.holder_name(r): _instance_uuid(r)
+        by_name = {units.holder_name(r): _instance_uuid(r)
                    for r in records}
         LOG.error('Accelerator %(unit)s is bound to more than one container: '
                   '%(holders)s. Delete or rebuild all but one of these '
@@ -115,8 +116,8 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                       for n in sorted(names))})
     released = []
     for record in records:
-        units = identity.recorded_units(record.get('config'))
-        if not units:
+        recorded = identity.recorded_units(record.get('config'))
+        if not recorded:
             continue
         uuid = _instance_uuid(record)
         if instance_uuids is not None and uuid not in instance_uuids:
@@ -126,14 +127,14 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                 LOG.error('Cannot release accelerators %(units)s of '
                           'container %(name)s, whose instance %(uuid)s nova '
                           'no longer has on this host: %(exc)s',
-                          {'units': [u['unit'] for u in units],
+                          {'units': [u['unit'] for u in recorded],
                            'name': record['name'], 'uuid': uuid,
                            'exc': exc})
             else:
                 LOG.warning('Released accelerators %(units)s of container '
                             '%(name)s: nova no longer has its instance '
                             '%(uuid)s on this host',
-                            {'units': [u['unit'] for u in units],
+                            {'units': [u['unit'] for u in recorded],
                              'name': record['name'], 'uuid': uuid})
                 released.append(record['name'])
             continue
@@ -147,10 +148,10 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                         'is not checked', {'uuid': uuid, 'exc': exc})
             continue
         by_rp = {}
-        for unit in units:
+        for unit in recorded:
             by_rp.setdefault(unit.get('provider'), []).append(
                 '%s %s' % (unit.get('unit'), unit.get('name')))
-        for rp_uuid, rc, have, want in placement_mismatches(units,
+        for rp_uuid, rc, have, want in placement_mismatches(recorded,
                                                             allocations):
             LOG.warning('Instance %(uuid)s (container %(name)s) has '
                         '%(have)s %(rc)s of resource provider %(rp)s bound '

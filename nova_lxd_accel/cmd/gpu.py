@@ -27,9 +27,9 @@ import getpass
 import json
 import logging
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import inventory as inventory_cmd
 
@@ -124,7 +124,7 @@ def _live_holders(conf, args):
         from nova_lxd_accel import client as lxd_client
 
         records = lxd_client.LXDClient(conf).list_all_instances()
-    return binding.held_units(records)
+    return units.held_units(records)
 
 
 def _forget(store, conf, args):

@@ -28,7 +28,7 @@ import nova.conf
 from nova.tests.functional.api import client as api_client
 from oslo_utils import uuidutils
 
-from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.spec import identity
 from tests import fake_nvidia_smi
@@ -125,7 +125,7 @@ class AccelTestBase(base.LXDFunctionalTestCase):
         for rp_uuid, alloc in self._get_allocations_by_server_uuid(
                 server['id']).items():
             resources = {rc: n for rc, n in alloc['resources'].items()
-                         if binding.is_accelerator_class(rc)}
+                         if units.is_accelerator_class(rc)}
             if resources:
                 out[names.get(rp_uuid, rp_uuid)] = resources
         return out

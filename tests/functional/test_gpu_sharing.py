@@ -32,6 +32,7 @@ from nova.tests.functional.api import client as api_client
 from nova_lxd_accel import conf as lxd_conf
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.spec import identity
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
@@ -118,7 +119,7 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
         """
         records = self.compute.driver._parts.client.list_all_instances()
         return {key: sorted(holders) for key, holders in
-                binding.held_units(records).items()
+                units.held_units(records).items()
                 if key.startswith('share:')}
 
     def share_inventory(self):

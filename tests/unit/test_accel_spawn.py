@@ -24,9 +24,9 @@ from oslo_concurrency import lockutils
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
@@ -143,7 +143,7 @@ class SpawnTest(testtools.TestCase):
     def test_destroy_releases(self):
         self.spawn(_instance(), self.allocations())
         self.lifecycle.destroy(_instance())
-        self.assertEqual({}, binding.held_units(
+        self.assertEqual({}, units.held_units(
             self.client.list_containers()))
 
 

@@ -27,6 +27,7 @@ from oslo_config import fixture as config_fixture
 import testtools
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import binding_ledger
 from nova_lxd_accel.accel import claims as accel_claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
@@ -178,7 +179,7 @@ class PureTest(testtools.TestCase):
     def test_resized_without_accelerators_drops_old_ones(self):
         config, devices = records.resized(
             _record(), {'config': {}, 'devices': {}}, 'dst', {},
-            binding.Binding())
+            binding_ledger.Binding())
         self.assertNotIn('nova-gpu0', devices)
         self.assertNotIn(identity.KEY_DEVICES, config)
 
@@ -200,7 +201,7 @@ class PureTest(testtools.TestCase):
         plain = container_spec.resize_fragment(
             instance, _flavor(), None, policy)
         config, _devices = records.resized(record, plain, 'dst', {},
-                                           binding.Binding())
+                                           binding_ledger.Binding())
         for key in old:
             self.assertEqual(plain['config'].get(key), config.get(key), key)
         self.assertEqual(container_spec.flavor_config_keys(),

@@ -23,6 +23,8 @@ import json
 from oslotest import base
 
 from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import binding_ledger
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 from nova_lxd_accel.spec import identity
 from tests.unit.accel import utils
@@ -169,8 +171,8 @@ class TestMixedHost(BindingTestBase):
         self.assertIn(self.rp(A100_0), str(exc))
 
     def test_bare_gpu_device_holds_every_gpu(self):
-        held = binding.held_units([{'name': 'hand-made', 'config': {},
-                                    'devices': {'g': {'type': 'gpu'}}}])
+        held = units.held_units([{'name': 'hand-made', 'config': {},
+                                  'devices': {'g': {'type': 'gpu'}}}])
         self.assertRaises(exception.AcceleratorUnavailable, self.bind,
                           self.alloc((A100_0, 'PGPU', 1)), held)
 
@@ -224,7 +226,7 @@ class TestLegacyMig(BindingTestBase):
             {r['unit'] for r in result.records()})
 
     def test_hand_made_legacy_device_is_held(self):
-        held = binding.held_units([{'name': 'c1', 'config': {}, 'devices': {
+        held = units.held_units([{'name': 'c1', 'config': {}, 'devices': {
             'x': {'type': 'gpu', 'gputype': 'mig', 'pci': '07:00.0',
                   'mig.gi': '7', 'mig.ci': '0'}}}])
         result = self.bind(self.alloc((A100_0, 'CUSTOM_MIG_1G_5GB', 1)),
@@ -241,10 +243,10 @@ class TestEightGpus(BindingTestBase):
         records = []
         for i, name in enumerate(names):
             result = self.bind(self.alloc((name, 'PGPU', 1)),
-                               binding.held_units(records))
+                               units.held_units(records))
             records.append({'name': 'c%d' % i, 'config': result.config,
                             'devices': result.devices})
-        held = binding.held_units(records)
+        held = units.held_units(records)
         self.assertEqual({'pci:0000:1%d:00.0' % i: ['c%d' % i]
                           for i in range(8)}, held)
         for name in names:
@@ -290,14 +292,14 @@ class TestRecords(base.BaseTestCase):
         ]
         self.assertEqual({'pci:0000:07:00.0': ['a'],
                           'netdev:ib0': ['b'], 'mig:abc': ['b']},
-                         binding.held_units(records))
+                         units.held_units(records))
         self.assertEqual({'netdev:ib0': ['b'], 'mig:abc': ['b']},
-                         binding.held_units(records, exclude='a'))
+                         units.held_units(records, exclude='a'))
 
     def test_expected_usage(self):
         self.assertEqual(
             {'p1': {'PGPU': 1}, 'p2': {'CUSTOM_MIG_1G_10GB': 2}},
-            binding.expected_usage([
+            binding_ledger.expected_usage([
                 {'provider': 'p1', 'resource_class': 'PGPU'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'}]))

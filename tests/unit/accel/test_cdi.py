@@ -22,6 +22,7 @@ import json
 
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 from nova_lxd_accel.spec import identity
 from tests.unit.accel import test_binding
@@ -73,7 +74,7 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
         # operator would add it) holds that GPU: the next bind skips it.
         first = binding.bind(self.alloc((GPU_10, 'PGPU', 1)),
                              self.inventory.device_for_provider, nvidia=CDI)
-        held = binding.held_units(
+        held = units.held_units(
             [{'name': 'by-hand', 'config': {}, 'devices': first.devices}],
             host_devices=self.inventory.all_devices())
         self.assertEqual({'pci:0000:10:00.0': ['by-hand']}, held)
@@ -126,7 +127,7 @@ class TestCdiMig(test_binding.BindingTestBase):
             first = binding.bind(
                 self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
                 self.inventory.device_for_provider, nvidia=mode)
-            held = binding.held_units(
+            held = units.held_units(
                 [{'name': 'by-hand', 'config': {},
                   'devices': first.devices}],
                 host_devices=self.inventory.all_devices())

@@ -25,7 +25,7 @@ import fixtures
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import binding_ledger
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import gpu_gate
 from nova_lxd_accel.accel import gpu_metrics
@@ -33,6 +33,7 @@ from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel import exception
 from tests.unit.accel import test_gpu_probe
@@ -49,11 +50,11 @@ def h100():
 
 
 def container(pci=H100, status='Running', instance=INSTANCE):
-    unit = binding.Unit(
-        name='nova-gpu0', kind=binding.KIND_PGPU, resource_class='PGPU',
+    unit = binding_ledger.Unit(
+        name='nova-gpu0', kind=units.KIND_PGPU, resource_class='PGPU',
         provider='rp-h100', device_pci=pci, key='pci:' + pci,
         device={'type': 'gpu', 'pci': pci}, detail={})
-    config = dict(binding.Binding(units=(unit,)).config)
+    config = dict(binding_ledger.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': status, 'config': config}
 
@@ -294,14 +295,14 @@ class TestXidGate(GateTestCase):
 
 
 def mig_container(uuid, instance=INSTANCE):
-    unit = binding.Unit(
-        name='nova-mig0', kind=binding.KIND_MIG,
+    unit = binding_ledger.Unit(
+        name='nova-mig0', kind=units.KIND_MIG,
         resource_class='CUSTOM_MIG_1G_10GB', provider='rp-mig',
         device_pci=H100, key='mig:' + uuid,
         device={'type': 'gpu', 'gputype': 'mig', 'pci': H100,
                 'mig.uuid': uuid},
         detail={'mig_uuid': uuid})
-    config = dict(binding.Binding(units=(unit,)).config)
+    config = dict(binding_ledger.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': 'Running',
             'config': config}
@@ -615,13 +616,13 @@ class TestRecheckBackoff(testtools.TestCase):
 
 
 def share_container(slot, instance, pci=H100):
-    unit = binding.Unit(
-        name='nova-gpushare0', kind=binding.KIND_SHARE,
+    unit = binding_ledger.Unit(
+        name='nova-gpushare0', kind=units.KIND_SHARE,
         resource_class='CUSTOM_GPU_SHARE', provider='rp-share',
-        device_pci=pci, key=binding.share_key(pci, slot),
+        device_pci=pci, key=units.share_key(pci, slot),
         device={'type': 'gpu', 'gputype': 'physical', 'pci': pci},
         detail={'slot': slot, 'project_id': 'proj-a'})
-    config = dict(binding.Binding(units=(unit,)).config)
+    config = dict(binding_ledger.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': 'Running',
             'config': config}
@@ -662,7 +663,7 @@ class TestSharedRelease(GateTestCase):
         self.now += 60
         self.gate.refresh()
         self.assertIn('gpu_burn', self.dirty()[
-            binding.share_key(H100, 1)]['holding'])
+            units.share_key(H100, 1)]['holding'])
         text = gpu_metrics.render(self.gate.store.load(), [H100],
                                   self.conf, self.now)
         self.assertIn('nova_lxd_accel_gpu_dirty_units{pci="%s"} 1' % H100,
@@ -688,7 +689,7 @@ class TestSharedRelease(GateTestCase):
         self.containers = [share_container(1, self.OTHER)]
         self.now += 60
         self.gate.refresh()
-        holding = self.dirty()[binding.share_key(H100, 0)]['holding']
+        holding = self.dirty()[units.share_key(H100, 0)]['holding']
         self.assertIn('gpu_burn (pid 11345', holding)
         self.assertIn('in container nova-' + INSTANCE, holding)
         # a process whose container cannot be told holds the slot too
@@ -696,7 +697,7 @@ class TestSharedRelease(GateTestCase):
         self.now += 60
         self.gate.refresh()
         self.assertIn('of unknown origin', self.dirty()[
-            binding.share_key(H100, 0)]['holding'])
+            units.share_key(H100, 0)]['holding'])
         # it was the other sharer's after all: free
         self.pids[11345] = 'nova-' + self.OTHER
         self.now += 60

@@ -21,10 +21,10 @@ the server as a leftover process or as compute use.
 
 import testtools
 
-from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import gpu_release
 from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel import units
 from tests.unit.accel import test_gpu_gate
 from tests.unit.accel import utils
 
@@ -92,7 +92,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
         self.containers = []
         self.now += 60
         self.gate.refresh()
-        holding = self.dirty()[binding.share_key(H100, 0)]['holding']
+        holding = self.dirty()[units.share_key(H100, 0)]['holding']
         self.assertIn('/usr/bin/python3 (pid 11433, 4112 MiB)', holding)
         self.assertNotIn('nvidia-cuda-mps-server', holding)
         # the client gone, the server stays: clean
@@ -111,7 +111,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
         self.host(*SERVER_ONLY)
         self.now += 60
         self.gate.refresh()
-        holding = self.dirty()[binding.share_key(H100, 0)]['holding']
+        holding = self.dirty()[units.share_key(H100, 0)]['holding']
         self.assertIn('30 MiB of GPU memory in use (baseline 0 MiB)',
                       holding)
         self.assertIn('the MPS server nvidia-cuda-mps-server (pid 11402, '
@@ -126,7 +126,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
         self.now += 1800
         self.gate.refresh()
         state = self.gate.store.load()
-        unit = state['usage'][INSTANCE]['units'][binding.share_key(H100, 0)]
+        unit = state['usage'][INSTANCE]['units'][units.share_key(H100, 0)]
         self.assertEqual((1800.0, 0.0), (unit['allocated_s'],
                                          unit['busy_s']))
         self.assertEqual([INSTANCE], [u['instance'] for u in

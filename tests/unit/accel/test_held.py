@@ -19,6 +19,7 @@ import testtools
 from nova_lxd_accel.accel import binding
 from nova_lxd_accel.accel import discovery
 from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 from tests.unit.accel import utils
 
@@ -49,12 +50,12 @@ def _host(mig_text=MIG_TEXT,
 HOST = _host()
 MIG_GPU = [d for d in HOST if getattr(d, 'mig_devices', None)][0]
 WHOLE = [d for d in HOST if d.pci_address == '0000:07:00.0'][0]
-SLICE0 = binding.mig_unit_key(MIG_GPU, MIG_GPU.mig_devices[0])
-ALL_SLICES = {binding.mig_unit_key(MIG_GPU, m) for m in MIG_GPU.mig_devices}
+SLICE0 = units.mig_unit_key(MIG_GPU, MIG_GPU.mig_devices[0])
+ALL_SLICES = {units.mig_unit_key(MIG_GPU, m) for m in MIG_GPU.mig_devices}
 
 
 def keys(device, host=HOST):
-    return binding.device_unit_keys(device, host)
+    return units.device_unit_keys(device, host)
 
 
 class SelectorTest(testtools.TestCase):
@@ -104,10 +105,10 @@ class SelectorTest(testtools.TestCase):
                          'mig.ci': str(mig.ci)}, host)
         by_uuid = keys({'type': 'gpu', 'gputype': 'mig',
                         'mig.uuid': mig.uuid}, host)
-        self.assertEqual({binding.mig_unit_key(gpu, mig)}, by_gi_ci)
+        self.assertEqual({units.mig_unit_key(gpu, mig)}, by_gi_ci)
         self.assertEqual(by_gi_ci, by_uuid)
         # gi/ci without pci: that instance on every GPU that may have it
-        self.assertIn(binding.mig_unit_key(gpu, mig), keys(
+        self.assertIn(units.mig_unit_key(gpu, mig), keys(
             {'type': 'gpu', 'gputype': 'mig', 'mig.gi': str(mig.gi),
              'mig.ci': str(mig.ci)}, host))
 
@@ -145,11 +146,11 @@ class SelectorTest(testtools.TestCase):
              'config': {}, 'devices': {'g': {'type': 'gpu',
                                              'pci': '0000:07:00.0'}}},
         ]
-        held = binding.held_units(records, host_devices=HOST)
+        held = units.held_units(records, host_devices=HOST)
         self.assertEqual(['p1/c1'], held['netdev:ibp75s0v0'])
         self.assertEqual(['p2/c1'], held['pci:0000:07:00.0'])
-        held = binding.held_units(records, exclude=('p1', 'c1'),
-                                  host_devices=HOST)
+        held = units.held_units(records, exclude=('p1', 'c1'),
+                                host_devices=HOST)
         self.assertNotIn('netdev:ibp75s0v0', held)
         self.assertIn('pci:0000:07:00.0', held)
 
@@ -165,17 +166,17 @@ class SriovParentTest(testtools.TestCase):
                 'devices': {'ib%d' % i: d for i, d in enumerate(devices)}}
 
     def bind(self, count, records):
-        held = binding.held_units(records, host_devices=HOST)
+        held = units.held_units(records, host_devices=HOST)
         return binding.bind({'rp': {'resources': {
             'CUSTOM_INFINIBAND_VF': count}}}, {'rp': self.CARD}.get, held)
 
     def test_one_vf_of_the_card_per_device(self):
-        held = binding.held_units([self.foreign(
+        held = units.held_units([self.foreign(
             self.SRIOV, dict(self.SRIOV, type='nic'))], host_devices=HOST)
         self.assertEqual(['other/by-hand', 'other/by-hand'],
-                         binding.unspecified_vfs(held, self.CARD))
+                         units.unspecified_vfs(held, self.CARD))
         other_card = [d for d in HOST if d.pci_address == '0000:0c:00.0'][0]
-        self.assertEqual([], binding.unspecified_vfs(held, other_card))
+        self.assertEqual([], units.unspecified_vfs(held, other_card))
 
     def test_never_bound_beyond_what_is_left(self):
         # 5 VFs with a netdev; a foreign sriov device takes one of them

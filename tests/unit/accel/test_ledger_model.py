@@ -73,6 +73,7 @@ from nova_lxd_accel.accel import gpu_state
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import events
 from nova_lxd_accel import exception
@@ -355,7 +356,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         if key.startswith('share:'):
             return key[6:].split('/')[0], None
         for mig in self.gpus[1].mig_devices:
-            if key == binding.mig_unit_key(self.gpus[1], mig):
+            if key == units.mig_unit_key(self.gpus[1], mig):
                 return MIGGPU, mig.index
         return MIGGPU, -1       # a slice recreated away
 
@@ -554,7 +555,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     def operator_recreates_mig_slice(self, index):
         """A free slice destroyed and made again: a new UUID, same place."""
         mig = self.gpus[1].mig_devices[index]
-        key = binding.mig_unit_key(self.gpus[1], mig)
+        key = units.mig_unit_key(self.gpus[1], mig)
         if key in self.bound() or any(
                 g == MIGGPU and i == index
                 for g, i, _c in self.smi.procs.values()):
@@ -715,11 +716,11 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             if owner in alive:
                 continue
             if pci == SHARED:
-                keys = {binding.share_key(SHARED, slot) for slot in (0, 1)}
+                keys = {units.share_key(SHARED, slot) for slot in (0, 1)}
             elif index is None:
                 keys = {'pci:' + pci}
             else:
-                keys = {binding.mig_unit_key(self.gpus[1], m)
+                keys = {units.mig_unit_key(self.gpus[1], m)
                         for m in self.gpus[1].mig_devices
                         if m.index == index}
             assert keys & unavailable, (

@@ -23,6 +23,7 @@ from nova_lxd_accel.accel import gpu_probe
 from nova_lxd_accel.accel import inventory as accel_inventory
 from nova_lxd_accel.accel import nvidia_smi
 from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 from nova_lxd_accel.spec import identity
 from tests.unit.accel import test_binding
@@ -212,26 +213,26 @@ class SharedBindingTest(test_binding.BindingTestBase):
 
     def test_slots_then_unavailable_then_freed(self):
         first = self.container(self.bind_share(self.share()), 'a')
-        held = binding.held_units([first])
+        held = units.held_units([first])
         # the first sharer's own gpu device does not take the whole GPU
         self.assertNotIn('pci:' + A100_SHARED, held)
         second = self.container(
             self.bind_share(self.share(), held, [first]), 'b')
         self.assertEqual('share:%s/1' % A100_SHARED, json.loads(
             second['config'][identity.KEY_DEVICES])[0]['unit'])
-        held = binding.held_units([first, second])
+        held = units.held_units([first, second])
         self.assertRaises(exception.AcceleratorUnavailable,
                           self.bind_share, self.share(), held,
                           [first, second])
         # slot 0 freed: the next claim gets it
-        held = binding.held_units([second])
+        held = units.held_units([second])
         third = self.bind_share(self.share(), held, [second])
         self.assertEqual('share:%s/0' % A100_SHARED,
                          third.records()[0]['unit'])
 
     def test_one_project_at_a_time_unless_allowed(self):
         first = self.container(self.bind_share(self.share('p1')), 'a')
-        held = binding.held_units([first])
+        held = units.held_units([first])
         exc = self.assertRaises(exception.SharedGpuOtherProject,
                                 self.bind_share, self.share('p2'), held,
                                 [first])
@@ -245,7 +246,7 @@ class SharedBindingTest(test_binding.BindingTestBase):
     def test_foreign_holder_of_the_gpu_leaves_no_slot(self):
         foreign = {'name': 'by-hand', 'project': 'other', 'config': {},
                    'devices': {'g': {'type': 'gpu', 'pci': A100_SHARED}}}
-        held = binding.held_units([foreign])
+        held = units.held_units([foreign])
         exc = self.assertRaises(exception.AcceleratorUnavailable,
                                 self.bind_share, self.share(), held)
         self.assertIn('other/by-hand', str(exc))

@@ -26,7 +26,7 @@ import fixtures
 from oslotest import base
 
 import nova_lxd_accel
-from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.cmd import main
 from nova_lxd_accel.spec import identity
 from tests import lxd_fixtures
@@ -74,7 +74,7 @@ class InventoryThroughTheSeamTest(base.BaseTestCase):
         # a slot holder in an LXD project of its own: the listing spans
         # all projects, as a claim's does
         project = self.useFixture(lxd_fixtures.LXDProject('inv'))
-        record = {'name': 'nova-gpushare0', 'kind': binding.KIND_SHARE,
+        record = {'name': 'nova-gpushare0', 'kind': units.KIND_SHARE,
                   'resource_class': 'CUSTOM_GPU_SHARE', 'provider': 'rp',
                   'pci': '0000:00:09.0', 'unit': 'share:0000:00:09.0/1',
                   'slot': 1, 'project_id': 'proj-1'}

@@ -64,8 +64,8 @@ from nova.virt import driver as virt_driver  # noqa: E402
 import pylxd  # noqa: E402
 
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
-from nova_lxd_accel import image as lxd_image  # noqa: E402
-from nova_lxd_accel.spec import container as container_spec  # noqa: E402
+from nova_lxd_accel.container import builder  # noqa: E402
+from nova_lxd_accel import image_cache  # noqa: E402
 from tests import daemon_requests  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,7 +118,7 @@ class Bench(object):
             'id': str(uuid.uuid4()), 'disk_format': 'raw',
             'container_format': 'bare', 'checksum': 'bench-reads'})
         # imported once, as for every boot after a host's first
-        lxd_image.ImageCache(
+        image_cache.ImageCache(
             self.driver._parts.client,
             image_api=LocalImageAPI(image_path)).ensure(self.context,
                                                         self.image_meta)
@@ -194,9 +194,9 @@ class Bench(object):
             metadata={})
         policy = self.driver._policy()
         for _ in range(times):
-            container_spec.build_container(
+            builder.build_container(
                 instance, self.flavor, self.image_meta, policy,
-                container_spec.HostSide(network_info=()))
+                builder.HostSide(network_info=()))
 
     def raw_launch(self):
         """Create and start a container of the same image with pylxd alone.

@@ -443,7 +443,7 @@ class Leftover(object):
 
     def _mig_place(self):
         """(GPU instance, compute instance) of the unit's MIG device."""
-        from nova_lxd_accel.accel import nvidia_smi
+        from nova_lxd_accel.accel.inventory import nvidia_smi
 
         with open(self._path('nvidia-smi-L.txt')) as f:
             listed = nvidia_smi.parse_list(f.read())
@@ -508,7 +508,7 @@ class Leftover(object):
 
     def check(self, apps_text, query_text):
         """Raise unless the project's parsers read the leftover back."""
-        from nova_lxd_accel.accel import nvidia_smi
+        from nova_lxd_accel.accel.inventory import nvidia_smi
 
         pci = _pci(self.unit['pci'])
         pids = [a.pid for a in nvidia_smi.parse_compute_apps(

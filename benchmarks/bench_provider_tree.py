@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 from nova.compute import provider_tree  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
-from nova_lxd_accel.accel import inventory as accel_inventory  # noqa: E402
+from nova_lxd_accel.accel.inventory import reporter  # noqa: E402
 from nova_lxd_accel.conf import accelerators  # noqa: E402
 
 ROUNDS = 60
@@ -112,7 +112,7 @@ def _conf():
 def _time(resources_seq, mig_text):
     """Per-call seconds of update_provider_tree over resources_seq[1:]."""
     feed = iter(resources_seq)
-    inventory = accel_inventory.AcceleratorInventory(
+    inventory = reporter.AcceleratorInventory(
         lambda: next(feed), lambda: mig_text, _conf(),
         provider_allocations=lambda rp: {})
     tree = provider_tree.ProviderTree()

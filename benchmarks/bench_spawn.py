@@ -54,9 +54,9 @@ import pylxd  # noqa: E402
 
 from nova_lxd_accel import client as lxd_client  # noqa: E402
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
-from nova_lxd_accel import image as lxd_image  # noqa: E402
+from nova_lxd_accel.container import builder  # noqa: E402
+from nova_lxd_accel import image_cache  # noqa: E402
 from nova_lxd_accel import lifecycle  # noqa: E402
-from nova_lxd_accel.spec import container as container_spec  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,9 +104,10 @@ def bench(conf, socket, rounds, image_path):
         'features.images': 'true', 'features.profiles': 'false'}})
     raw = pylxd.Client(endpoint=socket, project=project)
     client = lxd_client.LXDClient(conf)
-    images = lxd_image.ImageCache(client, image_api=LocalImageAPI(image_path))
+    images = image_cache.ImageCache(
+        client, image_api=LocalImageAPI(image_path))
     life = lifecycle.Lifecycle(client, conf, images)
-    policy = container_spec.HostPolicy(host='bench')
+    policy = builder.HostPolicy(host='bench')
     context = nova_context.get_admin_context()
     image_meta = objects.ImageMeta.from_dict({
         'id': str(uuid.uuid4()), 'disk_format': 'raw',

@@ -28,18 +28,18 @@ from nova.virt import driver
 from nova.virt import hardware
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import nova_lookups
-from nova_lxd_accel.accel import reconcile as accel_reconcile
+from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import events
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import image_cache
 from nova_lxd_accel import migration
 from nova_lxd_accel import network
+from nova_lxd_accel import nova_lookups
 from nova_lxd_accel import parts as lxd_parts
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
 from nova_lxd_accel import volumes
+from nova_lxd_accel import watcher
 
 LOG = logging.getLogger(__name__)
 CONF = nova.conf.CONF
@@ -85,14 +85,14 @@ class LXDDriver(driver.ComputeDriver):
         self._server_info = lxd_host.check_lxd(self._parts.client, CONF)
         self._profile_masks = lxd_host.check_profiles(self._parts.client, CONF)
         self._pool_driver = lxd_host.pool_driver(self._parts.client, CONF)
-        lxd_image.clean_download_dir(CONF)
+        image_cache.clean_download_dir(CONF)
         daemon = self._parts.client.daemon_info()
         LOG.info('%s', lxd_host.startup_line(daemon, CONF))
         self._remove_interrupted_builds(host)
         self._reconcile_accelerators(host)
         if self._watcher is not None:   # init_host called again
             self._watcher.stop()
-        self._watcher = events.LifecycleWatcher(
+        self._watcher = watcher.LifecycleWatcher(
             self._parts.client, self._parts.owner,
             CONF.lxd.lifecycle_poll_interval, self.emit_event,
             use_events=CONF.lxd.lifecycle_events,
@@ -133,7 +133,7 @@ class LXDDriver(driver.ComputeDriver):
                         {'host': host, 'exc': exc})
             uuids = None
         try:
-            accel_reconcile.reconcile(
+            reconcile.reconcile(
                 self._parts.client, host, uuids,
                 nova_lookups.placement_allocations)
         except Exception:
@@ -148,7 +148,7 @@ class LXDDriver(driver.ComputeDriver):
 
     def _policy(self):
         extensions = self._server_info.get('api_extensions', [])
-        return container_spec.HostPolicy.from_conf(
+        return builder.HostPolicy.from_conf(
             CONF, host=self._nodename,
             cloud_init_keys='cloud_init' in extensions,
             profile_masks=self._profile_masks)

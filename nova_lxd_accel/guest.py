@@ -21,8 +21,8 @@ from nova.objects import diagnostics as diagnostics_obj
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import re
 import os_resource_classes as orc
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 

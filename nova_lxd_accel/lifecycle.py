@@ -26,16 +26,16 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 from oslo_utils import timeutils
 
-from nova_lxd_accel.accel import mps_environment
+from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel import units
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from nova_lxd_accel import extra_specs as lxd_extra_specs
+from nova_lxd_accel.extra_specs import lxd_keys
 from nova_lxd_accel import guest as lxd_guest
-from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import image_cache
 from nova_lxd_accel import plumbing as lxd_plumbing
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def build_failure(instance, exc):
         reason = str(exc).lower()
         if any(word in reason for word in HOST_LOCAL_REASONS):
             return exc
-        if lxd_image.lost_its_file(exc):
+        if image_cache.lost_its_file(exc):
             return exc
     elif not isinstance(exc, _REQUEST_FAULTS):
         return exc
@@ -163,18 +163,18 @@ class Lifecycle(object):
 
     :param plumbing: the host's :class:`.plumbing.HostPlumbing` (None: no
         ports, no volumes).
-    :param claims: the host's :class:`.accel.claims.Claims` (None: a spawn
+    :param claims: the host's :class:`.claims.Claims` (None: a spawn
         with accelerators in its allocations is refused).
-    :param gpu_gate: the host's :class:`.accel.gpu_gate.GpuGate`, told of
+    :param gpu_gate: the host's :class:`.accel.health.gate.GpuGate`, told of
         every container removed so that its GPU units are verified at
         release, or None.
     """
 
-    def __init__(self, client, conf, image_cache, plumbing=None,
+    def __init__(self, client, conf, images, plumbing=None,
                  claims=None, gpu_gate=None):
         self._client = client
         self._conf = conf
-        self._images = image_cache
+        self._images = images
         self._plumbing = plumbing or lxd_plumbing.HostPlumbing()
         self._claims = claims
         self._gate = gpu_gate
@@ -189,13 +189,13 @@ class Lifecycle(object):
 
         :param allocations: nova's ``{rp_uuid: {'resources': {...}}}``; the
             accelerator units they name are bound to exact host devices
-            (see :mod:`nova_lxd_accel.accel.binding`).
+            (see :mod:`nova_lxd_accel.accel.binding.pick`).
         :param network_info: nova's network info: one NIC per port.
         """
         try:
             # Whatever microversion made the flavor: refuse bad lxd: extra
             # specs before anything is created.
-            lxd_extra_specs.check_flavor(instance.flavor, policy)
+            lxd_keys.check_flavor(instance.flavor, policy)
             self._spawn(context, instance, image_meta, injected_files,
                         policy, block_device_info, power_on, allocations,
                         network_info)
@@ -213,9 +213,9 @@ class Lifecycle(object):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)
         # Pure and cheap: refuse a bad flavor or port before touching LXD.
-        container_spec.build_container(instance, instance.flavor,
-                                       image_meta, policy,
-                                       self._plumbing.planned(network_info))
+        builder.build_container(instance, instance.flavor,
+                                image_meta, policy,
+                                self._plumbing.planned(network_info))
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
         profiles = list(self._conf.lxd.profiles)
@@ -225,7 +225,7 @@ class Lifecycle(object):
                                         allocations, network_info,
                                         block_device_info)
             # User data byte for byte, as cloud-init's NoCloud seed.
-            guest.push_files(container_spec.cloud_init_seed(instance) +
+            guest.push_files(builder.cloud_init_seed(instance) +
                              list(injected_files or []))
             if power_on:
                 self._plumbing.wait_for_plugged(instance, network_info,
@@ -247,13 +247,13 @@ class Lifecycle(object):
         """Plug the host side (NICs, volumes), then create the container."""
         host_side = self._plumbing.connect(context, instance, network_info,
                                            block_device_info)
-        container = container_spec.build_container(
+        container = builder.build_container(
             instance, instance.flavor, image_meta, policy, host_side)
         started = timeutils.utcnow()
         try:
             guest.create(container, alias, profiles)
         except exception.LXDOperationFailed as exc:
-            if not lxd_image.lost_its_file(exc):
+            if not image_cache.lost_its_file(exc):
                 raise
             # A failed create leaves no container; once more, on the
             # image imported again.
@@ -279,7 +279,7 @@ class Lifecycle(object):
         """Run ``remove()``; verify the GPU units the container held.
 
         The units are marked dirty before and probed right after the
-        container is gone (:mod:`.accel.gpu_gate`), so those found clean are
+        container is gone (:mod:`.accel.health.gate`), so those found clean are
         offered again by nova's update that follows.
 
         :returns: what ``remove()`` returned.
@@ -438,7 +438,7 @@ class Lifecycle(object):
         record = guest.require_record()
         rootfs = self._rootfs_path(guest, record)
         alias = self._images.ensure(context, rescue_image_meta)
-        container = container_spec.rescue_container(
+        container = builder.rescue_container(
             instance, rescue_image_meta, policy, guest.name, rootfs)
         was_running = record['status'] != 'Stopped'
         guest.stop(timeout=self._conf.shutdown_timeout)
@@ -533,7 +533,7 @@ class Lifecycle(object):
     def snapshot(self, context, instance, image_id, update_task_state):
         guest = self.guest(instance)
         record = guest.require_record()
-        lxd_image.snapshot_to_glance(
+        image_cache.snapshot_to_glance(
             self._client, context, guest.name, image_id, update_task_state,
             properties=mps_environment.snapshot_properties(
                 record.get('config') or {}))

@@ -14,7 +14,7 @@
 
 One model serves both: until the user confirms or reverts, the source host
 keeps the instance's original container, stopped, under another name
-(``nova-resize-<uuid>``, :meth:`.spec.identity.Owner.backup_name`),
+(``nova-resize-<uuid>``, :meth:`.container.identity.Owner.backup_name`),
 exactly as it was (config, devices, root file system; on the same host
 without its NICs, whose MACs the working container uses); the destination
 has the working container under the usual name.
@@ -25,10 +25,10 @@ has the working container under the usual name.
   - same host: copy it (LXD local copy) to the backup name;
   - other host: send it to the destination's LXD with LXD's instance
     migration API (the destination daemon pulls it over HTTPS from this
-    daemon, see :mod:`nova_lxd_accel.conf.migration`), then rename the
+    daemon, see :mod:`nova_lxd_accel.conf.lxd_migration`), then rename the
     source container to the backup name.
 
-  The backup carries :data:`.spec.identity.KEY_BACKUP_OF` instead of the host
+  The backup carries :data:`.identity.KEY_BACKUP_OF` instead of the host
   key, so the driver does not list it as an instance, while its accelerator
   devices still count as held (Placement still holds the old flavor's
   allocation for the migration); then the NICs are unplugged and the volumes
@@ -54,12 +54,12 @@ from nova import objects
 from oslo_log import log as logging
 from oslo_utils import excutils
 
-from nova_lxd_accel.accel import mps_environment
+from nova_lxd_accel.accel.binding import mps_environment
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import records
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
-from nova_lxd_accel.spec import records
 
 LOG = logging.getLogger(__name__)
 
@@ -93,10 +93,10 @@ class Migration(object):
 
     """Resize and cold migration of one host's containers.
 
-    :param owner: the host's :class:`.spec.identity.Owner` (names).
+    :param owner: the host's :class:`.container.identity.Owner` (names).
     :param lifecycle: the host's :class:`.lifecycle.Lifecycle` (containers
         are removed through it, so their GPUs are verified at release).
-    :param claims: the host's :class:`.accel.claims.Claims`.
+    :param claims: the host's :class:`.accel.binding.claims.Claims`.
     :param plumbing: the host's :class:`.plumbing.HostPlumbing`.
     """
 
@@ -120,19 +120,19 @@ class Migration(object):
             context, instance.migration_context.migration_id, instance.uuid)
 
     def _policy(self, host):
-        return container_spec.HostPolicy.from_conf(self._conf, host=host)
+        return builder.HostPolicy.from_conf(self._conf, host=host)
 
     def _fragment(self, instance, flavor, image_meta, host):
-        return container_spec.resize_fragment(instance, flavor, image_meta,
-                                              self._policy(host))
+        return builder.resize_fragment(instance, flavor, image_meta,
+                                       self._policy(host))
 
     def _host_devices(self, context, instance, network_info,
                       block_device_info, host, plug_ports=True):
         """This host's NICs and volumes, made here (container.HOST_PARTS)."""
         host_side = self._plumbing.connect(context, instance, network_info,
                                            block_device_info, plug_ports)
-        return container_spec.host_fragment(instance, self._policy(host),
-                                            host_side)['devices']
+        return builder.host_fragment(instance, self._policy(host),
+                                     host_side)['devices']
 
     def _rewrite(self, name, make, instance=None):
         """Replace a container's whole config and devices.

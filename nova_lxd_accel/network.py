@@ -65,9 +65,9 @@ from os_vif import exception as osv_exception
 from oslo_log import log as logging
 from oslo_utils import excutils
 
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import nic
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
-from nova_lxd_accel.spec import nic
 
 LOG = logging.getLogger(__name__)
 

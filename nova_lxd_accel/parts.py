@@ -14,7 +14,7 @@
 
 Every part gets its collaborators as constructor arguments here, in the
 order they depend on each other: the daemon client first, the container
-names (:class:`.spec.identity.Owner`), the host side (ports, volumes), the
+names (:class:`.container.identity.Owner`), the host side (ports, volumes), the
 accelerators (what was reported, the GPU gate, the inventory, the one
 claim), and last the instance operations that use them all.
 """
@@ -24,17 +24,17 @@ import functools
 
 from nova import context as nova_context
 
-from nova_lxd_accel.accel import claims as accel_claims
-from nova_lxd_accel.accel import gpu_gate
-from nova_lxd_accel.accel import inventory as accel_inventory
-from nova_lxd_accel.accel import nova_lookups
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.health import gate
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel import client as lxd_client
-from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel.container import identity
+from nova_lxd_accel import image_cache
 from nova_lxd_accel import lifecycle as lxd_lifecycle
 from nova_lxd_accel import migration as lxd_migration
 from nova_lxd_accel import network
+from nova_lxd_accel import nova_lookups
 from nova_lxd_accel import plumbing as lxd_plumbing
-from nova_lxd_accel.spec import identity
 from nova_lxd_accel import volumes as lxd_volumes
 
 
@@ -42,7 +42,7 @@ def update_resources(virtapi, host):
     """Run nova's resource update now, as its periodic task would.
 
     A GPU unit released dirty turned clean after its delete ended
-    (:mod:`.accel.gpu_gate`'s re-check): Placement offers it at once.
+    (:mod:`.accel.health.gate`'s re-check): Placement offers it at once.
     nova's VirtAPI gives drivers no public way to ask for that update.
     """
     tracker = getattr(getattr(virtapi, '_compute', None), 'rt', None)
@@ -57,13 +57,13 @@ class Parts(object):
 
     owner: identity.Owner
     client: lxd_client.LXDClient
-    images: lxd_image.ImageCache
+    images: image_cache.ImageCache
     networking: network.Networking
     volumes: lxd_volumes.Volumes
     plumbing: lxd_plumbing.HostPlumbing
-    gate: gpu_gate.GpuGate
-    inventory: accel_inventory.AcceleratorInventory
-    claims: accel_claims.Claims
+    gate: gate.GpuGate
+    inventory: reporter.AcceleratorInventory
+    claims: claims.Claims
     lifecycle: lxd_lifecycle.Lifecycle
     migration: lxd_migration.Migration
 
@@ -76,31 +76,32 @@ class Parts(object):
         """
         client = client or lxd_client.LXDClient(conf)
         owner = identity.Owner.from_conf(conf, host)
-        images = lxd_image.ImageCache(client)
+        images = image_cache.ImageCache(client)
         networking = network.Networking(client, conf, virtapi)
         volumes = lxd_volumes.Volumes(client, conf)
         plumbing = lxd_plumbing.HostPlumbing(networking, volumes)
-        reported = accel_inventory.ReportedGpus()
-        gate = gpu_gate.GpuGate(
+        reported = reporter.ReportedGpus()
+        gpu_gate = gate.GpuGate(
             conf, client.list_containers, reported.gpus,
             functools.partial(nova_lookups.nova_instance_projects, host),
             on_clean=functools.partial(update_resources, virtapi, host))
-        inventory = accel_inventory.AcceleratorInventory(
+        inventory = reporter.AcceleratorInventory(
             client.resources, conf=conf,
             list_instances=client.list_all_instances,
-            is_ours=owner.is_ours, gate=gate, reported=reported)
+            is_ours=owner.is_ours, gate=gpu_gate, reported=reported)
         # one claim for spawn, resize and migration; never a dirty unit
-        claims = accel_claims.Claims(
+        accel_claims = claims.Claims(
             client, conf, inventory.device_for_provider,
-            inventory.all_devices, gate.unavailable_units,
-            on_bound=gate.note_bound,
-            dirty_projects=gate.dirty_share_projects)
+            inventory.all_devices, gpu_gate.unavailable_units,
+            on_bound=gpu_gate.note_bound,
+            dirty_projects=gpu_gate.dirty_share_projects)
         lifecycle = lxd_lifecycle.Lifecycle(
-            client, conf, images, plumbing=plumbing, claims=claims,
-            gpu_gate=gate)
+            client, conf, images, plumbing=plumbing, claims=accel_claims,
+            gpu_gate=gpu_gate)
         migration = lxd_migration.Migration(
-            client, conf, owner, lifecycle, claims, plumbing)
+            client, conf, owner, lifecycle, accel_claims, plumbing)
         return cls(owner=owner, client=client, images=images,
                    networking=networking, volumes=volumes,
-                   plumbing=plumbing, gate=gate, inventory=inventory,
-                   claims=claims, lifecycle=lifecycle, migration=migration)
+                   plumbing=plumbing, gate=gpu_gate, inventory=inventory,
+                   claims=accel_claims, lifecycle=lifecycle,
+                   migration=migration)

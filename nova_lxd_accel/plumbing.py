@@ -21,7 +21,7 @@ import dataclasses
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.container import builder
 
 LOG = logging.getLogger(__name__)
 
@@ -39,12 +39,12 @@ class HostPlumbing(object):
         self._volumes = volumes
 
     def planned(self, network_info):
-        """The :class:`.spec.container.HostSide` before anything is made.
+        """The :class:`.container.builder.HostSide` before anything is made.
 
         Pure: spawn builds the spec from it first, to refuse a bad port
         before touching the host.
         """
-        return container_spec.HostSide(network_info=tuple(
+        return builder.HostSide(network_info=tuple(
             network_info or ()) if self.networking is not None else ())
 
     def connect(self, context, instance, network_info, block_device_info,
@@ -53,7 +53,7 @@ class HostPlumbing(object):
 
         :param plug_ports: False: the caller plugs them later (a revert
             plugs once the original is back in place).
-        :returns: the :class:`.spec.container.HostSide` made.
+        :returns: the :class:`.container.builder.HostSide` made.
         """
         host_side = self.planned(network_info)
         if plug_ports:

@@ -47,9 +47,9 @@ from os_brick.initiator import connector as brick_connector
 from oslo_log import log as logging
 from oslo_utils import excutils
 
+from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
-from nova_lxd_accel.spec import volume as volume_spec
 
 LOG = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Volumes(object):
         protocol = connection_info.get('driver_volume_type')
         if not protocol:
             raise nova_exception.VolumeAttachFailed(
-                volume_id=volume_spec.volume_id_of(connection_info),
+                volume_id=volume.volume_id_of(connection_info),
                 reason='connection_info has no driver_volume_type')
         protocol = protocol.upper()
         if protocol not in self._connectors:
@@ -121,7 +121,7 @@ class Volumes(object):
                         device_scan_attempts=5)
             except ValueError as exc:
                 raise nova_exception.VolumeAttachFailed(
-                    volume_id=volume_spec.volume_id_of(connection_info),
+                    volume_id=volume.volume_id_of(connection_info),
                     reason='os-brick cannot connect %s volumes: %s' %
                     (protocol, exc))
         return self._connectors[protocol]
@@ -131,7 +131,7 @@ class Volumes(object):
 
         :returns: (host block device path, os-brick's device_info)
         """
-        volume_id = volume_spec.volume_id_of(connection_info)
+        volume_id = volume.volume_id_of(connection_info)
         if _is_encrypted(connection_info, encryption):
             raise nova_exception.VolumeEncryptionNotSupported(
                 volume_type=connection_info.get('driver_volume_type'),
@@ -162,7 +162,7 @@ class Volumes(object):
             self._disconnect(connection_info, device_info)
         except Exception:
             LOG.exception('Could not disconnect volume %s from this host',
-                          volume_spec.volume_id_of(connection_info),
+                          volume.volume_id_of(connection_info),
                           instance=instance)
 
     # -- spawn and destroy ------------------------------------------------
@@ -172,8 +172,8 @@ class Volumes(object):
 
         If one fails, the ones connected so far are disconnected again.
 
-        :returns: a :class:`.spec.volume.ConnectedVolume` each, for
-            :func:`.spec.container.volumes`.
+        :returns: a :class:`.container.volume.ConnectedVolume` each, for
+            :func:`.container.builder.volumes`.
         """
         connected = []
         try:
@@ -183,17 +183,17 @@ class Volumes(object):
                     # lifecycle.spawn refuses root volumes before this.
                     continue
                 connection_info = bdm['connection_info']
-                name = volume_spec.device_name(connection_info,
-                                               bdm.get('mount_device'))
+                name = volume.device_name(connection_info,
+                                          bdm.get('mount_device'))
                 path, _info = self._connect(connection_info)
-                connected.append((connection_info, volume_spec.ConnectedVolume(
+                connected.append((connection_info, volume.ConnectedVolume(
                     name=name, host_path=path,
                     mountpoint=bdm.get('mount_device'))))
         except Exception:
             with excutils.save_and_reraise_exception():
                 for connection_info, _volume in connected:
                     self._disconnect_quietly(connection_info, instance)
-        return tuple(volume for _info, volume in connected)
+        return tuple(connected_volume for _info, connected_volume in connected)
 
     def disconnect_all(self, instance, block_device_info):
         """Disconnect every volume of ``block_device_info`` from the host.
@@ -219,14 +219,14 @@ class Volumes(object):
         """
         guest = lxd_guest.Guest(self._client, self._conf, instance)
         guest.require_record()
-        name = volume_spec.device_name(connection_info, mountpoint)
+        name = volume.device_name(connection_info, mountpoint)
         path, device_info = self._connect(connection_info, encryption)
-        device = volume_spec.lxd_device(path, mountpoint, name)
+        device = volume.lxd_device(path, mountpoint, name)
 
         def add_volume(config, devices):
             if name in devices:
                 raise nova_exception.VolumeAttachFailed(
-                    volume_id=volume_spec.volume_id_of(connection_info),
+                    volume_id=volume.volume_id_of(connection_info),
                     reason='container %s already has device %s' %
                     (guest.name, name))
             devices[name] = device
@@ -238,7 +238,7 @@ class Volumes(object):
         except exception.LXDOperationFailed as exc:
             self._disconnect_quietly(connection_info, instance, device_info)
             raise nova_exception.VolumeAttachFailed(
-                volume_id=volume_spec.volume_id_of(connection_info),
+                volume_id=volume.volume_id_of(connection_info),
                 reason=str(exc))
         except Exception:
             with excutils.save_and_reraise_exception():
@@ -246,7 +246,7 @@ class Volumes(object):
                                          device_info)
         LOG.info('Attached volume %(volume)s (%(path)s) as LXD %(type)s '
                  'device %(name)s at %(mount)s',
-                 {'volume': volume_spec.volume_id_of(connection_info),
+                 {'volume': volume.volume_id_of(connection_info),
                   'path': path, 'type': device['type'], 'name': name,
                   'mount': device['path']}, instance=instance)
 
@@ -255,7 +255,7 @@ class Volumes(object):
             return name
         # Attached under another name (e.g. by hand): match the path.
         for other, device in devices.items():
-            if other.startswith(volume_spec.DEVICE_PREFIX) and mountpoint and \
+            if other.startswith(volume.DEVICE_PREFIX) and mountpoint and \
                     device.get('path') == mountpoint:
                 return other
         return None
@@ -264,7 +264,7 @@ class Volumes(object):
                encryption=None):
         """Remove the volume's device from the container, then disconnect."""
         guest = lxd_guest.Guest(self._client, self._conf, instance)
-        name = volume_spec.device_name(connection_info, mountpoint)
+        name = volume.device_name(connection_info, mountpoint)
         removed = []
 
         def remove_volume(config, devices):
@@ -285,13 +285,13 @@ class Volumes(object):
         if removed:
             LOG.info('Removed LXD device %(name)s (volume %(volume)s)',
                      {'name': removed[0],
-                      'volume': volume_spec.volume_id_of(connection_info)},
+                      'volume': volume.volume_id_of(connection_info)},
                      instance=instance)
         else:
             LOG.warning('Container %(container)s has no device for '
                         'volume %(volume)s; disconnecting it from the '
                         'host only', {'container': guest.name,
-                                      'volume': volume_spec.volume_id_of(
+                                      'volume': volume.volume_id_of(
                                           connection_info)},
                         instance=instance)
         self._disconnect(connection_info)

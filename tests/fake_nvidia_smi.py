@@ -16,7 +16,7 @@ A real executable (a shell script) answering the three questions the
 driver asks: ``-L`` (MIG devices), ``--query-gpu=...`` and
 ``--query-compute-apps=...`` (the GPU probe), from files a test rewrites.
 ``--query-gpu`` rows are in the probe's own field list
-(:data:`nova_lxd_accel.accel.gpu_probe.FIELDS`) with nvidia-smi's units;
+(:data:`nova_lxd_accel.accel.health.probe.FIELDS`) with nvidia-smi's units;
 ``idle_rows`` makes one idle row per NVIDIA card of a ``/1.0/resources``
 answer, so the probe sees every GPU LXD lists (a GPU it did not list would
 count as fallen off the bus). Anything else exits 2, as nvidia-smi does

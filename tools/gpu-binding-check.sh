@@ -54,7 +54,7 @@ echo "== captures in $OUT_DIR"
     echo "gpu-binding-check: '$LXC query /1.0/resources' failed" >&2; exit 1; }
 nvidia-smi -L >"$OUT_DIR/nvidia-smi-L.txt"
 nvidia-smi -q >"$OUT_DIR/nvidia-smi-q.txt"
-# the host probe's field list (nova_lxd_accel/accel/gpu_probe.py FIELDS)
+# the host probe's field list (nova_lxd_accel/accel/health/probe.py FIELDS)
 nvidia-smi --format=csv --query-gpu=index,pci.bus_id,uuid,name,memory.total,memory.used,utilization.gpu,ecc.errors.uncorrected.volatile.total,retired_pages.pending,mig.mode.current,remapped_rows.pending,remapped_rows.failure \
     >"$OUT_DIR/nvidia-smi-query-gpu.csv"
 

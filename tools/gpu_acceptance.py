@@ -25,9 +25,9 @@ N of M``: N checks passed of the M run, skipped and failed ones included
 The code under test is this project's: :class:`nova_lxd_accel.client.
 LXDClient` against the local LXD or Incus, :class:`nova_lxd_accel.accel.
 AcceleratorInventory` (providers as nova would report them),
-:class:`nova_lxd_accel.accel.claims.Claims` (the device pinned into the
-container), :class:`nova_lxd_accel.accel.gpu_probe.HostProbe` and
-:class:`nova_lxd_accel.accel.gpu_gate.GpuGate` (the probe at release).
+:class:`nova_lxd_accel.accel.binding.claims.Claims` (the device pinned into the
+container), :class:`nova_lxd_accel.accel.health.probe.HostProbe` and
+:class:`nova_lxd_accel.accel.health.gate.GpuGate` (the probe at release).
 Only what the driver leaves to nova or to the daemon's CLI (starting a
 program inside the container, mounting the host's CUDA library into it)
 goes through ``lxc``/``incus``. The gate is read through its public
@@ -65,11 +65,11 @@ sys.path.insert(0, REPO)
 
 from nova.compute import provider_tree  # noqa: E402
 
-from nova_lxd_accel.accel import claims as accel_claims  # noqa: E402
+from nova_lxd_accel.accel.binding import claims  # noqa: E402
 from nova_lxd_accel.accel import devices  # noqa: E402
-from nova_lxd_accel.accel import gpu_gate  # noqa: E402
-from nova_lxd_accel.accel import gpu_state  # noqa: E402
-from nova_lxd_accel.accel import inventory as accel_inventory  # noqa: E402
+from nova_lxd_accel.accel.health import gate  # noqa: E402
+from nova_lxd_accel.accel.health import gate_state  # noqa: E402
+from nova_lxd_accel.accel.inventory import reporter  # noqa: E402
 from nova_lxd_accel.accel import placement_names  # noqa: E402
 from nova_lxd_accel import client as lxd_client  # noqa: E402
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
@@ -287,14 +287,14 @@ class Host(object):
         self.args = args
         self.conf = conf
         self.client = lxd_client.LXDClient(conf)
-        reported = accel_inventory.ReportedGpus()
-        self.gate = gpu_gate.GpuGate(
+        reported = reporter.ReportedGpus()
+        self.gate = gate.GpuGate(
             conf, self.client.list_containers, reported.gpus)
-        self.inventory = accel_inventory.AcceleratorInventory(
+        self.inventory = reporter.AcceleratorInventory(
             self.client.resources, conf=conf,
             list_instances=self.client.list_all_instances, is_ours=_ours,
             gate=self.gate, reported=reported)
-        self.claims = accel_claims.Claims(
+        self.claims = claims.Claims(
             self.client, conf, self.inventory.device_for_provider,
             self.inventory.all_devices, self.gate.unavailable_units,
             on_bound=self.gate.note_bound,
@@ -429,7 +429,7 @@ def wait_clean(host, keys, since, timeout=CLEAN_WAIT_S):
         seconds = time.monotonic() - since
         if not left or time.monotonic() >= deadline:
             return seconds, left
-        time.sleep(gpu_gate.RELEASE_POLL)
+        time.sleep(gate.RELEASE_POLL)
 
 
 def names_pid(text, pid):
@@ -1000,9 +1000,9 @@ def check_unprobeable(args, report, work, gpu):
                      snapshot.error or 'it answered')
         hold = host.gate.store.load()['holds'].get(pci) or {}
         report.check(
-            not early and hold.get('kind') == gpu_state.KIND_UNPROBEABLE,
+            not early and hold.get('kind') == gate_state.KIND_UNPROBEABLE,
             'after %d failed probes, not before, %s is held as %s: %s' % (
-                FAILURES_BEFORE_HOLD, pci, gpu_state.KIND_UNPROBEABLE,
+                FAILURES_BEFORE_HOLD, pci, gate_state.KIND_UNPROBEABLE,
                 hold.get('reason')),
             'held after probe(s) %s; hold %s' % (early, json.dumps(hold)))
         host.update(probe=False)
@@ -1010,10 +1010,10 @@ def check_unprobeable(args, report, work, gpu):
         report.check(
             all(inv and all(r['reserved'] == r['total']
                             for r in inv.values()) and
-                gpu_gate.TRAIT_UNPROBEABLE in traits
+                gate.TRAIT_UNPROBEABLE in traits
                 for inv, traits in views),
             "so the gate's apply() and the provider tree reserve all of %s "
-            'with %s' % (pci, gpu_gate.TRAIT_UNPROBEABLE),
+            'with %s' % (pci, gate.TRAIT_UNPROBEABLE),
             describe_views(views))
 
         # a release while the probe fails (it hangs) is not clean
@@ -1044,10 +1044,10 @@ def check_unprobeable(args, report, work, gpu):
         report.check(
             not left and all(
                 inv and not any(r['reserved'] for r in inv.values()) and
-                gpu_gate.TRAIT_UNPROBEABLE not in traits
+                gate.TRAIT_UNPROBEABLE not in traits
                 for inv, traits in views),
             'and the released unit is verified clean: %s reserved 0, '
-            'without %s' % (pci, gpu_gate.TRAIT_UNPROBEABLE),
+            'without %s' % (pci, gate.TRAIT_UNPROBEABLE),
             'still dirty: %s; %s' % (host.why(left) or 'none',
                                      describe_views(views)))
     finally:

@@ -15,8 +15,8 @@
 Each object carries what spawn needs to pin the device into a container:
 PCI addresses, MIG UUIDs (or GPU instance / compute instance ids), and the
 network device names of InfiniBand ports and virtual functions. They are
-built by :mod:`nova_lxd_accel.accel.lxd_resources` and
-:mod:`nova_lxd_accel.accel.nvidia_smi` and compared by value, so an
+built by :mod:`nova_lxd_accel.accel.inventory.lxd_resources` and
+:mod:`nova_lxd_accel.accel.inventory.nvidia_smi` and compared by value, so an
 unchanged host gives equal objects from one period to the next.
 """
 

@@ -26,7 +26,7 @@ import os_resource_classes as orc
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 
 KIND_PGPU = 'pgpu'
 KIND_MIG = 'mig'

@@ -97,7 +97,7 @@ def parse_count(value):
 def export(state, host, now):
     """The usage export of one host, from its GPU state.
 
-    :param state: the GPU state (:mod:`nova_lxd_accel.accel.gpu_state`).
+    :param state: the GPU state (:mod:`.health.gate_state`).
     :param host: the compute host's name, to tell units of an instance
         that moved between hosts apart.
     :param now: UNIX time of the export.

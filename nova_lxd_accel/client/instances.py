@@ -16,7 +16,7 @@ Containers, their config, devices, state, snapshots and files, LXD's
 operations on them, and their migration.
 
 :class:`LXDClient` is the whole seam: these requests on top of the
-connection (:mod:`.connection`), the event subscription (:mod:`.events`)
+connection (:mod:`.connection`), the event subscription (:mod:`.watcher`)
 and the images (:mod:`.images`).
 """
 
@@ -531,7 +531,7 @@ class LXDClient(events.EventsClient, images.ImageClient):
                       'instance %s from %s' % (name, operation_url),
                       timeout=timeout, json=body)
 
-    # -- files of a stopped instance (nova_lxd_accel.accel.mps_environment)
+    # -- files of a stopped instance (accel.binding.mps_environment)
 
     def pull_file(self, name, path):
         """The contents (bytes) of file ``path`` in the instance, or None.

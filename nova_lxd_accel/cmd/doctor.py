@@ -15,7 +15,7 @@
 It asks the daemon (``GET /1.0``, the storage pool, ``/1.0/resources``),
 runs the GPU probe and ``nvidia-smi -L``, reads the GPU state file and
 looks at ``/proc``, ``/sys`` and ``/etc/cdi``; then prints what is wrong
-and how to fix it (:mod:`nova_lxd_accel.accel.doctor`). Exit status: 0
+and how to fix it (:mod:`nova_lxd_accel.diagnosis`). Exit status: 0
 when nothing is an error (a CPU-only host is fine), 1 otherwise.
 
 ``--recorded DIR`` checks a recorded host instead: ``DIR/server.json``,
@@ -29,11 +29,11 @@ import json
 import os
 import time
 
-from nova_lxd_accel.accel import doctor
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.cmd import common
+from nova_lxd_accel import diagnosis
 
 
 def register(subparsers):
@@ -65,27 +65,27 @@ def recorded_view(conf, directory, now):
     query = _read(os.path.join(directory, 'query-gpu.csv'))
     apps = _read(os.path.join(directory, 'compute-apps.csv'))
     if query is None:
-        snapshot = gpu_probe.Snapshot(now, False, {}, {},
-                                      gpu_probe.NO_NVIDIA_SMI)
+        snapshot = probe.Snapshot(now, False, {}, {},
+                                  probe.NO_NVIDIA_SMI)
     else:
-        snapshot = gpu_probe.Snapshot(
+        snapshot = probe.Snapshot(
             now, True, nvidia_smi.parse_query_gpu(query),
             nvidia_smi.parse_compute_apps(apps) if apps else {})
     state_dir = os.path.join(directory, 'state')
-    return doctor.HostView(
+    return diagnosis.HostView(
         conf=conf, root=os.path.join(directory, 'root'),
         server_info=json.loads(server) if server else None,
         server_error=None if server else 'no server.json recorded',
         resources=json.loads(resources) if resources else {},
         snapshot=snapshot,
         mig_text=_read(os.path.join(directory, 'nvidia-smi-L.txt')) or '',
-        state=gpu_state.StateStore(state_dir).load(), now=now)
+        state=gate_state.StateStore(state_dir).load(), now=now)
 
 
 def live_view(conf, now):
     from nova_lxd_accel import client as lxd_client
 
-    view = doctor.HostView(conf=conf, now=now)
+    view = diagnosis.HostView(conf=conf, now=now)
     client = lxd_client.LXDClient(conf)
     try:
         view.server_info = client.server_info()
@@ -99,11 +99,11 @@ def live_view(conf, now):
         except Exception as exc:
             view.pool_error = 'storage pool "%s": %s' % (
                 conf.lxd.storage_pool, exc)
-    view.snapshot = gpu_probe.HostProbe.from_conf(conf).snapshot()
+    view.snapshot = probe.HostProbe.from_conf(conf).snapshot()
     group = conf.lxd_accelerators
     view.mig_text = nvidia_smi.run_list(group.nvidia_smi_path,
                                         group.nvidia_smi_timeout) or ''
-    view.state = gpu_state.StateStore.from_conf(conf).load()
+    view.state = gate_state.StateStore.from_conf(conf).load()
     return view
 
 
@@ -113,7 +113,8 @@ def format_table(findings):
     for f in findings:
         lines.append('%-*s  %-7s  %s' % (width, f.check, f.status.upper(),
                                          f.message))
-        if f.fix and f.status in (doctor.WARN, doctor.ERROR, doctor.INFO):
+        if f.fix and f.status in (diagnosis.WARN, diagnosis.ERROR,
+                                  diagnosis.INFO):
             lines.append('%-*s  %-7s  fix: %s' % (width, '', '', f.fix))
     return '\n'.join(lines)
 
@@ -133,12 +134,12 @@ def _run(args):
     except (OSError, ValueError) as exc:
         common.error('doctor', exc)
         return common.EXIT_BAD_INPUT
-    findings = doctor.run(view)
-    worst = doctor.worst(findings)
+    findings = diagnosis.run(view)
+    worst = diagnosis.worst(findings)
     if args.format == 'json':
         print(json.dumps({'status': worst,
                           'findings': [f.as_dict() for f in findings]},
                          indent=2, sort_keys=True))
     else:
         print(format_table(findings))
-    return common.EXIT_ERROR if worst == doctor.ERROR else common.EXIT_OK
+    return common.EXIT_ERROR if worst == diagnosis.ERROR else common.EXIT_OK

@@ -16,7 +16,7 @@ From the inventory this host reports (the same code path as
 ``nova-lxd-accel inventory``) it proposes one flavor per GPU model and MIG
 profile: a readable name, the Placement request, a description in plain
 words and the ``Accelerator:*`` properties cASO and cloud-info-provider
-read (see :mod:`nova_lxd_accel.accel.flavors`). ``--create`` creates the
+read (see :mod:`nova_lxd_accel.flavor_proposals`). ``--create`` creates the
 missing ones through the compute API (openstacksdk, credentials from
 ``--os-cloud`` / ``OS_*``), at microversion 2.86 so that nova checks every
 extra spec.
@@ -25,13 +25,13 @@ extra spec.
 import json
 import socket
 
-from nova_lxd_accel.accel import flavors as accel_flavors
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import inventory as accel_inventory
-from nova_lxd_accel.accel import nvidia_smi
-from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel.binding import sharing
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.cmd import common
-from nova_lxd_accel.cmd import inventory
+from nova_lxd_accel.cmd import show_inventory
+from nova_lxd_accel import flavor_proposals
 
 
 def register(subparsers):
@@ -77,7 +77,7 @@ def _probe(args, conf):
             text = f.read()
         gpus = nvidia_smi.parse_query_gpu(text) if text.strip() else {}
     else:
-        gpus = gpu_probe.HostProbe.from_conf(conf).snapshot().gpus
+        gpus = probe.HostProbe.from_conf(conf).snapshot().gpus
     return ({pci: g.memory_total_mib for pci, g in gpus.items()
              if g.memory_total_mib},
             {pci: g.name for pci, g in gpus.items() if g.name})
@@ -142,9 +142,10 @@ def _run(args):
         conf = common.load_conf(args)
         resources = mig_text = None
         if args.resources_file:
-            resources = inventory.load_resources_file(args.resources_file)
+            resources = show_inventory.load_resources_file(args.resources_file)
         if args.nvidia_smi_list:
-            mig_text = inventory.load_nvidia_smi_file(args.nvidia_smi_list)
+            mig_text = show_inventory.load_nvidia_smi_file(
+                args.nvidia_smi_list)
     except common.InputError as exc:
         _error(exc)
         return common.EXIT_BAD_INPUT
@@ -156,7 +157,7 @@ def _run(args):
             _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)
             return common.EXIT_ERROR
-    gpus = accel_inventory.discovered_gpus(resources, mig_text, conf)
+    gpus = reporter.discovered_gpus(resources, mig_text, conf)
     try:
         memory, names = _probe(args, conf)
     except (OSError, ValueError) as exc:
@@ -165,7 +166,7 @@ def _run(args):
     share_modes = {gpu.pci_address: sharing.card_mode(
         conf.lxd_accelerators.shared_gpus, gpu)
         for gpu in gpus if gpu.shared_slots}
-    proposals = accel_flavors.propose(
+    proposals = flavor_proposals.propose(
         gpus, memory, vcpus=args.vcpus, ram=args.ram, disk=args.disk,
         count=args.count, prefix=args.prefix, names_by_pci=names,
         share_modes=share_modes)

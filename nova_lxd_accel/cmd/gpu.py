@@ -27,11 +27,11 @@ import getpass
 import json
 import logging
 
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.cmd import common
-from nova_lxd_accel.cmd import inventory as inventory_cmd
+from nova_lxd_accel.cmd import show_inventory
 
 LOG = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _run(args):
     except common.InputError as exc:
         _error(exc)
         return common.EXIT_BAD_INPUT
-    store = gpu_state.StateStore.from_conf(conf)
+    store = gate_state.StateStore.from_conf(conf)
     if args.action == 'list':
         return _list(store, args)
     if args.action == 'forget':
@@ -97,12 +97,12 @@ def _run(args):
     by = getpass.getuser()
     try:
         if args.action == 'hold':
-            gpu_state.hold(store, address, args.reason, by=by)
+            gate_state.hold(store, address, args.reason, by=by)
             print('GPU %s held: %s. nova-compute reports it reserved at its '
                   'next periodic task; instances on it keep running.'
                   % (address, args.reason))
         else:
-            previous = gpu_state.release(store, address, args.reason, by=by)
+            previous = gate_state.release(store, address, args.reason, by=by)
             if previous is None:
                 print('GPU %s was not held; nothing to release.' % address)
             else:
@@ -119,7 +119,7 @@ def _run(args):
 def _live_holders(conf, args):
     """Unit key -> holders, from the daemon's instances (all projects)."""
     if args.instances_file:
-        records = inventory_cmd.load_instances_file(args.instances_file)
+        records = show_inventory.load_instances_file(args.instances_file)
     else:
         from nova_lxd_accel import client as lxd_client
 
@@ -154,7 +154,7 @@ def _forget(store, conf, args):
         return common.EXIT_BAD_INPUT
     by = getpass.getuser()
     try:
-        gpu_state.forget(store, args.unit, args.reason, by=by)
+        gate_state.forget(store, args.unit, args.reason, by=by)
     except (OSError, ValueError) as exc:
         _error('cannot update %s: %s' % (store.path, exc))
         return common.EXIT_ERROR

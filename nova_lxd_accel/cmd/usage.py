@@ -13,7 +13,7 @@
 """``nova-lxd-accel usage``, ``idle`` and ``metrics``.
 
 All three read the GPU state file nova-compute's probe keeps
-(:mod:`nova_lxd_accel.accel.gpu_state`); none talks to a service.
+(:mod:`nova_lxd_accel.accel.health.gate_state`); none talks to a service.
 
 * ``usage``: GPU-hours allocated against GPU-hours busy, per instance or
   per project (``--by``), as a table or JSON; ``--export FILE`` writes
@@ -32,8 +32,8 @@ import socket
 import sys
 import time
 
-from nova_lxd_accel.accel import gpu_metrics
-from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import metrics
 from nova_lxd_accel.accounting import apel
 from nova_lxd_accel.cmd import common
 
@@ -63,17 +63,18 @@ def register(subparsers):
     idle.add_argument('--after', type=int, default=None, metavar='SECONDS',
                       help='override [lxd_accelerators] idle_report_after')
 
-    metrics = common.add_command(
+    metrics_cmd = common.add_command(
         subparsers, 'metrics', _metrics,
         help='GPU states and usage in Prometheus text format',
         description='Print (or write, for node_exporter\'s textfile '
                     'collector) the GPU metrics.')
-    metrics.add_argument('--output', metavar='FILE',
-                         help='write the file atomically instead of printing')
+    metrics_cmd.add_argument(
+        '--output', metavar='FILE',
+        help='write the file atomically instead of printing')
 
-    for parser in (idle, metrics):
+    for parser in (idle, metrics_cmd):
         common.add_at(parser)
-    for parser in (usage, idle, metrics):
+    for parser in (usage, idle, metrics_cmd):
         common.add_common(parser)
 
 
@@ -92,7 +93,7 @@ def _reading_state(name):
                 common.error(name, exc)
                 return common.EXIT_BAD_INPUT
             try:
-                state = gpu_state.StateStore.from_conf(conf).load()
+                state = gate_state.StateStore.from_conf(conf).load()
             except (OSError, ValueError) as exc:
                 common.error(name, exc)
                 return common.EXIT_ERROR
@@ -151,7 +152,7 @@ def _usage(args, conf, state):
         # the host name tells apart the units of an instance that moved
         export = apel.export(state, socket.gethostname(), time.time())
         try:
-            gpu_state.write_atomic(
+            gate_state.write_atomic(
                 args.export, json.dumps(export, indent=1, sort_keys=True),
                 prefix='.nova_lxd_accel_usage.', mode=0o644)
         except OSError as exc:
@@ -173,7 +174,7 @@ def _idle(args, conf, state):
     if after is None:
         after = conf.lxd_accelerators.idle_report_after
     now = args.at if args.at is not None else time.time()
-    idle = gpu_state.idle_units(state, conf, now, after=after)
+    idle = gate_state.idle_units(state, conf, now, after=after)
     if args.format == 'json':
         print(json.dumps(idle, indent=2, sort_keys=True))
         return common.EXIT_OK
@@ -196,11 +197,11 @@ def _metrics(args, conf, state):
     pcis = set(state.get('baseline', {})) | {
         u.get('pci') for u in state.get('bound', {}).values()} | {
         u.get('pci') for u in state.get('dirty', {}).values()}
-    text = gpu_metrics.render(state, sorted(p for p in pcis if p), conf,
-                              args.at if args.at is not None else time.time())
+    text = metrics.render(state, sorted(p for p in pcis if p), conf,
+                          args.at if args.at is not None else time.time())
     if args.output:
         try:
-            gpu_metrics.write_textfile(args.output, text)
+            metrics.write_textfile(args.output, text)
         except OSError as exc:
             common.error('metrics', exc)
             return common.EXIT_ERROR

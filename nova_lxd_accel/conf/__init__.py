@@ -19,9 +19,9 @@ Nothing is registered at import time: the driver calls
 
 from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel.conf import lxd
-from nova_lxd_accel.conf import migration
+from nova_lxd_accel.conf import lxd_migration
 
-_MODULES = (lxd, accelerators, migration)
+_MODULES = (lxd, accelerators, lxd_migration)
 
 
 def register_opts(conf):

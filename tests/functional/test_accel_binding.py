@@ -30,7 +30,7 @@ from oslo_utils import uuidutils
 
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 from tests import fake_nvidia_smi
 from tests.functional import base
 from tests.unit.accel import utils

@@ -13,7 +13,7 @@
 """Claims on providers of several units, through nova's own cloud.
 
 Placement only counts MIG devices and InfiniBand VFs; the driver chooses which
-one each server gets (:mod:`nova_lxd_accel.accel.claims`). These tests boot
+one each server gets (:mod:`.binding.claims`). These tests boot
 servers at once onto a GPU split into 7 MIG devices and an InfiniBand card with
 8 VFs, against the real LXD daemon (the hardware is recorded, see
 :mod:`tools.sandbox.venv.lxd_proxy`), and check that no unit is ever bound
@@ -37,9 +37,9 @@ import uuid
 
 import fixtures
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.container import identity
 from tests.functional import test_accel_binding as accel_ft
 from tests import lxd_fixtures
 from tests.unit.accel import utils
@@ -121,7 +121,7 @@ class ClaimTestBase(accel_ft.AccelTestBase):
         picked = threading.Event()
         state = {'binds': 0, 'held_back': False}
         lock = threading.Lock()
-        real_bind = binding.bind
+        real_bind = pick.bind
 
         def bind(*args, **kwargs):
             bound = real_bind(*args, **kwargs)
@@ -132,7 +132,7 @@ class ClaimTestBase(accel_ft.AccelTestBase):
             return bound
 
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.accel.binding.bind', bind))
+            'nova_lxd_accel.accel.binding.pick.bind', bind))
         client = self.compute.driver._parts.client
         real_modify = client.modify_container
 

@@ -35,8 +35,8 @@ import time
 import fixtures
 from oslo_utils import timeutils
 
-from nova_lxd_accel.accel import flavors
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import flavor_proposals
 from tests.functional import test_gpu_flavors
 from tests.functional import test_gpu_gate
 
@@ -74,7 +74,7 @@ class TestFederationExport(test_gpu_gate.GpuHostTestCase):
         driver = self.computes[test_gpu_gate.HOST].driver
         snapshot = driver._parts.gate.last_snapshot
         memory = {pci: g.memory_total_mib for pci, g in snapshot.gpus.items()}
-        proposals = {p.name: p for p in flavors.propose(
+        proposals = {p.name: p for p in flavor_proposals.propose(
             driver._parts.inventory.reported_gpus(), memory, vcpus=1,
             ram=128, disk=0)}
         for name in (MIG_FLAVOR, SHARE_FLAVOR):

@@ -28,7 +28,7 @@ import uuid
 
 from nova.volume import cinder as cinder_api
 
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 from tests.functional import base
 from tests.functional import test_network
 from tests.functional import test_resize_migrate

@@ -21,8 +21,8 @@ them through the real scheduler and Placement.
 
 from nova.tests.functional.api import client as api_client
 
-from nova_lxd_accel.accel import flavors
 from nova_lxd_accel.cmd import flavors as flavors_cmd
+from nova_lxd_accel import flavor_proposals
 from tests.functional import test_gpu_gate
 
 
@@ -57,8 +57,9 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
         driver = self.computes[test_gpu_gate.HOST].driver
         snapshot = driver._parts.gate.last_snapshot
         memory = {pci: g.memory_total_mib for pci, g in snapshot.gpus.items()}
-        return flavors.propose(driver._parts.inventory.reported_gpus(), memory,
-                               vcpus=1, ram=128, disk=0)
+        return flavor_proposals.propose(
+            driver._parts.inventory.reported_gpus(), memory,
+            vcpus=1, ram=128, disk=0)
 
     def test_created_flavors_boot_on_their_gpus(self):
         proposals = self.proposals()

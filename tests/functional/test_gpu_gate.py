@@ -30,11 +30,11 @@ import time
 
 import nova.conf
 
-from nova_lxd_accel.accel import gpu_gate
+from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.cmd import main as cli
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests.functional import base
 from tests.functional import test_accel_inventory as inv
 from tools.sandbox.venv import lxd_proxy
@@ -165,7 +165,7 @@ class TestGpuGate(GpuHostTestCase):
         healthy = {'CUSTOM_MIG_3G_40GB': (1, 0), 'CUSTOM_MIG_2G_20GB': (1, 0),
                    'CUSTOM_MIG_1G_10GB': (2, 0)}
         self.assertEqual(healthy, self.provider(H100)[0])
-        self.assertNotIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
+        self.assertNotIn(gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
         # uncorrectable ECC errors on the H100; the GT 730 falls off the
         # bus (nvidia-smi no longer lists it)
         self.set_gpus(h100_row(ecc=3))
@@ -174,10 +174,10 @@ class TestGpuGate(GpuHostTestCase):
         self.assertEqual({'CUSTOM_MIG_3G_40GB': (1, 1),
                           'CUSTOM_MIG_2G_20GB': (1, 1),
                           'CUSTOM_MIG_1G_10GB': (2, 2)}, inventory)
-        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, traits)
+        self.assertIn(gate.TRAIT_UNHEALTHY, traits)
         self.assertIn('OWNER_NOVA', traits)
         self.assertEqual(({'PGPU': (1, 1)}), self.provider(GT730)[0])
-        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(GT730)[1])
+        self.assertIn(gate.TRAIT_UNHEALTHY, self.provider(GT730)[1])
         self.assertIn('uncorrectable ECC', self.stdlog.logger.output)
         # never scheduled
         server = self.boot(self.flavor(**{'resources:CUSTOM_MIG_1G_10GB':
@@ -186,13 +186,13 @@ class TestGpuGate(GpuHostTestCase):
         # healthy again (GPU reset): still held until an operator says so
         self.set_gpus(h100_row(), gt730_row())
         self.periodic()
-        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
+        self.assertIn(gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
         self.assertEqual(0, self.cli('gpu', 'release', H100_PCI,
                                      '--reason', 'GPU reset, ECC cleared'))
         self.periodic()
         self.assertEqual(healthy, self.provider(H100)[0])
-        self.assertNotIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
-        self.assertIn(gpu_gate.TRAIT_UNHEALTHY, self.provider(GT730)[1])
+        self.assertNotIn(gate.TRAIT_UNHEALTHY, self.provider(H100)[1])
+        self.assertIn(gate.TRAIT_UNHEALTHY, self.provider(GT730)[1])
         self.boot(self.flavor(**{'resources:CUSTOM_MIG_1G_10GB': '1'}))
 
     def test_hold_drains_for_maintenance(self):
@@ -202,7 +202,7 @@ class TestGpuGate(GpuHostTestCase):
         inventory, traits = self.provider(GT730)
         self.assertEqual({'PGPU': (1, 1)}, inventory)
         # held, not unhealthy
-        self.assertNotIn(gpu_gate.TRAIT_UNHEALTHY, traits)
+        self.assertNotIn(gate.TRAIT_UNHEALTHY, traits)
         self.assertEqual(0, self.cli('gpu', 'release', GT730_PCI,
                                      '--reason', 'fan replaced'))
         self.periodic()
@@ -342,7 +342,7 @@ class TestUnprobeableGpus(GpuHostTestCase):
         for name in (H100, GT730):
             inventory, traits = self.provider(name)
             out[name] = (all(r == t for t, r in inventory.values()),
-                         gpu_gate.TRAIT_UNPROBEABLE in traits)
+                         gate.TRAIT_UNPROBEABLE in traits)
         return out
 
     def test_missing_failing_or_hanging_probe_holds_every_nvidia_gpu(self):

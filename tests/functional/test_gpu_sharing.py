@@ -31,9 +31,9 @@ from nova.tests.functional.api import client as api_client
 
 from nova_lxd_accel import conf as lxd_conf
 
-from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
 from tests.unit.accel import test_gpu_probe
@@ -115,7 +115,7 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
         Every instance of the daemon, all projects, read through the
         driver's own client (the proxy adds back the recorded devices),
         then :func:`binding.held_units`, as
-        :func:`nova_lxd_accel.accel.claims.claiming` does.
+        :func:`nova_lxd_accel.accel.binding.claims.claiming` does.
         """
         records = self.compute.driver._parts.client.list_all_instances()
         return {key: sorted(holders) for key, holders in
@@ -329,7 +329,7 @@ class SharedGpuStartFailsTest(SharedGpuTestBase):
 
     def test_start_fails_and_the_slot_is_released(self):
         claimed = []
-        real_bind = binding.bind
+        real_bind = pick.bind
 
         def bind(*args, **kwargs):
             # what the claim picked (under its lock, in the claim)
@@ -338,7 +338,7 @@ class SharedGpuStartFailsTest(SharedGpuTestBase):
             return bound
 
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.accel.binding.bind', bind))
+            'nova_lxd_accel.accel.binding.pick.bind', bind))
         server = self.wait_built(self.post(self.share_flavor(
             memory_mb=8192)))
         self.assertEqual('ERROR', server['status'])

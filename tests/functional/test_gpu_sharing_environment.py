@@ -24,7 +24,7 @@ import fixtures
 import nova.conf
 from pylxd import exceptions as lxd_exceptions
 
-from nova_lxd_accel.accel import mps_environment
+from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel import conf as lxd_conf
 from tests.functional import test_gpu_sharing as sharing_ft
 

@@ -25,7 +25,7 @@ import os
 import fixtures
 import nova.conf
 
-from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel import conf as lxd_conf
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims

@@ -23,8 +23,8 @@ import uuid
 
 import fixtures
 
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import driver as lxd_driver
-from nova_lxd_accel.spec import identity
 from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.integration import test_migration as peer

@@ -16,7 +16,7 @@ The functional tests go through :mod:`tools.sandbox.venv.lxd_proxy`, which
 keeps gpu and infiniband devices away from LXD (there is no such hardware
 here), so an option LXD does not accept would pass them all. Here each device
 dict
-:func:`nova_lxd_accel.accel.binding.bind` produces, for each kind (whole
+:func:`nova_lxd_accel.accel.binding.pick.bind` produces, for each kind (whole
 GPU, MIG device, InfiniBand VF and port) and each NVIDIA driver generation
 (``MIG-<uuid>`` since R470, ``MIG-GPU-<uuid>/<gi>/<ci>`` before), is added
 to a stopped container in a scratch LXD project straight on the daemon:
@@ -33,11 +33,11 @@ import fixtures
 from pylxd import exceptions as lxd_exceptions
 import testtools
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import cdi
-from nova_lxd_accel.accel import discovery
+from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests import lxd_fixtures
 from tests.unit.accel import utils
 
@@ -104,9 +104,9 @@ def _produced(mode):
         for device in gpus + ib_cards:
             providers['rp-' + device.pci_address] = device
         for rp, device in sorted(providers.items()):
-            for rc, keys in sorted(binding.provider_units(device).items()):
+            for rc, keys in sorted(pick.provider_units(device).items()):
                 try:
-                    bound = binding.bind(
+                    bound = pick.bind(
                         {rp: {'resources': {rc: len(keys)}}},
                         providers.get, nvidia=mode)
                 except (ValueError, exception.AcceleratorNotBindable):
@@ -202,10 +202,10 @@ class DeviceValidationTest(testtools.TestCase):
         # operator's MPS daemon made these (doc/source/admin/gpu-sharing)
         for sub in ('pipe-0000:07:00.0', 'shm-0000:07:00.0'):
             os.mkdir(os.path.join(directory, sub))
-        bound = binding.bind(
+        bound = pick.bind(
             {'rp': {'resources': {'CUSTOM_GPU_SHARE': 1}}},
             {'rp': shared[0]}.get,
-            share=binding.ShareRequest(
+            share=pick.ShareRequest(
                 project_id='p1', memory_mb=4096, compute_percent=25,
                 mps_pipe=directory + '/pipe-{pci}',
                 mps_shm=directory + '/shm-{pci}',

@@ -30,12 +30,12 @@ import uuid
 import nova.conf
 from nova.network import model as network_model
 
-from nova_lxd_accel.accel import reconcile
+from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import nic
+from nova_lxd_accel.container import volume
 from nova_lxd_accel import network
-from nova_lxd_accel.spec import identity
-from nova_lxd_accel.spec import nic
-from nova_lxd_accel.spec import volume as volume_spec
 from nova_lxd_accel import volumes
 from tests.integration import base
 from tests.integration import test_volumes
@@ -130,7 +130,7 @@ class ETagTest(base.DriverTestCase):
                    for w in ('nic', 'volume', 'reconcile')]
         vif = self._vif()
         info = self.loop.connection_info(str(uuid.uuid4()))
-        vol_name = volume_spec.device_name(info, '/dev/vdb')
+        vol_name = volume.device_name(info, '/dev/vdb')
         errors = []
 
         def run(func, *args):

@@ -35,8 +35,8 @@ from nova.compute import task_states
 from nova.compute import vm_states
 from nova import exception as nova_exception
 
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests.integration import base
 from tests.integration import test_migration
 from tests import lxd_fixtures

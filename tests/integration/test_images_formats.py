@@ -28,7 +28,7 @@ import fixtures
 from nova import exception as nova_exception
 from nova import objects
 
-from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import image_cache
 from tests.integration import base
 from tests import lxd_fixtures
 
@@ -296,4 +296,4 @@ class DownloadDirTest(ImageTestCase):
             handle.write(b'partial')
         self.driver.init_host(self.host)
         self.assertEqual([], os.listdir(self.downloads))
-        self.assertEqual([], lxd_image.clean_download_dir())
+        self.assertEqual([], image_cache.clean_download_dir())

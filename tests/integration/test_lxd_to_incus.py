@@ -35,8 +35,8 @@ from nova.compute import power_state
 from nova.virt import driver as virt_driver
 import pylxd
 
-from nova_lxd_accel.accel import reconcile
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.accel.binding import reconcile
+from nova_lxd_accel.container import identity
 from tests.integration import base
 from tests.integration import test_volumes
 from tests import lxd_fixtures

@@ -31,8 +31,8 @@ from nova import objects
 from nova.virt import driver as virt_driver
 import pylxd
 
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import migration
-from nova_lxd_accel.spec import identity
 from tests.integration import base
 from tests import lxd_fixtures
 

@@ -24,14 +24,14 @@ from oslo_concurrency import lockutils
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel.accel import claims as accel_claims
+from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
 from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -74,9 +74,9 @@ class SpawnTest(testtools.TestCase):
         self.client = fake_lxd.FakeLXDClient()
         self.lifecycle = lifecycle.Lifecycle(
             self.client, self.conf, FakeImages(),
-            claims=accel_claims.Claims(self.client, self.conf,
-                                       {GPU_RP: GPU}.get))
-        self.policy = container_spec.HostPolicy(host='cmp1')
+            claims=claims.Claims(self.client, self.conf,
+                                 {GPU_RP: GPU}.get))
+        self.policy = builder.HostPolicy(host='cmp1')
 
     def spawn(self, instance, allocations):
         self.lifecycle.spawn(
@@ -135,7 +135,7 @@ class SpawnTest(testtools.TestCase):
         self.useFixture(fixtures.MonkeyPatch(
             'oslo_concurrency.lockutils.lock', spy))
         self.spawn(_instance(), {ROOT_RP: {'resources': {'VCPU': 1}}})
-        self.assertNotIn(accel_claims.CLAIM_LOCK, taken)
+        self.assertNotIn(claims.CLAIM_LOCK, taken)
         record = self.client.records['nova-' + UUID]
         self.assertEqual(['root'], list(record['devices']))
         self.assertNotIn(identity.KEY_DEVICES, record['config'])
@@ -155,9 +155,9 @@ class DiskQuotaTest(testtools.TestCase):
 
     def _root(self, **specs):
         instance = _instance(**specs)
-        return container_spec.build_container(
+        return builder.build_container(
             instance, instance.flavor, objects.ImageMeta.from_dict({}),
-            container_spec.HostPolicy(host='cmp1'))['devices']['root']
+            builder.HostPolicy(host='cmp1'))['devices']['root']
 
     def test_none(self):
         self.assertEqual({'type': 'disk', 'path': '/', 'pool': 'default'},
@@ -185,9 +185,9 @@ class DiskQuotaTest(testtools.TestCase):
     def test_raw_keys_never_reach_lxd(self):
         instance = _instance(**{'lxd:raw.lxc': 'x', 'raw.lxc': 'y',
                                 'quota:raw.idmap': 'z'})
-        container = container_spec.build_container(
+        container = builder.build_container(
             instance, instance.flavor, objects.ImageMeta.from_dict(
                 {'properties': {'hw_video_model': 'vga'}}),
-            container_spec.HostPolicy(host='cmp1'))
+            builder.HostPolicy(host='cmp1'))
         self.assertEqual([], [k for k in container['config']
                               if k.startswith('raw.')])

@@ -19,10 +19,10 @@ import json
 from nova import objects
 import testtools
 
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
-from nova_lxd_accel.spec import volume as volume_spec
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 
@@ -47,12 +47,12 @@ def _image(**properties):
         'container_format': 'bare', 'properties': properties})
 
 
-POLICY = container_spec.HostPolicy(host='cmp1', storage_pool='fast')
+POLICY = builder.HostPolicy(host='cmp1', storage_pool='fast')
 
 
 def _build(instance, image=None, policy=POLICY):
-    return container_spec.build_container(instance, instance.flavor,
-                                          image or _image(), policy)
+    return builder.build_container(instance, instance.flavor,
+                                   image or _image(), policy)
 
 
 class BuildContainerTest(testtools.TestCase):
@@ -84,7 +84,7 @@ class BuildContainerTest(testtools.TestCase):
         self.assertNotIn('size', container['devices']['root'])
 
     def test_process_limit_from_flavor_wins_over_default(self):
-        policy = container_spec.HostPolicy(
+        policy = builder.HostPolicy(
             host='cmp1', default_process_limit=500)
         flavor = _flavor(extra_specs={'lxd:processes': '64'})
         self.assertEqual('64', _build(_instance(flavor), policy=policy)[
@@ -99,7 +99,7 @@ class BuildContainerTest(testtools.TestCase):
         error = self.assertRaises(exception.FlavorNotAllowed, _build,
                                   _instance(flavor))
         self.assertIn('allow_privileged_containers', str(error))
-        allowed = container_spec.HostPolicy(host='cmp1', allow_privileged=True)
+        allowed = builder.HostPolicy(host='cmp1', allow_privileged=True)
         self.assertEqual('true', _build(_instance(flavor), policy=allowed)[
             'config']['security.privileged'])
 
@@ -108,7 +108,7 @@ class BuildContainerTest(testtools.TestCase):
         error = self.assertRaises(exception.FlavorNotAllowed, _build,
                                   _instance(flavor))
         self.assertIn('allow_nesting', str(error))
-        allowed = container_spec.HostPolicy(host='cmp1', allow_nesting=True)
+        allowed = builder.HostPolicy(host='cmp1', allow_nesting=True)
         self.assertEqual('true', _build(_instance(flavor), policy=allowed)[
             'config']['security.nesting'])
 
@@ -163,7 +163,7 @@ class BuildContainerTest(testtools.TestCase):
                      bytes(range(256)) * 4, 'h\u00e9llo \u2603\n'.encode()):
             instance = _instance(user_data=base64.b64encode(data).decode(),
                                  key_data='ssh-ed25519 AAAA k')
-            seed = container_spec.cloud_init_seed(instance)
+            seed = builder.cloud_init_seed(instance)
             self.assertEqual(
                 ['/var/lib/cloud/seed/nocloud/meta-data',
                  '/var/lib/cloud/seed/nocloud/user-data'],
@@ -175,7 +175,7 @@ class BuildContainerTest(testtools.TestCase):
             self.assertEqual(['ssh-ed25519 AAAA k'], meta['public-keys'])
 
     def test_no_user_data_no_seed(self):
-        self.assertEqual([], container_spec.cloud_init_seed(_instance()))
+        self.assertEqual([], builder.cloud_init_seed(_instance()))
 
     def test_container_names(self):
         self.assertEqual('nova-%s' % UUID,
@@ -192,7 +192,7 @@ class ProfileMasksTest(testtools.TestCase):
         objects.register_all()
 
     def test_masks_applied_and_driver_still_wins(self):
-        policy = container_spec.HostPolicy(
+        policy = builder.HostPolicy(
             host='cmp1', allow_privileged=True,
             masked_config=(('raw.lxc', '# stripped'),
                            ('security.privileged', 'false')),
@@ -220,31 +220,31 @@ class ResizeChecksExtraSpecsTest(testtools.TestCase):
         flavor = _flavor(name='big', extra_specs={
             'lxd:processes': '99999999999'})
         error = self.assertRaises(
-            exception.FlavorExtraSpecInvalid, container_spec.resize_fragment,
+            exception.FlavorExtraSpecInvalid, builder.resize_fragment,
             _instance(), flavor, _image(), POLICY)
         self.assertIn('lxd:processes=99999999999', str(error))
         self.assertRaises(
-            exception.FlavorNotAllowed, container_spec.resize_fragment,
+            exception.FlavorNotAllowed, builder.resize_fragment,
             _instance(), _flavor(extra_specs={'lxd:nesting': 'true'}),
             _image(), POLICY)
 
     def test_good_new_flavor(self):
-        fragment = container_spec.resize_fragment(
+        fragment = builder.resize_fragment(
             _instance(), _flavor(vcpus=4, extra_specs={
                 'lxd:processes': '500'}), _image(), POLICY)
         self.assertEqual('500', fragment['config']['limits.processes'])
         # the GPU runtime follows the flavor on resize too
         self.assertNotIn('nvidia.runtime', fragment['config'])
-        fragment = container_spec.resize_fragment(
+        fragment = builder.resize_fragment(
             _instance(), _flavor(extra_specs={'lxd:gpu_runtime': 'nvidia'}),
             _image(), POLICY)
         self.assertEqual('true', fragment['config']['nvidia.runtime'])
 
 
 #: Flavors that between them make every flavor part set every key it can.
-PERMISSIVE = container_spec.HostPolicy(host='cmp1', allow_privileged=True,
-                                       allow_nesting=True,
-                                       default_process_limit=100)
+PERMISSIVE = builder.HostPolicy(host='cmp1', allow_privileged=True,
+                                allow_nesting=True,
+                                default_process_limit=100)
 FULL_SPECS = {'lxd:privileged': 'true', 'lxd:nesting': 'true',
               'lxd:isolated_idmap': 'true', 'lxd:processes': '64',
               'lxd:gpu_runtime': 'nvidia',
@@ -268,7 +268,7 @@ class SpecPartsTest(testtools.TestCase):
     def test_flavor_parts_set_only_the_keys_they_declare(self):
         # A key a flavor part sets but does not declare would survive a
         # resize to a flavor without it (records.FLAVOR_KEYS).
-        for part in container_spec.FLAVOR_PARTS:
+        for part in builder.FLAVOR_PARTS:
             for flavor in _flavors():
                 config = part(_instance(flavor), flavor, _image(),
                               PERMISSIVE).get('config', {})
@@ -279,16 +279,16 @@ class SpecPartsTest(testtools.TestCase):
         # no stale declaration: each declared key is really produced
         produced = set()
         for flavor in _flavors():
-            produced.update(container_spec.build_container(
+            produced.update(builder.build_container(
                 _instance(flavor), flavor, _image(), PERMISSIVE,
-                builders=container_spec.FLAVOR_PARTS)['config'])
-        self.assertEqual(set(container_spec.flavor_config_keys()), produced)
+                builders=builder.FLAVOR_PARTS)['config'])
+        self.assertEqual(set(builder.flavor_config_keys()), produced)
 
     def test_other_parts_do_not_follow_the_flavor(self):
         # every part that reads the flavor must be in FLAVOR_PARTS, or a
         # resize would keep the old flavor's value
-        others = [part for part in container_spec.BUILDERS
-                  if part not in container_spec.FLAVOR_PARTS]
+        others = [part for part in builder.BUILDERS
+                  if part not in builder.FLAVOR_PARTS]
         self.assertEqual(['profile_masks', 'identity', 'boot', 'cloud_init',
                           'nics', 'volumes'], [p.__name__ for p in others])
         instance = _instance()
@@ -300,20 +300,20 @@ class SpecPartsTest(testtools.TestCase):
 
     def test_all_builders_share_one_signature(self):
         flavor = _flavor(extra_specs=FULL_SPECS)
-        for part in container_spec.BUILDERS:
+        for part in builder.BUILDERS:
             fragment = part(_instance(flavor), flavor, _image(), PERMISSIVE,
-                            container_spec.NO_HOST_SIDE)
+                            builder.NO_HOST_SIDE)
             self.assertLessEqual(set(fragment), {'config', 'devices'})
 
     def test_host_side_nics_and_volumes(self):
         vif = {'id': 'b1e0c5a2-7f3d-4e8b-9a61-2c4d5e6f7a80', 'type': 'ovs',
                'address': 'fa:16:3e:00:00:01', 'devname': 'tapb1e0c5a2-7f',
                'network': {'meta': {'mtu': 1450}}}
-        host_side = container_spec.HostSide(
+        host_side = builder.HostSide(
             network_info=(vif,), volumes=(
-                volume_spec.ConnectedVolume('vol-1', '/dev/sdb', '/dev/vdb'),
-                volume_spec.ConnectedVolume('vol-2', '/dev/sdc', '/data')))
-        container = container_spec.build_container(
+                volume.ConnectedVolume('vol-1', '/dev/sdb', '/dev/vdb'),
+                volume.ConnectedVolume('vol-2', '/dev/sdc', '/data')))
+        container = builder.build_container(
             _instance(), _flavor(), _image(), POLICY, host_side)
         self.assertEqual(
             {'type': 'nic', 'nictype': 'bridged', 'name': 'eth0',
@@ -327,16 +327,16 @@ class SpecPartsTest(testtools.TestCase):
                           'path': '/data'}, container['devices']['vol-2'])
         self.assertEqual(
             {k: v for k, v in container['devices'].items() if k != 'root'},
-            container_spec.host_fragment(_instance(), POLICY,
-                                         host_side)['devices'])
+            builder.host_fragment(_instance(), POLICY,
+                                  host_side)['devices'])
         # an unsupported port is refused by the pure assembly
         self.assertRaises(
-            exception.VIFNotSupported, container_spec.build_container,
+            exception.VIFNotSupported, builder.build_container,
             _instance(), _flavor(), _image(), POLICY,
-            container_spec.HostSide(network_info=(dict(vif, type='bridge'),)))
+            builder.HostSide(network_info=(dict(vif, type='bridge'),)))
 
     def test_rescue_container(self):
-        container = container_spec.rescue_container(
+        container = builder.rescue_container(
             _instance(), _image(), POLICY, 'nova-' + UUID, '/srv/rootfs')
         self.assertEqual('nova-' + UUID,
                          container['config'][identity.KEY_RESCUE_OF])

@@ -23,8 +23,8 @@ import fixtures
 from nova.virt import event as virtevent
 import testtools
 
-from nova_lxd_accel import events
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
+from nova_lxd_accel import watcher
 from tests import fake_lxd
 
 HOST = 'cmp1'
@@ -62,11 +62,11 @@ def _daemon(*records, unsupported=False):
 class EventParsingTest(testtools.TestCase):
 
     def test_lifecycle_event_names_its_instance(self):
-        self.assertEqual(['c1'], events.event_instances(
+        self.assertEqual(['c1'], watcher.event_instances(
             _lifecycle('instance-stopped', 'c1')))
-        self.assertEqual(['new', 'old'], events.event_instances(
+        self.assertEqual(['new', 'old'], watcher.event_instances(
             _lifecycle('instance-renamed', 'new', old_name='old')))
-        self.assertEqual([], events.event_instances(
+        self.assertEqual([], watcher.event_instances(
             _lifecycle('image-created', 'c1')))
 
     def test_only_ended_operations_count(self):
@@ -74,9 +74,9 @@ class EventParsingTest(testtools.TestCase):
             'status': 'Running', 'resources': {
                 'instances': ['/1.0/instances/c1?project=p1'],
                 'containers': ['/1.0/containers/c1']}}}
-        self.assertEqual([], events.event_instances(operation))
+        self.assertEqual([], watcher.event_instances(operation))
         operation['metadata']['status'] = 'Success'
-        self.assertEqual(['c1'], events.event_instances(operation))
+        self.assertEqual(['c1'], watcher.event_instances(operation))
 
 
 class WatcherTest(testtools.TestCase):
@@ -87,11 +87,11 @@ class WatcherTest(testtools.TestCase):
 
     def _watcher(self, client, interval=60):
         emitted = []
-        watcher = events.LifecycleWatcher(
+        watching = watcher.LifecycleWatcher(
             client, identity.Owner(HOST, project='p1'), interval,
             emitted.append, read_timeout=0.05, min_backoff=0.05)
-        self.addCleanup(watcher.stop)
-        return watcher, emitted
+        self.addCleanup(watching.stop)
+        return watching, emitted
 
     @staticmethod
     def _events(emitted):
@@ -99,10 +99,10 @@ class WatcherTest(testtools.TestCase):
 
     def test_a_change_is_read_once_and_emitted(self):
         client = _daemon(_record(NAME, 'Running'))
-        watcher, emitted = self._watcher(client)
-        watcher.resync()
+        watching, emitted = self._watcher(client)
+        watching.resync()
         client.records[NAME]['status'] = 'Frozen'
-        watcher.handle(_lifecycle('instance-paused', NAME))
+        watching.handle(_lifecycle('instance-paused', NAME))
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_PAUSED)],
                          self._events(emitted))
         self.assertEqual([NAME], client.reads)
@@ -113,8 +113,8 @@ class WatcherTest(testtools.TestCase):
         client = _daemon(_record(NAME, 'Stopped'),
                          _record(other, 'Stopped',
                                  uuid='5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'))
-        watcher, emitted = self._watcher(client)
-        watcher.resync()
+        watching, emitted = self._watcher(client)
+        watching.resync()
         client.records[NAME]['status'] = 'Running'
         stream = fake_lxd.FakeEventStream()
         # a start: its lifecycle event and its operation's, then another
@@ -125,18 +125,18 @@ class WatcherTest(testtools.TestCase):
                               '/1.0/instances/%s?project=p1' % NAME]}}},
                       _lifecycle('instance-updated', other)):
             stream.events.put(event)
-        burst = watcher._take_burst(stream, stream.next_event(0.05))
+        burst = watching._take_burst(stream, stream.next_event(0.05))
         self.assertEqual(3, len(burst))
-        watcher.handle_all(burst)
+        watching.handle_all(burst)
         self.assertEqual([NAME, other], client.reads)
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STARTED)],
                          self._events(emitted))
 
     def test_a_burst_ends_when_the_stream_is_quiet(self):
-        watcher, _ = self._watcher(_daemon())
+        watching, _ = self._watcher(_daemon())
         stream = fake_lxd.FakeEventStream()
         first = _lifecycle('instance-started', NAME)
-        self.assertEqual([first], watcher._take_burst(stream, first))
+        self.assertEqual([first], watching._take_burst(stream, first))
 
     def test_foreign_containers_and_projects_send_nothing(self):
         other_uuid = '5d0c2c8e-7d8f-4c8a-8d57-0e4c1c2b6a01'
@@ -147,30 +147,30 @@ class WatcherTest(testtools.TestCase):
                     uuid=other_uuid),
             # a kept original of a resize stands for nothing
             _record('nova-resize-' + UUID, 'Stopped'))
-        watcher, emitted = self._watcher(client)
-        watcher.resync()
+        watching, emitted = self._watcher(client)
+        watching.resync()
         for name in list(client.records):
             client.records[name]['status'] = 'Stopped'
-            watcher.handle(_lifecycle('instance-stopped', name,
-                                      project='p2'))
+            watching.handle(_lifecycle('instance-stopped', name,
+                                       project='p2'))
         self.assertEqual([], client.reads)   # other project: not even read
         for name in ('by-hand', 'nova-' + other_uuid, 'nova-resize-' + UUID):
-            watcher.handle(_lifecycle('instance-stopped', name))
+            watching.handle(_lifecycle('instance-stopped', name))
             del client.records[name]
-            watcher.handle(_lifecycle('instance-deleted', name))
+            watching.handle(_lifecycle('instance-deleted', name))
         self.assertEqual([], emitted)
-        watcher.handle(_lifecycle('instance-stopped', NAME))
+        watching.handle(_lifecycle('instance-stopped', NAME))
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
                          self._events(emitted))
 
     def test_deleted_container_is_stopped_once(self):
         client = _daemon(_record(NAME, 'Running'))
-        watcher, emitted = self._watcher(client)
-        watcher.resync()
+        watching, emitted = self._watcher(client)
+        watching.resync()
         # lxc delete --force: the stop event may be read after the delete
         del client.records[NAME]
-        watcher.handle(_lifecycle('instance-stopped', NAME))
-        watcher.handle(_lifecycle('instance-deleted', NAME))
+        watching.handle(_lifecycle('instance-stopped', NAME))
+        watching.handle(_lifecycle('instance-deleted', NAME))
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
                          self._events(emitted))
         self.assertIn('The container %s of instance %s is gone' % (
@@ -180,13 +180,13 @@ class WatcherTest(testtools.TestCase):
         client = _daemon(_record(NAME, 'Running'))
         told = []
         emitted = []
-        watcher = events.LifecycleWatcher(
+        watching = watcher.LifecycleWatcher(
             client, identity.Owner(HOST, project='p1'), 60,
             lambda event: emitted.append((list(told), event)),
             on_gone=told.append)
-        watcher.resync()
+        watching.resync()
         del client.records[NAME]
-        watcher.resync()            # a poll sees it gone
+        watching.resync()            # a poll sees it gone
         self.assertEqual([NAME], told)
         # the gate knew before nova heard of it
         self.assertEqual([[NAME]], [before for before, _ in emitted])
@@ -194,7 +194,7 @@ class WatcherTest(testtools.TestCase):
     def test_stop_twice_at_once_is_safe(self):
         # nova's graceful shutdown and a clean-up overlap: the second stop
         # runs while the first still joins the thread
-        watcher, _emitted = self._watcher(_daemon())
+        watching, _emitted = self._watcher(_daemon())
         both_joining = threading.Barrier(2, timeout=10)
         first_done = threading.Event()
 
@@ -211,12 +211,12 @@ class WatcherTest(testtools.TestCase):
             def is_alive(self):
                 return False
 
-        watcher._thread = Thread()
+        watching._thread = Thread()
         errors = []
 
         def stop():
             try:
-                watcher.stop()
+                watching.stop()
             except Exception as exc:
                 errors.append(exc)
             finally:
@@ -229,24 +229,24 @@ class WatcherTest(testtools.TestCase):
         for thread in threads:
             thread.join(20)
         self.assertEqual([], errors)
-        self.assertIsNone(watcher._thread)
+        self.assertIsNone(watching._thread)
 
     def test_renamed_away_is_not_gone(self):
         client = _daemon(_record(NAME, 'Stopped'))
-        watcher, emitted = self._watcher(client)
-        watcher.resync()
+        watching, emitted = self._watcher(client)
+        watching.resync()
         client.records['nova-resize-' + UUID] = client.records.pop(NAME)
         client.records['nova-resize-' + UUID]['name'] = 'nova-resize-' + UUID
-        watcher.handle(_lifecycle('instance-renamed', 'nova-resize-' + UUID,
-                                  old_name=NAME))
+        watching.handle(_lifecycle('instance-renamed', 'nova-resize-' + UUID,
+                                   old_name=NAME))
         self.assertEqual([], emitted)
 
     def test_resync_emits_differences(self):
         client = _daemon(_record(NAME, 'Running'))
-        watcher, emitted = self._watcher(client)
-        watcher.resync()
+        watching, emitted = self._watcher(client)
+        watching.resync()
         del client.records[NAME]
-        watcher.resync()
+        watching.resync()
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
                          self._events(emitted))
 
@@ -258,9 +258,9 @@ class WatcherTest(testtools.TestCase):
 
     def test_no_events_api_falls_back_to_polling(self):
         client = _daemon(_record(NAME, 'Running'), unsupported=True)
-        watcher, emitted = self._watcher(client, interval=0.05)
-        watcher.start()
-        self._wait(lambda: watcher.mode == 'poll' and client.listings >= 1)
+        watching, emitted = self._watcher(client, interval=0.05)
+        watching.start()
+        self._wait(lambda: watching.mode == 'poll' and client.listings >= 1)
         client.records[NAME]['status'] = 'Stopped'
         self._wait(lambda: emitted)
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
@@ -269,10 +269,10 @@ class WatcherTest(testtools.TestCase):
     def test_polling_reports_a_deleted_container_stopped(self):
         # even when no poll saw it running (deleted right after its start)
         client = _daemon(_record(NAME, 'Stopped'), unsupported=True)
-        watcher, emitted = self._watcher(client)
-        watcher.poll_once()
+        watching, emitted = self._watcher(client)
+        watching.poll_once()
         del client.records[NAME]
-        watcher.poll_once()
+        watching.poll_once()
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
                          self._events(emitted))
         self.assertIn('The container %s of instance %s is gone' % (
@@ -280,25 +280,25 @@ class WatcherTest(testtools.TestCase):
 
     def test_thread_follows_the_stream_and_stops_promptly(self):
         client = _daemon(_record(NAME, 'Running'))
-        watcher, emitted = self._watcher(client)
-        watcher.start()
-        self._wait(lambda: watcher.mode == 'events')
+        watching, emitted = self._watcher(client)
+        watching.start()
+        self._wait(lambda: watching.mode == 'events')
         client.records[NAME]['status'] = 'Stopped'
         client.stream.events.put(_lifecycle('instance-stopped', NAME))
         self._wait(lambda: emitted)
         # a lost stream: reconnect, list once more
         client.stream.close()
-        self._wait(lambda: watcher.connections == 2)
+        self._wait(lambda: watching.connections == 2)
         self.assertEqual(2, client.listings)
         start = time.monotonic()
-        watcher.stop()
+        watching.stop()
         self.assertLess(time.monotonic() - start, 2)
-        self.assertIsNone(watcher.mode)
+        self.assertIsNone(watching.mode)
         self.assertEqual([(UUID, virtevent.EVENT_LIFECYCLE_STOPPED)],
                          self._events(emitted))
 
     def test_off_starts_nothing(self):
         client = _daemon(_record(NAME, 'Running'))
-        watcher, _ = self._watcher(client, interval=0)
-        watcher.start()
-        self.assertIsNone(watcher._thread)
+        watching, _ = self._watcher(client, interval=0)
+        watching.start()
+        self.assertIsNone(watching._thread)

@@ -16,13 +16,13 @@ from nova import exception as nova_exception
 from nova import objects
 import testtools
 
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
-from nova_lxd_accel import extra_specs
-from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.extra_specs import lxd_keys
 
-STRICT = container_spec.HostPolicy(host='cmp1')
-LENIENT = container_spec.HostPolicy(host='cmp1', allow_privileged=True,
-                                    allow_nesting=True)
+STRICT = builder.HostPolicy(host='cmp1')
+LENIENT = builder.HostPolicy(host='cmp1', allow_privileged=True,
+                             allow_nesting=True)
 
 
 def _flavor(**specs):
@@ -40,20 +40,20 @@ class ValidatorBoundsTest(testtools.TestCase):
 
     def _validate(self, key, value):
         validator = {v.name: v for v in
-                     extra_specs.EXTRA_SPEC_VALIDATORS}[key]
+                     lxd_keys.EXTRA_SPEC_VALIDATORS}[key]
         validator.validate(key, value)
 
     def test_processes_bounded_by_the_kernel(self):
         self._validate('lxd:processes', '1')
-        self._validate('lxd:processes', str(extra_specs.MAX_PROCESSES))
+        self._validate('lxd:processes', str(lxd_keys.MAX_PROCESSES))
         for bad in ('0', '-1', '99999999999',
-                    str(extra_specs.MAX_PROCESSES + 1), 'lots'):
+                    str(lxd_keys.MAX_PROCESSES + 1), 'lots'):
             error = self.assertRaises(nova_exception.ValidationError,
                                       self._validate, 'lxd:processes', bad)
             self.assertIn('lxd:processes', str(error))
 
     def test_every_numeric_key_has_both_bounds(self):
-        for validator in extra_specs.EXTRA_SPEC_VALIDATORS:
+        for validator in lxd_keys.EXTRA_SPEC_VALIDATORS:
             if validator.value['type'] is int:
                 self.assertIn('min', validator.value, validator.name)
                 self.assertIn('max', validator.value, validator.name)
@@ -66,13 +66,13 @@ class CheckFlavorTest(testtools.TestCase):
         objects.register_all()
 
     def test_good_flavors_pass(self):
-        extra_specs.check_flavor(_flavor(), STRICT)
-        extra_specs.check_flavor(_flavor(**{
+        lxd_keys.check_flavor(_flavor(), STRICT)
+        lxd_keys.check_flavor(_flavor(**{
             'lxd:processes': '4194304', 'lxd:isolated_idmap': 'yes',
             'lxd:gpu_runtime': 'nvidia', 'lxd:privileged': 'false',
             'lxd:nesting': '0', 'hw:cpu_policy': 'whatever',
             'quota:disk_read_bytes_sec': '1000'}), STRICT)
-        extra_specs.check_flavor(_flavor(**{
+        lxd_keys.check_flavor(_flavor(**{
             'lxd:privileged': 'true', 'lxd:nesting': 'true'}), LENIENT)
 
     def test_bad_values_name_key_and_reason(self):
@@ -88,7 +88,7 @@ class CheckFlavorTest(testtools.TestCase):
                  'unknown key'),
                 ('lxd:security.privileged', 'true', 'unknown key')):
             error = self.assertRaises(
-                exception.FlavorExtraSpecInvalid, extra_specs.check_flavor,
+                exception.FlavorExtraSpecInvalid, lxd_keys.check_flavor,
                 _flavor(**{key: value}), LENIENT)
             self.assertIn('%s=%s' % (key, value), str(error))
             self.assertIn(why, str(error))
@@ -98,7 +98,7 @@ class CheckFlavorTest(testtools.TestCase):
         for key, option in (('lxd:privileged', 'allow_privileged_containers'),
                             ('lxd:nesting', 'allow_nesting')):
             error = self.assertRaises(
-                exception.FlavorNotAllowed, extra_specs.check_flavor,
+                exception.FlavorNotAllowed, lxd_keys.check_flavor,
                 _flavor(**{key: 'True'}), STRICT)
             self.assertIn(option, str(error))
             self.assertIn(key, str(error))
@@ -114,35 +114,35 @@ class SharedGpuSpecsTest(testtools.TestCase):
     def test_bounds(self):
         for key, good, bad in (
                 ('lxd:gpu_memory_mb', ('1', '24576'),
-                 ('0', '-5', 'lots', str(extra_specs.MAX_GPU_MEMORY_MB + 1))),
+                 ('0', '-5', 'lots', str(lxd_keys.MAX_GPU_MEMORY_MB + 1))),
                 ('lxd:gpu_compute_percent', ('1', '50', '100'),
                  ('0', '101', 'half'))):
             for value in good:
                 # a compute quota comes with a memory quota (one mode
                 # per card: test_quota_and_traits_of_one_mode)
-                extra_specs.check_flavor(_flavor(**dict(
+                lxd_keys.check_flavor(_flavor(**dict(
                     _quota(value), **{key: value})), STRICT)
             for value in bad:
                 error = self.assertRaises(
                     exception.FlavorExtraSpecInvalid,
-                    extra_specs.check_flavor, _flavor(**{key: value}),
+                    lxd_keys.check_flavor, _flavor(**{key: value}),
                     STRICT)
                 self.assertIn('%s=%s' % (key, value), str(error))
 
     def test_quota_must_equal_the_placement_request(self):
-        extra_specs.check_flavor(_flavor(**_quota('4096')), STRICT)
+        lxd_keys.check_flavor(_flavor(**_quota('4096')), STRICT)
         for specs in ({'lxd:gpu_memory_mb': '4096'},
                       {'lxd:gpu_memory_mb': '4096',
                        'resources:CUSTOM_GPU_MEMORY_MB': '2048'},
                       {'resources:CUSTOM_GPU_MEMORY_MB': '4096'}):
             error = self.assertRaises(
-                exception.FlavorExtraSpecInvalid, extra_specs.check_flavor,
+                exception.FlavorExtraSpecInvalid, lxd_keys.check_flavor,
                 _flavor(**specs), STRICT)
             self.assertIn('CUSTOM_GPU_MEMORY_MB', str(error))
 
     def test_fault_says_what_to_fix_and_that_only_boot_checks(self):
         error = self.assertRaises(
-            exception.FlavorExtraSpecsInconsistent, extra_specs.check_flavor,
+            exception.FlavorExtraSpecsInconsistent, lxd_keys.check_flavor,
             _flavor(**dict(_quota('4096'), **{
                 'resources1:CUSTOM_GPU_MEMORY_MB': '2048'})), STRICT)
         self.assertIn('set resources1:CUSTOM_GPU_MEMORY_MB=4096', str(error))
@@ -152,7 +152,7 @@ class SharedGpuSpecsTest(testtools.TestCase):
 
     def test_compute_quota_needs_a_memory_quota(self):
         error = self.assertRaises(
-            exception.FlavorExtraSpecsInconsistent, extra_specs.check_flavor,
+            exception.FlavorExtraSpecsInconsistent, lxd_keys.check_flavor,
             _flavor(**{'lxd:gpu_compute_percent': '25'}), STRICT)
         self.assertIn('set lxd:gpu_memory_mb', str(error))
 
@@ -166,23 +166,23 @@ class SharedGpuSpecsTest(testtools.TestCase):
                        'lxd:gpu_memory_mb': '4096'}):
             error = self.assertRaises(
                 exception.FlavorExtraSpecsInconsistent,
-                extra_specs.check_flavor, _flavor(**specs), STRICT)
+                lxd_keys.check_flavor, _flavor(**specs), STRICT)
             self.assertIn('one numbered group', str(error))
-        extra_specs.check_flavor(_flavor(**{
+        lxd_keys.check_flavor(_flavor(**{
             'resources_gpu:CUSTOM_GPU_SHARE': '1',
             'resources_gpu:CUSTOM_GPU_MEMORY_MB': '4096',
             'lxd:gpu_memory_mb': '4096'}), STRICT)
 
     def test_quota_and_traits_of_one_mode(self):
         quota = _quota('4096')
-        extra_specs.check_flavor(_flavor(**dict(
+        lxd_keys.check_flavor(_flavor(**dict(
             quota, **{'trait1:CUSTOM_GPU_SHARING_QUOTA': 'required'})),
             STRICT)
-        extra_specs.check_flavor(_flavor(**{
+        lxd_keys.check_flavor(_flavor(**{
             'resources:CUSTOM_GPU_SHARE': '1',
             'trait:CUSTOM_GPU_SHARING_TIMESLICE': 'required'}), STRICT)
         # forbidding the other mode's trait is consistent too
-        extra_specs.check_flavor(_flavor(**dict(
+        lxd_keys.check_flavor(_flavor(**dict(
             quota, **{'trait1:CUSTOM_GPU_SHARING_TIMESLICE': 'forbidden'})),
             STRICT)
         for specs, wrong in (
@@ -198,5 +198,5 @@ class SharedGpuSpecsTest(testtools.TestCase):
                  'trait1:CUSTOM_GPU_SHARING_QUOTA=required')):
             error = self.assertRaises(
                 exception.FlavorExtraSpecsInconsistent,
-                extra_specs.check_flavor, _flavor(**specs), STRICT)
+                lxd_keys.check_flavor, _flavor(**specs), STRICT)
             self.assertIn(wrong, str(error))

@@ -25,7 +25,7 @@ from nova.compute import provider_tree
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon

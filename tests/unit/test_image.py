@@ -26,7 +26,7 @@ import testtools
 
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
-from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import image_cache
 
 IMAGE_ID = '5c7d6e2a-0b7e-4b8e-9d1a-2f3c4d5e6f70'
 
@@ -58,21 +58,21 @@ class SniffTest(testtools.TestCase):
             path = self.path('unified.tar')
             _tarball(path, [('metadata.yaml', b'architecture: x86_64\n'),
                             ('rootfs', None), ('rootfs/etc', None)], mode)
-            self.assertEqual(lxd_image.KIND_UNIFIED,
-                             lxd_image.sniff_image(path, 'img'), mode)
+            self.assertEqual(image_cache.KIND_UNIFIED,
+                             image_cache.sniff_image(path, 'img'), mode)
 
     def test_rootfs_only_tarball(self):
         path = self.path('rootfs.tar.gz')
         _tarball(path, [('bin', None), ('etc/passwd', b'root:x:0:0::/:\n')])
-        self.assertEqual(lxd_image.KIND_ROOTFS_TAR,
-                         lxd_image.sniff_image(path, 'img'))
+        self.assertEqual(image_cache.KIND_ROOTFS_TAR,
+                         image_cache.sniff_image(path, 'img'))
 
     def test_squashfs(self):
         path = self.path('rootfs.squashfs')
         with open(path, 'wb') as handle:
             handle.write(b'hsqs' + b'\0' * 1020)
-        self.assertEqual(lxd_image.KIND_SQUASHFS,
-                         lxd_image.sniff_image(path, 'img'))
+        self.assertEqual(image_cache.KIND_SQUASHFS,
+                         image_cache.sniff_image(path, 'img'))
 
     def test_qcow2_and_garbage_refused(self):
         for payload in (b'QFI\xfb' + b'\0' * 1020, b'\0' * 4096,
@@ -81,7 +81,7 @@ class SniffTest(testtools.TestCase):
             with open(path, 'wb') as handle:
                 handle.write(payload)
             error = self.assertRaises(nova_exception.ImageUnacceptable,
-                                      lxd_image.sniff_image, path, 'img-1')
+                                      image_cache.sniff_image, path, 'img-1')
             self.assertIn('img-1', str(error))
 
     def test_truncated_tarball_refused(self):
@@ -92,7 +92,7 @@ class SniffTest(testtools.TestCase):
         with open(path, 'wb') as handle:
             handle.write(data[:len(data) // 2])
         error = self.assertRaises(nova_exception.ImageUnacceptable,
-                                  lxd_image.sniff_image, path, 'img')
+                                  image_cache.sniff_image, path, 'img')
         self.assertIn('unreadable tarball', str(error))
 
     def test_every_compression_lxd_accepts(self):
@@ -104,7 +104,7 @@ class SniffTest(testtools.TestCase):
             subprocess.run([tool, '-q', '-f'] + fmt + [path], check=True)
             out = [name for name in os.listdir(self.tmp)
                    if name.startswith('unified.tar.')][0]
-            self.assertEqual(lxd_image.KIND_UNIFIED, lxd_image.sniff_image(
+            self.assertEqual(image_cache.KIND_UNIFIED, image_cache.sniff_image(
                 self.path(out), 'img'), (tool, fmt))
             os.unlink(self.path(out))
             if os.path.exists(path):
@@ -127,7 +127,7 @@ class SniffTest(testtools.TestCase):
             with open(path, 'wb') as handle:
                 handle.write(data[:len(data) * 2 // 3])
             error = self.assertRaises(nova_exception.ImageUnacceptable,
-                                      lxd_image.sniff_image, path, 'img')
+                                      image_cache.sniff_image, path, 'img')
             self.assertIn('unreadable tarball (%s)' % tool, str(error))
             os.unlink(path)
 
@@ -139,14 +139,14 @@ class SniffTest(testtools.TestCase):
         path = self.path('rootfs.squashfs')
         subprocess.run(['mksquashfs', source, path, '-noappend', '-quiet',
                         '-no-progress'], check=True, stdout=subprocess.DEVNULL)
-        self.assertEqual(lxd_image.KIND_SQUASHFS,
-                         lxd_image.sniff_image(path, 'img'))
+        self.assertEqual(image_cache.KIND_SQUASHFS,
+                         image_cache.sniff_image(path, 'img'))
         with open(path, 'rb') as handle:
             data = handle.read()
         with open(path, 'wb') as handle:
             handle.write(data[:len(data) // 2])
         error = self.assertRaises(nova_exception.ImageUnacceptable,
-                                  lxd_image.sniff_image, path, 'img')
+                                  image_cache.sniff_image, path, 'img')
         self.assertIn('truncated squashfs', str(error))
 
     def test_missing_decompressor_is_a_host_problem(self):
@@ -155,13 +155,13 @@ class SniffTest(testtools.TestCase):
         subprocess.run(['zstd', '-q', '-f', '--rm', path], check=True)
         self.useFixture(fixtures.EnvironmentVariable('PATH', self.tmp))
         error = self.assertRaises(exception.ImageToolMissing,
-                                  lxd_image.sniff_image, path + '.zst',
+                                  image_cache.sniff_image, path + '.zst',
                                   'img')
         self.assertIn('apt-get install zstd', str(error))
 
     def test_generated_metadata_tarball(self):
         path = self.path('meta.tar.gz')
-        lxd_image.write_metadata_tarball(path, 'aarch64', 'Glance image x')
+        image_cache.write_metadata_tarball(path, 'aarch64', 'Glance image x')
         with tarfile.open(path) as archive:
             body = archive.extractfile('metadata.yaml').read().decode()
         self.assertIn('architecture: aarch64\n', body)
@@ -181,18 +181,18 @@ class DiskFormatTest(testtools.TestCase):
     def test_vm_formats_refused(self):
         for disk_format in ('qcow2', 'iso', 'vmdk', 'vhd', 'vdi', 'ami'):
             error = self.assertRaises(nova_exception.ImageUnacceptable,
-                                      lxd_image.check_disk_format,
+                                      image_cache.check_disk_format,
                                       self._meta(disk_format))
             self.assertIn(disk_format, str(error))
 
     def test_raw_accepted(self):
-        lxd_image.check_disk_format(self._meta('raw'))
+        image_cache.check_disk_format(self._meta('raw'))
 
     def test_checksum_prefers_os_hash_value(self):
         meta = objects.ImageMeta.from_dict({'id': IMAGE_ID,
                                             'checksum': 'md5'})
-        self.assertEqual('md5', lxd_image.image_checksum(meta))
-        self.assertEqual('', lxd_image.image_checksum(
+        self.assertEqual('md5', image_cache.image_checksum(meta))
+        self.assertEqual('', image_cache.image_checksum(
             objects.ImageMeta.from_dict({'id': IMAGE_ID})))
 
 
@@ -208,16 +208,16 @@ class DownloadDirTest(testtools.TestCase):
 
     def test_default_under_state_path(self):
         self.assertEqual(os.path.join(self.tmp, 'lxd-image-downloads'),
-                         lxd_image.download_dir(self.conf))
+                         image_cache.download_dir(self.conf))
         # The [lxd] group object is shared by every ConfigOpts: undo.
         self.addCleanup(self.conf.clear_override, 'image_download_dir',
                         'lxd')
         self.conf.set_override('image_download_dir', '/srv/dl', 'lxd')
-        self.assertEqual('/srv/dl', lxd_image.download_dir(self.conf))
+        self.assertEqual('/srv/dl', image_cache.download_dir(self.conf))
 
     def test_leftovers_removed(self):
-        path = lxd_image.download_dir(self.conf)
-        self.assertEqual([], lxd_image.clean_download_dir(self.conf))
+        path = image_cache.download_dir(self.conf)
+        self.assertEqual([], image_cache.clean_download_dir(self.conf))
         os.makedirs(os.path.join(path, 'img.abc'))
         with open(os.path.join(path, 'img.abc', 'image.part'), 'wb') as f:
             f.write(b'partial')
@@ -232,5 +232,5 @@ class DownloadDirTest(testtools.TestCase):
         self.assertEqual(sorted(['img.%d.xyz' % dead.pid,
                                  'img.%d.xyz' % os.getpid(), 'img.abc',
                                  'stray']),
-                         sorted(lxd_image.clean_download_dir(self.conf)))
+                         sorted(image_cache.clean_download_dir(self.conf)))
         self.assertEqual(['img.1.xyz'], os.listdir(path))

@@ -17,7 +17,7 @@ from nova import objects
 import testtools
 
 from nova_lxd_accel import exception
-from nova_lxd_accel import image
+from nova_lxd_accel import image_cache
 from nova_lxd_accel import lifecycle
 
 
@@ -45,7 +45,7 @@ class KnownLXDFaultsTest(testtools.TestCase):
             action='create', target='instance nova-x',
             reason='Failed creating instance from image: open /var/lib/lxd/'
                    'images/90eee9f9e32308d0: no such file or directory')
-        self.assertTrue(image.lost_its_file(exc))
+        self.assertTrue(image_cache.lost_its_file(exc))
         self.assertIs(exc, lifecycle.build_failure(self.instance, exc))
 
     def test_image_that_is_not_a_root_file_system_aborts(self):
@@ -53,7 +53,7 @@ class KnownLXDFaultsTest(testtools.TestCase):
             action='create', target='instance nova-x',
             reason='Failed creating instance from image: Unpack failed: '
                    'exit status 2')
-        self.assertFalse(image.lost_its_file(exc))
+        self.assertFalse(image_cache.lost_its_file(exc))
         self.assertIsInstance(lifecycle.build_failure(self.instance, exc),
                               nova_exception.BuildAbortException)
 

@@ -24,7 +24,7 @@ import os
 from nova import exception as nova_exception
 import testtools
 
-from nova_lxd_accel import extra_specs
+from nova_lxd_accel.extra_specs import lxd_keys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -57,7 +57,7 @@ class TestMetadefs(testtools.TestCase):
         self.namespace = _load()
         self.properties = _flavor_properties(self.namespace)
         self.validators = {v.name: v
-                           for v in extra_specs.EXTRA_SPEC_VALIDATORS}
+                           for v in lxd_keys.EXTRA_SPEC_VALIDATORS}
 
     def test_namespace_is_for_flavors(self):
         self.assertEqual('OS::Compute::LXD', self.namespace['namespace'])

@@ -26,19 +26,19 @@ from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 import testtools
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import binding_ledger
-from nova_lxd_accel.accel import claims as accel_claims
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import records
+from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import migration
 from nova_lxd_accel import plumbing
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
-from nova_lxd_accel.spec import records
-from nova_lxd_accel.spec import volume as volume_spec
 from tests import fake_lxd
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
@@ -53,7 +53,7 @@ VIF = {'id': PORT, 'type': 'tap', 'address': 'fa:16:3e:00:00:01',
 NIC = {'type': 'nic', 'nictype': 'p2p', 'name': 'eth0',
        'host_name': 'tapb1e0c5a2-7f', 'hwaddr': 'fa:16:3e:00:00:01',
        'mtu': '1450'}
-VOLUME = volume_spec.ConnectedVolume(name='vol1', host_path='/dev/sdb',
+VOLUME = volume.ConnectedVolume(name='vol1', host_path='/dev/sdb',
                                      mountpoint='/dev/vdb')
 OLD_GPU_RECORD = [{'name': 'nova-gpu0', 'kind': 'pgpu',
                    'resource_class': 'PGPU', 'provider': 'old-rp',
@@ -154,8 +154,8 @@ class PureTest(testtools.TestCase):
                                'security.nesting': 'false'},
                     'devices': {'root': {'type': 'disk', 'path': '/',
                                          'pool': 'default', 'size': '5GiB'}}}
-        bound = binding.bind({GPU_RP: {'resources': {'PGPU': 1}}},
-                             lambda rp: GPU, {})
+        bound = pick.bind({GPU_RP: {'resources': {'PGPU': 1}}},
+                          lambda rp: GPU, {})
         nic = {'eth0': {'type': 'nic', 'nictype': 'bridged',
                         'parent': 'br-new', 'hwaddr': 'fa:16:3e:00:00:01'}}
         config, devices = records.resized(record, fragment, 'dst', nic,
@@ -179,32 +179,32 @@ class PureTest(testtools.TestCase):
     def test_resized_without_accelerators_drops_old_ones(self):
         config, devices = records.resized(
             _record(), {'config': {}, 'devices': {}}, 'dst', {},
-            binding_ledger.Binding())
+            ledger.Binding())
         self.assertNotIn('nova-gpu0', devices)
         self.assertNotIn(identity.KEY_DEVICES, config)
 
     def test_resize_to_a_plain_flavor_drops_every_flavor_key(self):
         # Every key any flavor part sets (declared or not) goes away when
         # the new flavor does not set it: the set comes from the parts.
-        policy = container_spec.HostPolicy(host='dst', allow_privileged=True,
-                                           allow_nesting=True)
+        policy = builder.HostPolicy(host='dst', allow_privileged=True,
+                                    allow_nesting=True)
         rich = _flavor(**{'lxd:privileged': 'true', 'lxd:nesting': 'true',
                           'lxd:isolated_idmap': 'true',
                           'lxd:processes': '64',
                           'lxd:gpu_runtime': 'nvidia'})
         instance = objects.Instance(uuid=UUID, flavor=rich)
-        old = container_spec.build_container(
+        old = builder.build_container(
             instance, rich, None, policy,
-            builders=container_spec.FLAVOR_PARTS)['config']
+            builders=builder.FLAVOR_PARTS)['config']
         record = _record(gpu=False)
         record['config'].update(old)
-        plain = container_spec.resize_fragment(
+        plain = builder.resize_fragment(
             instance, _flavor(), None, policy)
         config, _devices = records.resized(record, plain, 'dst', {},
-                                           binding_ledger.Binding())
+                                           ledger.Binding())
         for key in old:
             self.assertEqual(plain['config'].get(key), config.get(key), key)
-        self.assertEqual(container_spec.flavor_config_keys(),
+        self.assertEqual(builder.flavor_config_keys(),
                          records.FLAVOR_KEYS)
 
     def test_capabilities_and_live_migration(self):
@@ -253,11 +253,11 @@ class _Base(testtools.TestCase):
         self.networking = mock.Mock()
         self.volumes = mock.Mock()
         self.volumes.connect_boot_volumes.return_value = ()
-        claims = accel_claims.Claims(
+        accel_claims = claims.Claims(
             client, self.conf, lambda rp: GPU if rp == GPU_RP else None)
         return migration.Migration(
             client, self.conf, identity.Owner.from_conf(self.conf, 'src'),
-            self.lifecycle, claims,
+            self.lifecycle, accel_claims,
             plumbing.HostPlumbing(self.networking, self.volumes))
 
     def mig(self, source, dest):

@@ -30,9 +30,9 @@ from os_vif import exception as osv_exception
 from os_vif import objects as osv_objects
 import testtools
 
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
 from nova_lxd_accel import network
-from nova_lxd_accel.spec import container as container_spec
 from tests import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -110,10 +110,10 @@ class NicDevicesTest(testtools.TestCase):
     @staticmethod
     def nic_devices(instance, network_info):
         """The container's NICs: the spec's network part (config.nics)."""
-        host_side = container_spec.HostSide(
+        host_side = builder.HostSide(
             network_info=tuple(network_info or ()))
-        return container_spec.nics(instance, None, None, None,
-                                   host_side)['devices']
+        return builder.nics(instance, None, None, None,
+                            host_side)['devices']
 
     def test_ovs_ports_become_bridged_nics_on_the_hybrid_bridge(self):
         devices = self.nic_devices(

@@ -16,9 +16,9 @@ from nova.compute import power_state
 from nova.virt import event as virtevent
 import testtools
 
-from nova_lxd_accel import events
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import guest
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel import watcher
 
 
 def _record(status, **config):
@@ -66,7 +66,7 @@ class LifecycleEventTest(testtools.TestCase):
             (power_state.RUNNING, power_state.NOSTATE, None),
         ]
         for old, new, expected in cases:
-            self.assertEqual(expected, events.lifecycle_event(old, new),
+            self.assertEqual(expected, watcher.lifecycle_event(old, new),
                              '%s -> %s' % (old, new))
 
     def test_only_own_containers_count(self):
@@ -81,7 +81,7 @@ class LifecycleEventTest(testtools.TestCase):
                                   'user.nova_lxd_accel.rescue_of': 'x'}),
         ]
         self.assertEqual({'a': power_state.RUNNING},
-                         events.owned_states(records, 'cmp1'))
+                         watcher.owned_states(records, 'cmp1'))
 
     def test_watcher_emits_changes_after_first_look(self):
         emitted = []
@@ -93,14 +93,14 @@ class LifecycleEventTest(testtools.TestCase):
             def list_containers(self):
                 return listing[0]
 
-        watcher = events.LifecycleWatcher(
+        watching = watcher.LifecycleWatcher(
             Client(), identity.Owner('cmp1', project=None), 1, emitted.append)
-        watcher.poll_once()
+        watching.poll_once()
         self.assertEqual([], emitted)
         listing[0] = [_record('Stopped', **{
             'user.nova_lxd_accel.instance_uuid': 'a',
             'user.nova_lxd_accel.host': 'cmp1'})]
-        watcher.poll_once()
+        watching.poll_once()
         self.assertEqual([('a', virtevent.EVENT_LIFECYCLE_STOPPED)],
                          [(e.get_instance_uuid(), e.get_transition())
                           for e in emitted])

@@ -24,9 +24,9 @@ from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import volume as volume_spec
 from nova_lxd_accel import volumes
 from tests import fake_lxd
 
@@ -82,36 +82,36 @@ class VolumesTestCase(testtools.TestCase):
 class NamingTest(testtools.TestCase):
 
     def test_device_name_from_serial_or_data(self):
-        self.assertEqual('vol-' + VOL, volume_spec.device_name(_info()))
+        self.assertEqual('vol-' + VOL, volume.device_name(_info()))
         info = _info()
         del info['serial']
-        self.assertEqual('vol-' + VOL, volume_spec.device_name(info))
+        self.assertEqual('vol-' + VOL, volume.device_name(info))
 
     def test_device_name_without_volume_id_uses_mountpoint(self):
         info = {'driver_volume_type': 'local', 'data': {}}
         self.assertEqual(
-            'vol-dev_vdb', volume_spec.device_name(info, '/dev/vdb'))
+            'vol-dev_vdb', volume.device_name(info, '/dev/vdb'))
         self.assertRaises(nova_exception.VolumeAttachFailed,
-                          volume_spec.device_name, info)
+                          volume.device_name, info)
 
     def test_dev_path_is_unix_block(self):
         self.assertEqual(
             {'type': 'unix-block', 'source': '/dev/sdx', 'path': '/dev/vdb'},
-            volume_spec.lxd_device('/dev/sdx', '/dev/vdb', 'vol-x'))
+            volume.lxd_device('/dev/sdx', '/dev/vdb', 'vol-x'))
         self.assertEqual(
             {'type': 'unix-block', 'source': '/dev/sdx',
              'path': '/dev/vol-x'},
-            volume_spec.lxd_device('/dev/sdx', None, 'vol-x'))
+            volume.lxd_device('/dev/sdx', None, 'vol-x'))
 
     def test_directory_is_disk_mount(self):
         self.assertEqual(
             {'type': 'disk', 'source': '/dev/sdx', 'path': '/srv/data'},
-            volume_spec.lxd_device('/dev/sdx', '/srv/data', 'vol-x'))
+            volume.lxd_device('/dev/sdx', '/srv/data', 'vol-x'))
 
     def test_bad_mountpoints_are_refused(self):
         for bad in ('vdb', 'srv/data', '/srv/../etc'):
             self.assertRaises(nova_exception.VolumeAttachFailed,
-                              volume_spec.lxd_device, '/dev/sdx', bad, 'vol-x')
+                              volume.lxd_device, '/dev/sdx', bad, 'vol-x')
 
     def test_capabilities(self):
         from nova_lxd_accel import driver
@@ -266,9 +266,9 @@ class BootTest(VolumesTestCase):
     def _devices(self, block_device_info):
         volumes = self.volumes.connect_boot_volumes(None, self.instance,
                                                     block_device_info)
-        return container_spec.volumes(
+        return builder.volumes(
             self.instance, None, None, None,
-            container_spec.HostSide(volumes=volumes))['devices']
+            builder.HostSide(volumes=volumes))['devices']
 
     def test_boot_devices_skip_root_and_connect_the_rest(self):
         devices = self._devices(self._bdi(

@@ -12,7 +12,7 @@
 
 """``.. lxd-extra-specs::``: the reference of the ``lxd:`` flavor keys.
 
-Rendered from ``nova_lxd_accel.extra_specs.EXTRA_SPEC_VALIDATORS``, the
+Rendered from ``nova_lxd_accel.extra_specs.lxd_keys.EXTRA_SPEC_VALIDATORS``, the
 validators the Nova API enforces, so the page cannot drift from them: one
 definition-list entry per key with its description and accepted values.
 """
@@ -85,7 +85,7 @@ class LXDExtraSpecsDirective(Directive):
         import importlib
 
         module = importlib.import_module(
-            self.options.get('module', 'nova_lxd_accel.extra_specs'))
+            self.options.get('module', 'nova_lxd_accel.extra_specs.lxd_keys'))
         text = render(module.register())
         node = nodes.section()
         node.document = self.state.document

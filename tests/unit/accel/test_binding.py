@@ -22,11 +22,11 @@ import json
 
 from oslotest import base
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import binding_ledger
+from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests.unit.accel import utils
 
 H100 = 'cmp1_gpu_0000_00_09_0'
@@ -81,8 +81,8 @@ class BindingTestBase(base.BaseTestCase):
         return out
 
     def bind(self, allocations, held=None):
-        return binding.bind(allocations, self.inventory.device_for_provider,
-                            held)
+        return pick.bind(allocations, self.inventory.device_for_provider,
+                         held)
 
 
 class TestMixedHost(BindingTestBase):
@@ -299,7 +299,7 @@ class TestRecords(base.BaseTestCase):
     def test_expected_usage(self):
         self.assertEqual(
             {'p1': {'PGPU': 1}, 'p2': {'CUSTOM_MIG_1G_10GB': 2}},
-            binding_ledger.expected_usage([
+            ledger.expected_usage([
                 {'provider': 'p1', 'resource_class': 'PGPU'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'}]))

@@ -15,16 +15,16 @@
 Expected device dicts are written by hand from canonical/lxd
 ``lxd/device/cdi/id.go``, ``gpu_physical.go`` and ``gpu_mig.go`` (tag
 lxd-6.2, commit 01c912bf) and ``doc/api-extensions.md``
-(``gpu_mig_cdi``); see :mod:`nova_lxd_accel.accel.cdi`.
+(``gpu_mig_cdi``); see :mod:`nova_lxd_accel.accel.binding.cdi`.
 """
 
 import json
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests.unit.accel import test_binding
 from tests.unit.accel import utils
 
@@ -40,9 +40,9 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
     resources = staticmethod(test_binding._eight_gpus)
 
     def test_pinned_by_uuid(self):
-        result = binding.bind(self.alloc((GPU_10, 'PGPU', 1)),
-                              self.inventory.device_for_provider,
-                              nvidia=CDI)
+        result = pick.bind(self.alloc((GPU_10, 'PGPU', 1)),
+                           self.inventory.device_for_provider,
+                           nvidia=CDI)
         self.assertEqual(
             {'nova-gpu0': {
                 'type': 'gpu', 'gputype': 'physical',
@@ -60,9 +60,9 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
     def test_never_all_never_an_index(self):
         allocations = self.alloc(*[('cmp1_gpu_0000_1%d_00_0' % i, 'PGPU', 1)
                                    for i in range(8)])
-        result = binding.bind(allocations,
-                              self.inventory.device_for_provider,
-                              nvidia=CDI)
+        result = pick.bind(allocations,
+                           self.inventory.device_for_provider,
+                           nvidia=CDI)
         ids = [d['id'] for d in result.devices.values()]
         self.assertEqual(8, len(set(ids)))
         for cdi_id in ids:
@@ -72,21 +72,21 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
     def test_hand_made_cdi_device_is_held(self):
         # A container with only the device (no binding record, as an
         # operator would add it) holds that GPU: the next bind skips it.
-        first = binding.bind(self.alloc((GPU_10, 'PGPU', 1)),
-                             self.inventory.device_for_provider, nvidia=CDI)
+        first = pick.bind(self.alloc((GPU_10, 'PGPU', 1)),
+                          self.inventory.device_for_provider, nvidia=CDI)
         held = units.held_units(
             [{'name': 'by-hand', 'config': {}, 'devices': first.devices}],
             host_devices=self.inventory.all_devices())
         self.assertEqual({'pci:0000:10:00.0': ['by-hand']}, held)
-        self.assertRaises(exception.AcceleratorUnavailable, binding.bind,
+        self.assertRaises(exception.AcceleratorUnavailable, pick.bind,
                           self.alloc((GPU_10, 'PGPU', 1)),
                           self.inventory.device_for_provider, held,
                           nvidia=CDI)
 
     def test_runtime_mode_unchanged(self):
-        result = binding.bind(self.alloc((GPU_10, 'PGPU', 1)),
-                              self.inventory.device_for_provider,
-                              nvidia=cdi.RUNTIME)
+        result = pick.bind(self.alloc((GPU_10, 'PGPU', 1)),
+                           self.inventory.device_for_provider,
+                           nvidia=cdi.RUNTIME)
         self.assertEqual({'type': 'gpu', 'gputype': 'physical',
                           'pci': '0000:10:00.0'},
                          result.devices['nova-gpu0'])
@@ -107,9 +107,9 @@ class TestCdiMig(test_binding.BindingTestBase):
     def test_gpu_cdi_daemon(self):
         # LXD 5.21.3 .. 6.9: gputype=mig still needs nvidia.runtime, so the
         # MIG device goes through gputype=physical by its CDI name
-        result = binding.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 2)),
-                              self.inventory.device_for_provider,
-                              nvidia=CDI)
+        result = pick.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 2)),
+                           self.inventory.device_for_provider,
+                           nvidia=CDI)
         self.assertEqual({
             'nova-mig0': {'type': 'gpu', 'gputype': 'physical',
                           'id': 'nvidia.com/gpu=MIG-00000002-0000-0000-'
@@ -124,7 +124,7 @@ class TestCdiMig(test_binding.BindingTestBase):
 
     def test_hand_made_cdi_mig_devices_are_held(self):
         for mode in (CDI, MIG_CDI):
-            first = binding.bind(
+            first = pick.bind(
                 self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
                 self.inventory.device_for_provider, nvidia=mode)
             held = units.held_units(
@@ -134,16 +134,16 @@ class TestCdiMig(test_binding.BindingTestBase):
             self.assertEqual(
                 {'mig:00000002-0000-0000-0000-000000000002': ['by-hand']},
                 held)
-            second = binding.bind(
+            second = pick.bind(
                 self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
                 self.inventory.device_for_provider, held, nvidia=mode)
             self.assertIn('MIG-00000003',
                           second.devices['nova-mig0']['id'])
 
     def test_gpu_mig_cdi_daemon(self):
-        result = binding.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
-                              self.inventory.device_for_provider,
-                              nvidia=MIG_CDI)
+        result = pick.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
+                           self.inventory.device_for_provider,
+                           nvidia=MIG_CDI)
         self.assertEqual(
             {'nova-mig0': {'type': 'gpu', 'gputype': 'mig',
                            'id': 'nvidia.com/mig=MIG-00000002-0000-0000-'
@@ -151,18 +151,18 @@ class TestCdiMig(test_binding.BindingTestBase):
 
     def test_held_unit_skipped_in_cdi_mode_too(self):
         held = {'mig:00000002-0000-0000-0000-000000000002': ['nova-x']}
-        result = binding.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
-                              self.inventory.device_for_provider, held,
-                              nvidia=CDI)
+        result = pick.bind(self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)),
+                           self.inventory.device_for_provider, held,
+                           nvidia=CDI)
         self.assertEqual('nvidia.com/gpu=MIG-00000003-0000-0000-0000-'
                          '000000000003', result.devices['nova-mig0']['id'])
 
     def test_gpu_without_uuid_keeps_pci(self):
         # LXD has no nvidia section for this A100 (driver not bound): no
         # UUID to name, so it stays pinned by PCI address
-        result = binding.bind(self.alloc((A100_0, 'PGPU', 1)),
-                              self.inventory.device_for_provider,
-                              nvidia=CDI)
+        result = pick.bind(self.alloc((A100_0, 'PGPU', 1)),
+                           self.inventory.device_for_provider,
+                           nvidia=CDI)
         self.assertEqual({'type': 'gpu', 'gputype': 'physical',
                           'pci': '0000:07:00.0'},
                          result.devices['nova-gpu0'])
@@ -176,7 +176,7 @@ class TestCdiLegacyMig(test_binding.BindingTestBase):
 
     def test_legacy_mig_refused_with_the_fix(self):
         error = self.assertRaises(
-            exception.AcceleratorNotBindable, binding.bind,
+            exception.AcceleratorNotBindable, pick.bind,
             self.alloc((A100_0, 'CUSTOM_MIG_1G_5GB', 1)),
             self.inventory.device_for_provider, nvidia=CDI)
         self.assertIn('pre-R470 identifier, which CDI cannot name',

@@ -19,13 +19,13 @@ from nova.api.validation.extra_specs import validators
 from nova import exception
 import testtools
 
-from nova_lxd_accel.accel import discovery
-from nova_lxd_accel.accel import flavors
-from nova_lxd_accel.accel import inventory
-from nova_lxd_accel.accel import nvidia_smi
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import provider_tree
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import flavors as flavors_cmd
+from nova_lxd_accel import flavor_proposals
 from tests.unit.accel import utils
 
 
@@ -34,8 +34,8 @@ def _gpus(resources, mig_text):
         config_file = ['/dev/null']
         state_dir = None
     conf = common.load_conf(Args())
-    return inventory.discovered_gpus(utils.load_json(resources),
-                                     utils.load_text(mig_text), conf)
+    return reporter.discovered_gpus(utils.load_json(resources),
+                                    utils.load_text(mig_text), conf)
 
 
 def _ratio(fraction):
@@ -47,7 +47,7 @@ class TestPropose(testtools.TestCase):
     def test_a100_mig_host(self):
         gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
                      'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-        by_name = {p.name: p for p in flavors.propose(gpus)}
+        by_name = {p.name: p for p in flavor_proposals.propose(gpus)}
         mig = by_name['g1.a100-sxm4-80gb-1g.10gb']
         self.assertEqual('A100-SXM4-80GB MIG 1g.10gb',
                          mig.extra_specs['Accelerator:Model'])
@@ -65,18 +65,19 @@ class TestPropose(testtools.TestCase):
     def test_description_sizes_in_plain_words(self):
         gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
                      'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-        small = {p.name: p for p in flavors.propose(gpus, vcpus=1, ram=256)}
+        small = {p.name: p for p in flavor_proposals.propose(
+            gpus, vcpus=1, ram=256)}
         self.assertTrue(small['g1.a100-sxm4-80gb-1g.10gb'].description
                         .endswith('in an LXD container with 1 vCPU and '
                                   '256 MiB of RAM.'))
-        large = {p.name: p for p in flavors.propose(gpus)}
+        large = {p.name: p for p in flavor_proposals.propose(gpus)}
         self.assertTrue(large['g1.a100-sxm4-80gb-1g.10gb'].description
                         .endswith('with 4 vCPUs and 16 GiB of RAM.'))
 
     def test_count_and_whole_gpu(self):
         gpus = _gpus('lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json',
                      'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-        [p] = flavors.propose([g for g in gpus if g.model], count=2)
+        [p] = flavor_proposals.propose([g for g in gpus if g.model], count=2)
         self.assertEqual('g1.geforce-gt-730.x2', p.name)
         self.assertEqual({'resources:PGPU': '2', 'Accelerator:Number': '2',
                           'Accelerator:Type': 'GPU',
@@ -93,7 +94,7 @@ class TestPropose(testtools.TestCase):
                      'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
         shared = [dataclasses.replace(g, shared_slots=4) for g in gpus
                   if g.pci_address == '0000:07:00.0']
-        [p] = flavors.propose(shared, {'0000:07:00.0': 81920})
+        [p] = flavor_proposals.propose(shared, {'0000:07:00.0': 81920})
         self.assertEqual('g1.a100-sxm4-80gb-share-1of4', p.name)
         self.assertEqual('1', p.extra_specs['resources:CUSTOM_GPU_SHARE'])
         self.assertNotIn('resources:PGPU', p.extra_specs)
@@ -136,7 +137,7 @@ class TestPropose(testtools.TestCase):
             self.assertFalse([g for g in a100 if g.nvidia_uuid])
             self.assertEqual({'NVIDIA A100-SXM4-80GB'},
                              {g.model for g in a100})
-            [proposal] = flavors.propose(a100)
+            [proposal] = flavor_proposals.propose(a100)
             self.assertEqual('g1.a100-sxm4-80gb', proposal.name)
             required = {k.split(':', 1)[1]
                         for k, v in proposal.extra_specs.items()
@@ -144,7 +145,7 @@ class TestPropose(testtools.TestCase):
             self.assertEqual({'CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB'},
                              required)
             for gpu in a100:
-                self.assertLessEqual(required, accel_tree.gpu_traits(gpu))
+                self.assertLessEqual(required, provider_tree.gpu_traits(gpu))
         # LXD's nvidia object wins over nvidia-smi's name
         gpus, _ = discovery.discover(
             resources, mig_text, discovery.Options.from_conf(conf),
@@ -152,31 +153,32 @@ class TestPropose(testtools.TestCase):
         self.assertEqual('NVIDIA H100 80GB HBM3', gpus[0].model)
 
     def test_mig_slice_counts_its_compute_slices(self):
-        self.assertEqual((1, 7), _ratio(flavors.mig_gpu_share(
+        self.assertEqual((1, 7), _ratio(flavor_proposals.mig_gpu_share(
             '1g.10gb', 'H100 80GB HBM3')))
-        self.assertEqual((3, 7), _ratio(flavors.mig_gpu_share(
+        self.assertEqual((3, 7), _ratio(flavor_proposals.mig_gpu_share(
             '3g.40gb', 'A100-SXM4-80GB')))
-        self.assertEqual((1, 1), _ratio(flavors.mig_gpu_share(
+        self.assertEqual((1, 1), _ratio(flavor_proposals.mig_gpu_share(
             '7g.80gb', 'H100 80GB HBM3')))
         # an A30 has 4 compute slices
-        self.assertEqual((1, 4), _ratio(flavors.mig_gpu_share(
+        self.assertEqual((1, 4), _ratio(flavor_proposals.mig_gpu_share(
             '1g.6gb', 'A30')))
         # a compute instance in a GPU instance counts its own slices
-        self.assertEqual((1, 7), _ratio(flavors.mig_gpu_share(
+        self.assertEqual((1, 7), _ratio(flavor_proposals.mig_gpu_share(
             '1c.3g.71gb', 'H100 80GB HBM3')))
-        self.assertIsNone(flavors.mig_gpu_share('weird', 'H100 80GB HBM3'))
+        self.assertIsNone(
+            flavor_proposals.mig_gpu_share('weird', 'H100 80GB HBM3'))
 
     def test_mig_flavor_with_two_slices_counts_two_sevenths(self):
         gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
                      'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-        by_name = {p.name: p for p in flavors.propose(gpus, count=2)}
+        by_name = {p.name: p for p in flavor_proposals.propose(gpus, count=2)}
         mig = by_name['g1.a100-sxm4-80gb-1g.10gb.x2']
         self.assertEqual(('2', '2/7'), (
             mig.extra_specs['Accelerator:Number'],
             mig.extra_specs['accounting:accelerator_count']))
 
     def test_no_gpu(self):
-        self.assertEqual([], flavors.propose([]))
+        self.assertEqual([], flavor_proposals.propose([]))
         self.assertEqual('no GPU: no GPU flavor to propose',
                          flavors_cmd.format_table([]))
 
@@ -184,7 +186,7 @@ class TestPropose(testtools.TestCase):
         validators.load_validators()
         gpus = _gpus('handmade-lxd-h100-mig-host.json',
                      'nvsmi-h100-80gb-mig-4slices-L.txt')
-        for proposal in flavors.propose(gpus):
+        for proposal in flavor_proposals.propose(gpus):
             for key, value in proposal.extra_specs.items():
                 validators.validate(key, value)
         self.assertRaises(exception.ValidationError, validators.validate,

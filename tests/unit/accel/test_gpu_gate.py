@@ -25,14 +25,14 @@ import fixtures
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel.accel import binding_ledger
+from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import gpu_gate
-from nova_lxd_accel.accel import gpu_metrics
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import nvidia_smi
-from nova_lxd_accel.accel import provider_tree as accel_tree
+from nova_lxd_accel.accel.health import gate
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import metrics
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel import exception
@@ -50,11 +50,11 @@ def h100():
 
 
 def container(pci=H100, status='Running', instance=INSTANCE):
-    unit = binding_ledger.Unit(
+    unit = ledger.Unit(
         name='nova-gpu0', kind=units.KIND_PGPU, resource_class='PGPU',
         provider='rp-h100', device_pci=pci, key='pci:' + pci,
         device={'type': 'gpu', 'pci': pci}, detail={})
-    config = dict(binding_ledger.Binding(units=(unit,)).config)
+    config = dict(ledger.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': status, 'config': config}
 
@@ -79,10 +79,10 @@ class GateTestCase(testtools.TestCase):
         #: pid -> container the recorded processes run in (what the
         #: gate would read from /proc/<pid>/cgroup); others: unknown
         self.pids = {}
-        self.gate = gpu_gate.GpuGate(
+        self.gate = gate.GpuGate(
             self.conf, lambda: self.containers, lambda: self.gpus,
             instance_projects=lambda: {INSTANCE: 'proj-a'},
-            probe=gpu_probe.HostProbe(
+            host_probe=probe.HostProbe(
                 os.path.join(self.smi_dir, 'nvidia-smi'),
                 clock=lambda: self.now),
             clock=lambda: self.now, attribute=self.pids.get)
@@ -100,13 +100,13 @@ class GateTestCase(testtools.TestCase):
 
     def desired(self):
         gpu = self.gpus[0]
-        return accel_tree.desired_providers('cmp1', [gpu], [])
+        return provider_tree.desired_providers('cmp1', [gpu], [])
 
     def reserved(self):
         out = self.gate.apply(self.desired())
-        want = out[accel_tree.gpu_provider_name('cmp1', H100)]
+        want = out[provider_tree.gpu_provider_name('cmp1', H100)]
         return ({rc: r['reserved'] for rc, r in want.inventory.items()},
-                gpu_gate.TRAIT_UNHEALTHY in want.traits)
+                gate.TRAIT_UNHEALTHY in want.traits)
 
 
 class TestHealthGate(GateTestCase):
@@ -144,7 +144,7 @@ class TestHealthGate(GateTestCase):
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
         self.gate.refresh()
         self.assertEqual(({'PGPU': 1}, True), self.reserved())
-        gpu_state.release(self.gate.store, H100, 'reset')
+        gate_state.release(self.gate.store, H100, 'reset')
         self.gate.refresh()
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
         self.gate.check_bindable(self.gpus[0], 'rp')
@@ -158,16 +158,16 @@ class TestHealthGate(GateTestCase):
                           'reason'])
 
     def test_operator_hold_is_not_unhealthy(self):
-        gpu_state.hold(self.gate.store, H100, 'maintenance')
+        gate_state.hold(self.gate.store, H100, 'maintenance')
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
         self.assertRaises(exception.GpuHeld, self.gate.check_bindable,
                           self.gpus[0], 'rp')
 
     def test_apply_reads_nothing_until_the_next_period(self):
-        gpu_state.hold(self.gate.store, H100, 'maintenance')
+        gate_state.hold(self.gate.store, H100, 'maintenance')
         self.gate.maybe_refresh()
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
-        gpu_state.release(self.gate.store, H100, 'done')
+        gate_state.release(self.gate.store, H100, 'done')
         os.unlink(self.gate.store.path)
         # under nova's lock: the view of the last period
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
@@ -228,9 +228,9 @@ class TestXidGate(GateTestCase):
         self.uptime = 6000.0
         self.boot = 'boot-1'
         self.write_log('handmade-dmesg-nvrm-xid.txt')
-        self.gate = gpu_gate.GpuGate(
+        self.gate = gate.GpuGate(
             self.conf, lambda: self.containers, lambda: self.gpus,
-            probe=gpu_probe.HostProbe(
+            host_probe=probe.HostProbe(
                 os.path.join(self.smi_dir, 'nvidia-smi'),
                 clock=lambda: self.now, kernel_log=self.log,
                 uptime=lambda: self.uptime, boot_id=lambda: self.boot),
@@ -251,7 +251,7 @@ class TestXidGate(GateTestCase):
         self.assertNotIn('Xid 13', reason)
         self.assertTrue(reason.startswith('Xid 79 at '), reason)
         self.assertIn('GPU has fallen off the bus', reason)
-        gpu_state.release(self.gate.store, H100, 'GPU reset')
+        gate_state.release(self.gate.store, H100, 'GPU reset')
         self.now += 60
         self.uptime += 60
         self.gate.refresh()
@@ -269,7 +269,7 @@ class TestXidGate(GateTestCase):
 
     def test_after_a_reboot_the_log_is_new(self):
         self.gate.refresh()
-        gpu_state.release(self.gate.store, H100, 'replaced')
+        gate_state.release(self.gate.store, H100, 'replaced')
         self.boot = 'boot-2'
         self.uptime = 5200.0        # the same times, another boot
         self.gate.refresh()
@@ -279,7 +279,7 @@ class TestXidGate(GateTestCase):
         self.override('fatal_xids', [13])
         self.gate.refresh()
         self.assertIn('Xid 13', self.hold()['reason'])
-        gpu_state.release(self.gate.store, H100, 'ok')
+        gate_state.release(self.gate.store, H100, 'ok')
         self.override('fatal_xids', [79])
         self.override('xid_max_age', 600)
         self.gate.refresh()         # 79 was logged 893 s before the probe
@@ -287,22 +287,22 @@ class TestXidGate(GateTestCase):
 
     def test_no_kernel_log_no_xid(self):
         self.override('kernel_log', '')
-        self.gate = gpu_gate.GpuGate(
+        self.gate = gate.GpuGate(
             self.conf, lambda: self.containers, lambda: self.gpus,
-            probe=gpu_probe.HostProbe.from_conf(self.conf),
+            host_probe=probe.HostProbe.from_conf(self.conf),
             clock=lambda: self.now)
         self.assertEqual((), self.gate._probe.snapshot().xids)
 
 
 def mig_container(uuid, instance=INSTANCE):
-    unit = binding_ledger.Unit(
+    unit = ledger.Unit(
         name='nova-mig0', kind=units.KIND_MIG,
         resource_class='CUSTOM_MIG_1G_10GB', provider='rp-mig',
         device_pci=H100, key='mig:' + uuid,
         device={'type': 'gpu', 'gputype': 'mig', 'pci': H100,
                 'mig.uuid': uuid},
         detail={'mig_uuid': uuid})
-    config = dict(binding_ledger.Binding(units=(unit,)).config)
+    config = dict(ledger.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': 'Running',
             'config': config}
@@ -318,9 +318,9 @@ class TestReleaseAtRemoval(GateTestCase):
         self.slept = []
         #: callables run after each wait of the release (the host changes)
         self.after_wait = []
-        self.gate = gpu_gate.GpuGate(
+        self.gate = gate.GpuGate(
             self.conf, lambda: self.containers, lambda: self.gpus,
-            probe=gpu_probe.HostProbe(
+            host_probe=probe.HostProbe(
                 os.path.join(self.smi_dir, 'nvidia-smi'),
                 clock=lambda: self.now),
             clock=lambda: self.now, on_clean=self.clean.set,
@@ -358,7 +358,7 @@ class TestReleaseAtRemoval(GateTestCase):
         self.busy()
         self.after_wait = [lambda: None, self.idle]
         self.assertEqual(set(), self.gate.verify_release(keys))
-        self.assertEqual([gpu_gate.RELEASE_POLL] * 2, self.slept)
+        self.assertEqual([gate.RELEASE_POLL] * 2, self.slept)
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
 
     def test_still_dirty_after_the_wait_is_rechecked_until_clean(self):
@@ -398,7 +398,7 @@ class TestUnprobeable(GateTestCase):
 
     def traits(self):
         out = self.gate.apply(self.desired())
-        return out[accel_tree.gpu_provider_name('cmp1', H100)].traits
+        return out[provider_tree.gpu_provider_name('cmp1', H100)].traits
 
     def hold(self):
         return self.gate.store.load()['holds'].get(H100)
@@ -407,8 +407,8 @@ class TestUnprobeable(GateTestCase):
         os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
         self.gate.refresh()
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
-        self.assertIn(gpu_gate.TRAIT_UNPROBEABLE, self.traits())
-        self.assertEqual(gpu_state.KIND_UNPROBEABLE, self.hold()['kind'])
+        self.assertIn(gate.TRAIT_UNPROBEABLE, self.traits())
+        self.assertEqual(gate_state.KIND_UNPROBEABLE, self.hold()['kind'])
         self.assertIn('nvidia-smi does not exist', self.hold()['reason'])
         self.assertRaises(exception.GpuHeld, self.gate.check_bindable,
                           self.gpus[0], 'rp')
@@ -418,7 +418,7 @@ class TestUnprobeable(GateTestCase):
         self.gate.refresh()
         self.assertIsNone(self.hold())
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
-        self.assertNotIn(gpu_gate.TRAIT_UNPROBEABLE, self.traits())
+        self.assertNotIn(gate.TRAIT_UNPROBEABLE, self.traits())
 
     def test_failing_probe_holds_after_failures_in_a_row(self):
         test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
@@ -437,10 +437,10 @@ class TestUnprobeable(GateTestCase):
         self.assertIsNone(self.hold())
 
     def test_operator_hold_stays_what_it_is(self):
-        gpu_state.hold(self.gate.store, H100, 'maintenance')
+        gate_state.hold(self.gate.store, H100, 'maintenance')
         os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
         self.gate.refresh()
-        self.assertEqual(gpu_state.KIND_OPERATOR, self.hold()['kind'])
+        self.assertEqual(gate_state.KIND_OPERATOR, self.hold()['kind'])
 
     def test_gpu_of_another_vendor_is_not_held(self):
         self.gpus = [dataclasses.replace(h100(), vendor_id='1002')]
@@ -608,21 +608,21 @@ class TestRecheckBackoff(testtools.TestCase):
                         group='lxd_accelerators')
         waits, interval = [], None
         for _ in range(6):
-            interval = gpu_gate.next_recheck_interval(interval, False, conf)
+            interval = gate.next_recheck_interval(interval, False, conf)
             waits.append(interval)
         self.assertEqual([1.0, 2.0, 4.0, 8.0, 10.0, 10.0], waits)
-        self.assertEqual(1.0, gpu_gate.next_recheck_interval(10.0, True,
-                                                             conf))
+        self.assertEqual(1.0, gate.next_recheck_interval(10.0, True,
+                                                         conf))
 
 
 def share_container(slot, instance, pci=H100):
-    unit = binding_ledger.Unit(
+    unit = ledger.Unit(
         name='nova-gpushare0', kind=units.KIND_SHARE,
         resource_class='CUSTOM_GPU_SHARE', provider='rp-share',
         device_pci=pci, key=units.share_key(pci, slot),
         device={'type': 'gpu', 'gputype': 'physical', 'pci': pci},
         detail={'slot': slot, 'project_id': 'proj-a'})
-    config = dict(binding_ledger.Binding(units=(unit,)).config)
+    config = dict(ledger.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': 'Running',
             'config': config}
@@ -647,7 +647,7 @@ class TestSharedRelease(GateTestCase):
         state = self.gate.store.load()
         self.assertEqual(2, len(state['bound']))
         self.assertIn(INSTANCE, state['usage'])
-        text = gpu_metrics.render(state, [H100], self.conf, self.now)
+        text = metrics.render(state, [H100], self.conf, self.now)
         self.assertIn('nova_lxd_accel_gpu_shared_slots_used{pci="%s",'
                       'project="proj-a"} 2' % H100, text)
         # one sharer leaves, the other still computes (its cgroup says
@@ -664,8 +664,8 @@ class TestSharedRelease(GateTestCase):
         self.gate.refresh()
         self.assertIn('gpu_burn', self.dirty()[
             units.share_key(H100, 1)]['holding'])
-        text = gpu_metrics.render(self.gate.store.load(), [H100],
-                                  self.conf, self.now)
+        text = metrics.render(self.gate.store.load(), [H100],
+                              self.conf, self.now)
         self.assertIn('nova_lxd_accel_gpu_dirty_units{pci="%s"} 1' % H100,
                       text)
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
@@ -735,11 +735,11 @@ class TestUsageIdleMetrics(GateTestCase):
         self.assertEqual((3600.0, 1800.0), (unit['allocated_s'],
                                             unit['busy_s']))
         self.assertEqual('proj-a', state['usage'][INSTANCE]['project'])
-        self.assertEqual([], gpu_state.idle_units(state, self.conf, self.now))
+        self.assertEqual([], gate_state.idle_units(state, self.conf, self.now))
         self.now += 1800
         self.gate.refresh()
         state = self.gate.store.load()
-        idle = gpu_state.idle_units(state, self.conf, self.now)
+        idle = gate_state.idle_units(state, self.conf, self.now)
         self.assertEqual([(INSTANCE, 'proj-a', H100, 3600.0)],
                          [(u['instance'], u['project'], u['pci'],
                            u['idle_s']) for u in idle])
@@ -747,7 +747,7 @@ class TestUsageIdleMetrics(GateTestCase):
         self.containers = [container(status='Stopped')]
         self.now += 60
         self.gate.refresh()
-        self.assertEqual([], gpu_state.idle_units(
+        self.assertEqual([], gate_state.idle_units(
             self.gate.store.load(), self.conf, self.now))
 
     def test_metrics_file(self):
@@ -771,11 +771,11 @@ class TestUsageIdleMetrics(GateTestCase):
                       text)
 
     def test_instances_on_an_unhealthy_gpu_are_exported(self):
-        state = gpu_state.empty_state()
+        state = gate_state.empty_state()
         state['holds'] = {H100: {'kind': 'unhealthy', 'reason': 'ecc'}}
         state['bound'] = {'pci:' + H100: {'instance': INSTANCE,
                                           'project': 'p', 'pci': H100}}
-        text = gpu_metrics.render(state, [H100], self.conf, 0)
+        text = metrics.render(state, [H100], self.conf, 0)
         self.assertIn('nova_lxd_accel_gpu_instance_on_unhealthy_gpu{'
                       'instance="%s",pci="%s",project="p",unit="pci:%s"} 1'
                       % (INSTANCE, H100, H100), text)
@@ -783,10 +783,10 @@ class TestUsageIdleMetrics(GateTestCase):
                       '1' % H100, text)
 
     def test_render_escapes_labels(self):
-        state = gpu_state.empty_state()
+        state = gate_state.empty_state()
         state['usage'] = {'i"1': {'project': 'p\\x', 'units': {
             'pci:a': {'pci': 'a', 'allocated_s': 1.5, 'busy_s': 0}}}}
-        text = gpu_metrics.render(state, [], self.conf, 0)
+        text = metrics.render(state, [], self.conf, 0)
         self.assertIn('instance="i\\"1"', text)
         self.assertIn('project="p\\\\x"', text)
         self.assertIn('} 1.5\n', text)
@@ -796,22 +796,22 @@ class TestStateStore(testtools.TestCase):
 
     def test_hold_release_round_trip(self):
         directory = self.useFixture(fixtures.TempDir()).path
-        store = gpu_state.StateStore(os.path.join(directory, 'd'))
-        self.assertTrue(gpu_state.hold(store, H100, 'fan', now=5))
-        self.assertFalse(gpu_state.hold(store, H100, 'fan again', now=6))
+        store = gate_state.StateStore(os.path.join(directory, 'd'))
+        self.assertTrue(gate_state.hold(store, H100, 'fan', now=5))
+        self.assertFalse(gate_state.hold(store, H100, 'fan again', now=6))
         with open(store.path) as f:
             self.assertEqual('fan again', json.load(f)['holds'][H100][
                 'reason'])
         self.assertEqual('fan again',
-                         gpu_state.release(store, H100, 'ok')['reason'])
-        self.assertIsNone(gpu_state.release(store, H100, 'ok'))
+                         gate_state.release(store, H100, 'ok')['reason'])
+        self.assertIsNone(gate_state.release(store, H100, 'ok'))
         self.assertEqual(['hold', 'hold', 'release', 'release'],
                          [e['event'] for e in store.load()['events']])
 
     def test_failed_update_writes_nothing(self):
         directory = self.useFixture(fixtures.TempDir()).path
-        store = gpu_state.StateStore(directory)
-        gpu_state.hold(store, H100, 'x')
+        store = gate_state.StateStore(directory)
+        gate_state.hold(store, H100, 'x')
 
         def fail():
             with store.update() as state:

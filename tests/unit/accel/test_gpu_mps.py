@@ -21,9 +21,9 @@ the server as a leftover process or as compute use.
 
 import testtools
 
-from nova_lxd_accel.accel import gpu_release
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import release
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
 from tests.unit.accel import test_gpu_gate
 from tests.unit.accel import utils
@@ -130,24 +130,24 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
         self.assertEqual((1800.0, 0.0), (unit['allocated_s'],
                                          unit['busy_s']))
         self.assertEqual([INSTANCE], [u['instance'] for u in
-                                      gpu_state.idle_units(
+                                      gate_state.idle_units(
                                           state, self.conf, self.now)])
         # a client computing is busy again
         self.host(*WITH_CLIENT)
         self.now += 600
         self.gate.refresh()
         state = self.gate.store.load()
-        self.assertEqual([], gpu_state.idle_units(state, self.conf,
-                                                  self.now))
+        self.assertEqual([], gate_state.idle_units(state, self.conf,
+                                                   self.now))
 
     def test_baseline_is_taken_while_only_the_server_runs(self):
         self.host(*SERVER_ONLY)
-        state = gpu_state.empty_state()
+        state = gate_state.empty_state()
         snapshot = self.gate._probe.snapshot()
-        gpu_release.update_baselines(state, {}, snapshot, {})
+        release.update_baselines(state, {}, snapshot, {})
         self.assertEqual({H100: 30}, state['baseline'])
         self.host(*WITH_CLIENT)
         snapshot = self.gate._probe.snapshot()
-        gpu_release.update_baselines(state, {}, snapshot, {})
+        release.update_baselines(state, {}, snapshot, {})
         # a tenant's process on it: no baseline from that probe
         self.assertEqual({H100: 30}, state['baseline'])

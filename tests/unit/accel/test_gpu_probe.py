@@ -20,8 +20,8 @@ import sys
 import fixtures
 import testtools
 
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from tests.unit.accel import utils
 
 H100 = '0000:00:09.0'
@@ -162,7 +162,7 @@ class TestHostProbe(testtools.TestCase):
                 'nvsmi-h100-80gb-load-query-gpu.csv'),
             '--query-compute-apps': utils.sample_path(
                 'nvsmi-h100-80gb-load-compute-apps.csv')})
-        snap = gpu_probe.HostProbe(path, clock=lambda: 42.0).snapshot()
+        snap = probe.HostProbe(path, clock=lambda: 42.0).snapshot()
         self.assertTrue(snap.available)
         self.assertEqual(42.0, snap.taken_at)
         self.assertEqual(19818, snap.gpus[H100].memory_used_mib)
@@ -173,7 +173,7 @@ class TestHostProbe(testtools.TestCase):
             snap.problems('0000:07:00.0'))
 
     def test_no_nvidia_smi_means_no_gpu(self):
-        snap = gpu_probe.HostProbe(
+        snap = probe.HostProbe(
             os.path.join(self.dir, 'absent')).snapshot()
         self.assertFalse(snap.available)
         self.assertEqual('no nvidia-smi: no GPU', snap.error)
@@ -181,7 +181,7 @@ class TestHostProbe(testtools.TestCase):
 
     def test_failing_nvidia_smi_is_unknown(self):
         path = fake_smi(self.dir, {}, status=0)
-        snap = gpu_probe.HostProbe(path).snapshot()
+        snap = probe.HostProbe(path).snapshot()
         self.assertFalse(snap.available)
         self.assertEqual([], snap.problems(H100))
 
@@ -228,7 +228,7 @@ class TestSnapshotDeadline(testtools.TestCase):
 
         def monotonic():
             return times.pop(0) if len(times) > 1 else times[0]
-        return gpu_probe.HostProbe(path, monotonic=monotonic)
+        return probe.HostProbe(path, monotonic=monotonic)
 
     def test_deadline_passed_starts_no_nvidia_smi(self):
         path, log = logged_smi(self.dir, MIG_GPU)
@@ -236,7 +236,7 @@ class TestSnapshotDeadline(testtools.TestCase):
         self.assertEqual([], _ran(log))
         self.assertFalse(snap.available)
         self.assertFalse(snap.complete)
-        self.assertTrue(snap.error.startswith(gpu_probe.DEADLINE_REACHED),
+        self.assertTrue(snap.error.startswith(probe.DEADLINE_REACHED),
                         snap.error)
         self.assertIn('--query-gpu not started', snap.error)
         self.assertEqual([], snap.problems(H100))
@@ -259,7 +259,7 @@ class TestSnapshotDeadline(testtools.TestCase):
         self.assertTrue(snap.available)
         self.assertFalse(snap.complete)
         self.assertTrue(
-            snap.mig_error.startswith(gpu_probe.DEADLINE_REACHED),
+            snap.mig_error.startswith(probe.DEADLINE_REACHED),
             snap.mig_error)
         self.assertEqual({}, snap.mig)
 
@@ -275,13 +275,13 @@ class TestSnapshotDeadline(testtools.TestCase):
             return real(path, args, timeout)
 
         self.useFixture(fixtures.MockPatchObject(nvidia_smi, 'run', run))
-        probe = gpu_probe.HostProbe(path, timeout=10,
-                                    monotonic=lambda: 100.0)
-        self.assertTrue(probe.snapshot(deadline=102.5).complete)
+        host_probe = probe.HostProbe(path, timeout=10,
+                                     monotonic=lambda: 100.0)
+        self.assertTrue(host_probe.snapshot(deadline=102.5).complete)
         self.assertEqual([2.5] * 3, timeouts)
         del timeouts[:]
-        self.assertTrue(probe.snapshot(deadline=1000.0).complete)
-        self.assertTrue(probe.snapshot().complete)
+        self.assertTrue(host_probe.snapshot(deadline=1000.0).complete)
+        self.assertTrue(host_probe.snapshot().complete)
         self.assertEqual([10] * 6, timeouts)
 
 
@@ -296,7 +296,7 @@ class TestMigError(testtools.TestCase):
         path = fake_smi(self.dir, dict(MIG_GPU, **{
             '-q': utils.sample_path(
                 'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
-        snap = gpu_probe.HostProbe(path).snapshot()
+        snap = probe.HostProbe(path).snapshot()
         self.assertIsNone(snap.mig_error)
         self.assertTrue(snap.complete)
         self.assertEqual([48211], [a.pid for a in snap.mig[H100][2].apps])
@@ -304,7 +304,7 @@ class TestMigError(testtools.TestCase):
     def test_mig_query_failing(self):
         # the stand-in exits 9 for -q
         path = fake_smi(self.dir, MIG_GPU)
-        snap = gpu_probe.HostProbe(path).snapshot()
+        snap = probe.HostProbe(path).snapshot()
         self.assertTrue(snap.available)
         self.assertFalse(snap.complete)
         self.assertEqual('%s -q: status 9' % path, snap.mig_error)
@@ -320,7 +320,7 @@ class TestMigError(testtools.TestCase):
         with open(path, 'w') as f:
             f.write(script.replace('case "$1" in\n',
                                    'case "$1" in\n  -q) exec sleep 30 ;;\n'))
-        snap = gpu_probe.HostProbe(path, timeout=0.2).snapshot()
+        snap = probe.HostProbe(path, timeout=0.2).snapshot()
         self.assertTrue(snap.available)
         self.assertFalse(snap.complete)
         self.assertIn('did not answer within 0.2 seconds', snap.mig_error)
@@ -329,7 +329,7 @@ class TestMigError(testtools.TestCase):
         # -q answers, for another GPU only
         path = fake_smi(self.dir, dict(MIG_GPU, **{
             '-q': utils.sample_path('nvsmi-h200-580-idle-q.txt')}))
-        snap = gpu_probe.HostProbe(path).snapshot()
+        snap = probe.HostProbe(path).snapshot()
         self.assertTrue(snap.available)
         self.assertFalse(snap.complete)
         self.assertEqual('%s -q printed nothing readable for %s' % (
@@ -342,13 +342,13 @@ class TestMigError(testtools.TestCase):
                 'nvsmi-h100-80gb-idle-query-gpu.csv'),
             '--query-compute-apps': utils.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
-        snap = gpu_probe.HostProbe(path).snapshot()
+        snap = probe.HostProbe(path).snapshot()
         self.assertEqual(['--query-gpu', '--query-compute-apps'], _ran(log))
         self.assertTrue(snap.complete)
         self.assertIsNone(snap.mig_error)
 
     def test_unavailable_is_not_complete(self):
-        snap = gpu_probe.HostProbe(os.path.join(self.dir, 'absent')).snapshot()
+        snap = probe.HostProbe(os.path.join(self.dir, 'absent')).snapshot()
         self.assertFalse(snap.complete)
         self.assertIsNone(snap.mig_error)
 
@@ -356,14 +356,14 @@ class TestMigError(testtools.TestCase):
 class TestKernelLogXids(testtools.TestCase):
 
     def test_dmesg_lines(self):
-        events = gpu_probe.parse_kernel_log(
+        events = probe.parse_kernel_log(
             utils.load_text('handmade-dmesg-nvrm-xid.txt'))
         self.assertEqual([(H100, 13, 3120.551204), (H100, 79, 5107.644338)],
                          [(e.pci_address, e.code, e.at) for e in events])
         self.assertIn('GPU has fallen off the bus', events[1].message)
 
     def test_kmsg_records_and_old_driver_address(self):
-        events = gpu_probe.parse_kernel_log(
+        events = probe.parse_kernel_log(
             utils.load_text('handmade-kmsg-nvrm-xid.txt'))
         self.assertEqual([(H100, 13, 3120.551204), (H100, 48, 7200.1184),
                           ('0000:00:0a.0', 95, 7200.1189)],
@@ -374,7 +374,7 @@ class TestKernelLogXids(testtools.TestCase):
                 '(PCI:0000:3B:00): 64, pid=7, Row Remapper Error\n'
                 'Nov 23 10:00:02 cmp1 kernel: NVRM: Xid (PCI:0000:3b:00): '
                 '79, GPU has fallen off the bus.\n')
-        events = gpu_probe.parse_kernel_log(text)
+        events = probe.parse_kernel_log(text)
         # the second line has no since-boot time: it cannot be tracked
         self.assertEqual([('0000:3b:00.0', 64, 812.25)],
                          [(e.pci_address, e.code, e.at) for e in events])
@@ -386,13 +386,13 @@ class TestKernelLogXids(testtools.TestCase):
                 'nvsmi-h100-80gb-idle-query-gpu.csv'),
             '--query-compute-apps': utils.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
-        snap = gpu_probe.HostProbe(
+        snap = probe.HostProbe(
             path, kernel_log=utils.sample_path('handmade-dmesg-nvrm-xid.txt'),
             uptime=lambda: 6000.0, boot_id=lambda: 'boot-1').snapshot()
         self.assertEqual([13, 79], [e.code for e in snap.xids_on(H100)])
         self.assertEqual((6000.0, 'boot-1'), (snap.uptime, snap.boot_id))
         # unreadable: no events, no failure
-        snap = gpu_probe.HostProbe(
+        snap = probe.HostProbe(
             path, kernel_log=os.path.join(directory, 'absent')).snapshot()
         self.assertTrue(snap.available)
         self.assertEqual((), snap.xids)
@@ -401,8 +401,8 @@ class TestKernelLogXids(testtools.TestCase):
         if not os.access('/dev/kmsg', os.R_OK):
             self.skipTest('/dev/kmsg is not readable here')
         # the real ring buffer: returns (no NVIDIA driver here) and parses
-        text = gpu_probe.read_kernel_log('/dev/kmsg')
-        self.assertIsInstance(gpu_probe.parse_kernel_log(text), tuple)
+        text = probe.read_kernel_log('/dev/kmsg')
+        self.assertIsInstance(probe.parse_kernel_log(text), tuple)
         # and returns under eventlet's monkey patching too, as in
         # nova-compute (a green os.read waits for the next kernel message)
         code = ('import eventlet; eventlet.monkey_patch()\n'

@@ -16,9 +16,9 @@ import copy
 
 import testtools
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import discovery
-from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 from tests.unit.accel import utils
@@ -167,7 +167,7 @@ class SriovParentTest(testtools.TestCase):
 
     def bind(self, count, records):
         held = units.held_units(records, host_devices=HOST)
-        return binding.bind({'rp': {'resources': {
+        return pick.bind({'rp': {'resources': {
             'CUSTOM_INFINIBAND_VF': count}}}, {'rp': self.CARD}.get, held)
 
     def test_one_vf_of_the_card_per_device(self):
@@ -194,7 +194,7 @@ class SriovParentTest(testtools.TestCase):
                 'vfs'][:4]):
             vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
                             'protocol': 'infiniband'}]
-        inventory = accel_inventory.AcceleratorInventory(
+        inventory = reporter.AcceleratorInventory(
             lambda: resources, lambda: '', utils.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=lambda: [self.foreign(self.SRIOV)],

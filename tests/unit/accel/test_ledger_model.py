@@ -64,20 +64,20 @@ from hypothesis import strategies as st
 from oslo_concurrency import lockutils
 from oslo_config import cfg
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims as accel_claims
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import gpu_gate
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.health import gate
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.accel import provider_tree as accel_tree
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import events
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel import watcher
 from tests import fake_lxd
 from tests import fake_nvidia_smi
 
@@ -278,20 +278,20 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     def start_compute(self):
         """nova-compute starts: the gate from its state file, no memory."""
-        probe = gpu_probe.HostProbe('nvidia-smi', timeout=SMI_TIMEOUT,
-                                    clock=self.clock,
-                                    monotonic=self.clock)
-        self.gate = gpu_gate.GpuGate(
+        host_probe = probe.HostProbe('nvidia-smi', timeout=SMI_TIMEOUT,
+                                     clock=self.clock,
+                                     monotonic=self.clock)
+        self.gate = gate.GpuGate(
             self.conf, self.list_containers, lambda: self.gpus,
-            probe=probe, clock=self.clock, sleep=self.clock.sleep,
+            host_probe=host_probe, clock=self.clock, sleep=self.clock.sleep,
             monotonic=self.clock, attribute=self.attribute,
             background=False)
-        self.claims = accel_claims.Claims(
+        self.claims = claims.Claims(
             self.client, self.conf, self.device_for_provider,
             lambda: self.gpus, self.gate.unavailable_units,
             on_bound=self.gate.note_bound,
             dirty_projects=self.gate.dirty_share_projects)
-        self.watcher = events.LifecycleWatcher(
+        self.watcher = watcher.LifecycleWatcher(
             self.client, self.owner, 1, lambda event: None,
             on_gone=self.gate.note_gone)
         self.watcher.resync()
@@ -337,7 +337,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                     # under the claim lock, before the claim reads anything
                     model.at_yield_point('claim-lock')
                     yield
-        return fixtures.MockPatchObject(accel_claims, 'lockutils', Locks)
+        return fixtures.MockPatchObject(claims, 'lockutils', Locks)
 
     # -- what the model knows ---------------------------------------------
 
@@ -549,7 +549,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                     if g == pci and (index is None or i == index) and
                     c not in self.live.values()]:
             del self.smi.procs[pid]
-        gpu_state.forget(self.gate.store, key, 'checked by hand')
+        gate_state.forget(self.gate.store, key, 'checked by hand')
 
     @stateful.rule(index=st.sampled_from((0, 1)))
     def operator_recreates_mig_slice(self, index):
@@ -657,7 +657,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         bound = self.bound()
         out = set()
         for gpu in self.gpus:
-            for key in [k for keys in binding.provider_units(gpu).values()
+            for key in [k for keys in pick.provider_units(gpu).values()
                         for k in keys]:
                 if key in bound:
                     continue
@@ -684,10 +684,10 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         # operator's command in the file applies at the next period)
         view = self.gate.view()
         state = {'holds': view.holds, 'dirty': view.dirty}
-        desired = accel_tree.desired_providers(HOST, self.gpus, [])
+        desired = provider_tree.desired_providers(HOST, self.gpus, [])
         applied = self.gate.apply(desired)
         for gpu in self.gpus:
-            name = accel_tree.gpu_provider_name(HOST, gpu.pci_address)
+            name = provider_tree.gpu_provider_name(HOST, gpu.pci_address)
             inventory = applied[name].inventory
             hold = state['holds'].get(gpu.pci_address)
             for rc, record in inventory.items():
@@ -732,8 +732,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         # every failing mode leaves the MIG GPU's slices unverifiable
         if self.smi.failed_in_a_row >= 2:
             hold = self.gate.view().holds.get(MIGGPU) or {}
-            assert hold.get('kind') in (gpu_state.KIND_UNPROBEABLE,
-                                        gpu_state.KIND_UNHEALTHY), (
+            assert hold.get('kind') in (gate_state.KIND_UNPROBEABLE,
+                                        gate_state.KIND_UNHEALTHY), (
                 '%d probes in a row failed (%s) and GPU %s is not held: %s'
                 % (self.smi.failed_in_a_row, self.smi.mode, MIGGPU, hold))
 

@@ -15,8 +15,8 @@
 from oslotest import base
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import discovery
-from nova_lxd_accel.accel import lxd_resources
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import lxd_resources
 from tests.unit.accel import utils
 
 

@@ -22,10 +22,10 @@ import json
 from nova import objects
 import testtools
 
-from nova_lxd_accel.accel import mps_environment as mps_env
-from nova_lxd_accel.accel import sharing
-from nova_lxd_accel.spec import identity
-from nova_lxd_accel.spec import records
+from nova_lxd_accel.accel.binding import mps_environment
+from nova_lxd_accel.accel.binding import sharing
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import records
 
 PCI = '0000:3b:00.0'
 PIPE = '/run/nvidia-mps-0000:3b:00.0'
@@ -48,15 +48,15 @@ class ContentsTest(testtools.TestCase):
 
     def test_same_variables_as_the_lxd_config(self):
         _devices, config = sharing.lxd_config(PCI, 8192, 50)
-        self.assertEqual(VARIABLES, mps_env.variables_in(config))
+        self.assertEqual(VARIABLES, mps_environment.variables_in(config))
         self.assertEqual(VARIABLES, sharing.mps_variables(PCI, 8192, 50))
 
     def test_files_from_the_lxd_config_inputs(self):
         out = sharing.environment_files(PCI, 8192, 50,
                                         current_environment=UBUNTU)
         self.assertEqual(
-            UBUNTU + '\n'.join([mps_env.BEGIN] + ASSIGNMENTS +
-                               [mps_env.END]) + '\n',
+            UBUNTU + '\n'.join([mps_environment.BEGIN] + ASSIGNMENTS +
+                               [mps_environment.END]) + '\n',
             out['/etc/environment'])
         for path in ('/etc/systemd/system.conf.d/nvidia-mps.conf',
                      '/etc/systemd/user.conf.d/nvidia-mps.conf'):
@@ -69,8 +69,8 @@ class ContentsTest(testtools.TestCase):
     def test_memory_only(self):
         out = sharing.environment_files(PCI, 4096)
         self.assertEqual(
-            [mps_env.BEGIN, 'CUDA_MPS_PIPE_DIRECTORY=' + PIPE,
-             'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M', mps_env.END],
+            [mps_environment.BEGIN, 'CUDA_MPS_PIPE_DIRECTORY=' + PIPE,
+             'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M', mps_environment.END],
             out['/etc/environment'].splitlines())
 
     def test_no_quota_removes_them(self):
@@ -79,28 +79,29 @@ class ContentsTest(testtools.TestCase):
         out = sharing.environment_files(
             PCI, current_environment=written['/etc/environment'])
         self.assertEqual({'/etc/environment': UBUNTU,
-                          mps_env.SYSTEM_DROPIN: None,
-                          mps_env.USER_DROPIN: None}, out)
+                          mps_environment.SYSTEM_DROPIN: None,
+                          mps_environment.USER_DROPIN: None}, out)
         self.assertEqual({}, sharing.mps_variables(PCI))
 
     def test_block_rewritten_in_place_of_the_old_one(self):
-        old = mps_env.with_block(UBUNTU, VARIABLES)
+        old = mps_environment.with_block(UBUNTU, VARIABLES)
         # a line the tenant added after ours stays
         old += 'LANG=C.UTF-8\n'
-        new = mps_env.with_block(old, dict(
+        new = mps_environment.with_block(old, dict(
             VARIABLES, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='25'))
-        self.assertEqual(1, new.count(mps_env.BEGIN))
+        self.assertEqual(1, new.count(mps_environment.BEGIN))
         self.assertNotIn('PERCENTAGE=50', new)
         self.assertEqual(UBUNTU + 'LANG=C.UTF-8\n',
-                         mps_env.without_block(new))
-        self.assertEqual(new, mps_env.with_block(new, dict(
+                         mps_environment.without_block(new))
+        self.assertEqual(new, mps_environment.with_block(new, dict(
             VARIABLES, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='25')))
 
     def test_image_file_without_block_untouched(self):
-        self.assertEqual('A=1', mps_env.with_block('A=1', {}))
+        self.assertEqual('A=1', mps_environment.with_block('A=1', {}))
         # the image's last line ends before our block begins
-        self.assertTrue(mps_env.with_block('A=1', VARIABLES).startswith(
-            'A=1\n' + mps_env.BEGIN + '\n'))
+        self.assertTrue(mps_environment.with_block(
+            'A=1', VARIABLES).startswith(
+            'A=1\n' + mps_environment.BEGIN + '\n'))
 
     def test_values_neither_reader_takes_are_refused(self):
         for pipe in ('/run/mps dir', '/run/"mps"', '/run/$HOME', '/a\\b'):
@@ -111,13 +112,13 @@ class ContentsTest(testtools.TestCase):
         def flavor(**specs):
             return objects.Flavor(extra_specs=specs)
 
-        self.assertTrue(mps_env.flavor_has_quota(
+        self.assertTrue(mps_environment.flavor_has_quota(
             flavor(**{'lxd:gpu_memory_mb': '1024'})))
-        self.assertTrue(mps_env.flavor_has_quota(
+        self.assertTrue(mps_environment.flavor_has_quota(
             flavor(**{'lxd:gpu_compute_percent': '10'})))
-        self.assertFalse(mps_env.flavor_has_quota(
+        self.assertFalse(mps_environment.flavor_has_quota(
             flavor(**{'resources:PGPU': '1'})))
-        self.assertFalse(mps_env.flavor_has_quota(None))
+        self.assertFalse(mps_environment.flavor_has_quota(None))
 
 
 class SnapshotMarkTest(testtools.TestCase):
@@ -129,21 +130,22 @@ class SnapshotMarkTest(testtools.TestCase):
 
     def test_marked_only_with_limits(self):
         _devices, config = sharing.lxd_config(PCI, 8192, 50)
-        self.assertEqual({mps_env.SNAPSHOT_PROPERTY: 'written'},
-                         mps_env.snapshot_properties(config))
+        self.assertEqual({mps_environment.SNAPSHOT_PROPERTY: 'written'},
+                         mps_environment.snapshot_properties(config))
         _devices, whole = sharing.lxd_config(PCI)
-        self.assertEqual({}, mps_env.snapshot_properties(whole))
-        self.assertEqual({}, mps_env.snapshot_properties({}))
+        self.assertEqual({}, mps_environment.snapshot_properties(whole))
+        self.assertEqual({}, mps_environment.snapshot_properties({}))
 
     def test_read_from_the_image_properties_nova_keeps(self):
         # nova's utils.get_system_metadata_from_image: image_<property>
-        meta = {'image_' + mps_env.SNAPSHOT_PROPERTY: 'written'}
-        self.assertTrue(mps_env.image_may_carry_files(
+        meta = {'image_' + mps_environment.SNAPSHOT_PROPERTY: 'written'}
+        self.assertTrue(mps_environment.image_may_carry_files(
             objects.Instance(system_metadata=meta)))
-        self.assertFalse(mps_env.image_may_carry_files(
+        self.assertFalse(mps_environment.image_may_carry_files(
             objects.Instance(system_metadata={'image_os_distro': 'debian'})))
         # an instance made without its system metadata (tools, benches)
-        self.assertFalse(mps_env.image_may_carry_files(objects.Instance()))
+        self.assertFalse(
+            mps_environment.image_may_carry_files(objects.Instance()))
 
 
 class RecordingClient(object):
@@ -177,43 +179,43 @@ class ApplyTest(testtools.TestCase):
 
     def test_nothing_without_quota_before_or_after(self):
         client = RecordingClient()
-        mps_env.apply(client, 'c1', {})
+        mps_environment.apply(client, 'c1', {})
         self.assertEqual([], client.calls)
 
     def test_written_with_parents(self):
         client = RecordingClient(**{'/etc/environment': UBUNTU})
-        mps_env.apply(client, 'c1', VARIABLES)
+        mps_environment.apply(client, 'c1', VARIABLES)
         self.assertIn(('mkdir', '/etc/systemd/system.conf.d'), client.calls)
         self.assertEqual(
             sharing.environment_files(PCI, 8192, 50, current_environment=(
                 UBUNTU)),
             {path: client.files[path].decode() for path in (
-                '/etc/environment', mps_env.SYSTEM_DROPIN,
-                mps_env.USER_DROPIN)})
+                '/etc/environment', mps_environment.SYSTEM_DROPIN,
+                mps_environment.USER_DROPIN)})
 
     def test_cleared_when_the_quota_is_gone(self):
         client = RecordingClient()
-        mps_env.apply(client, 'c1', VARIABLES)
-        mps_env.apply(client, 'c1', {}, clear=True)
+        mps_environment.apply(client, 'c1', VARIABLES)
+        mps_environment.apply(client, 'c1', {}, clear=True)
         self.assertEqual({'/etc/environment': b''}, client.files)
 
     def test_reapply_after_a_move(self):
         old = sharing.lxd_config(PCI, 8192)[1]
         # same host: the original's config had them
         client = RecordingClient()
-        mps_env.apply(client, 'c1', VARIABLES)
-        mps_env.reapply(client, 'c1', {}, old, instance=None)
-        self.assertNotIn(mps_env.SYSTEM_DROPIN, client.files)
+        mps_environment.apply(client, 'c1', VARIABLES)
+        mps_environment.reapply(client, 'c1', {}, old, instance=None)
+        self.assertNotIn(mps_environment.SYSTEM_DROPIN, client.files)
         # another host: only nova's old flavor says so
         client = RecordingClient()
-        mps_env.apply(client, 'c1', VARIABLES)
+        mps_environment.apply(client, 'c1', VARIABLES)
         instance = objects.Instance(old_flavor=objects.Flavor(
             extra_specs={'lxd:gpu_memory_mb': '8192'}))
-        mps_env.reapply(client, 'c1', {}, {}, instance)
-        self.assertNotIn(mps_env.SYSTEM_DROPIN, client.files)
+        mps_environment.reapply(client, 'c1', {}, {}, instance)
+        self.assertNotIn(mps_environment.SYSTEM_DROPIN, client.files)
         # never had one: the container's files are not touched
         client = RecordingClient()
-        mps_env.reapply(client, 'c1', {}, {}, objects.Instance())
+        mps_environment.reapply(client, 'c1', {}, {}, objects.Instance())
         self.assertEqual([], client.calls)
 
 

@@ -17,7 +17,7 @@ import fixtures
 from oslotest import base
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from tests.unit.accel import utils
 
 # Compute-instance sub-profiles: two MIG devices share GPU instance 1

@@ -30,7 +30,7 @@ import uuid
 import fixtures
 from oslotest import base
 
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.inventory import nvidia_smi
 
 FREEZER = '/sys/fs/cgroup/freezer'
 #: seconds after which the safety thread thaws the group even when run()

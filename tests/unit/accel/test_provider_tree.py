@@ -19,7 +19,7 @@ import fixtures
 from oslotest import base
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel.inventory import reporter
 from tests.unit.accel import utils
 
 H100 = 'handmade-lxd-h100-mig-host.json'
@@ -60,7 +60,7 @@ class TestApply(base.BaseTestCase):
         self.tree = utils.new_tree()
 
     def _inventory(self, **conf):
-        return accel_inventory.AcceleratorInventory(
+        return reporter.AcceleratorInventory(
             self.host.read_resources, lambda: self.host.mig_text,
             utils.make_conf(**conf),
             provider_allocations=self.host.provider_allocations)

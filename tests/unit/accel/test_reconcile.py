@@ -17,8 +17,8 @@ import json
 import fixtures
 from oslotest import base
 
-from nova_lxd_accel.accel import reconcile
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.accel.binding import reconcile
+from nova_lxd_accel.container import identity
 from tests import fake_lxd
 
 GPU_RP = 'rp-gpu'

@@ -17,15 +17,15 @@ import json
 from nova import objects
 import testtools
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import inventory as accel_inventory
-from nova_lxd_accel.accel import nvidia_smi
-from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel.binding import sharing
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.accel import units
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests.unit.accel import test_binding
 from tests.unit.accel import utils
 
@@ -105,7 +105,7 @@ class _Gate(object):
     """What the inventory reads of the GPU probe: its last snapshot."""
 
     def __init__(self, memory):
-        self.last_snapshot = gpu_probe.Snapshot(
+        self.last_snapshot = probe.Snapshot(
             taken_at=0.0, available=True,
             gpus={pci: nvidia_smi.GpuFacts(pci_address=pci,
                                            memory_total_mib=mib)
@@ -122,7 +122,7 @@ class SharedInventoryTest(testtools.TestCase):
     def report(self, entries, memory=None):
         resources = test_binding._host()
         conf = utils.make_conf(shared_gpus=entries)
-        inventory = accel_inventory.AcceleratorInventory(
+        inventory = reporter.AcceleratorInventory(
             lambda: resources,
             lambda: utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
             conf, provider_allocations=lambda rp: {},
@@ -173,15 +173,15 @@ class SharedBindingTest(test_binding.BindingTestBase):
     def share(self, project='p1', **kw):
         # the card in the mode the flavor needs (test_sharing_modes)
         mode = 'quota' if kw.get('memory_mb') else 'timeslice'
-        return binding.ShareRequest(
+        return pick.ShareRequest(
             project_id=project, shared_gpus=('%s:2:%s' % (A100_SHARED, mode),),
             **kw)
 
     def bind_share(self, share, held=None, records=()):
         share = claims.with_projects(share, list(records), None)
-        return binding.bind(self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
-                            self.inventory.device_for_provider, held,
-                            share=share)
+        return pick.bind(self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
+                         self.inventory.device_for_provider, held,
+                         share=share)
 
     def container(self, bound, name, project='default'):
         return {'name': name, 'project': project,
@@ -252,7 +252,7 @@ class SharedBindingTest(test_binding.BindingTestBase):
         self.assertIn('other/by-hand', str(exc))
 
     def test_shared_gpu_is_never_bound_whole(self):
-        self.assertRaises(exception.AcceleratorNotBindable, binding.bind,
+        self.assertRaises(exception.AcceleratorNotBindable, pick.bind,
                           self.alloc((SHARED_RP, 'PGPU', 1)),
                           self.inventory.device_for_provider)
 
@@ -269,10 +269,10 @@ class ShareRequestTest(testtools.TestCase):
                                mps_pipe_directory='/srv/mps/{pci}',
                                mps_shm_directory='/srv/mps/{pci}/shm')
         self.assertEqual(
-            binding.ShareRequest(project_id='p9', any_project=True,
-                                 memory_mb=2048, compute_percent=50,
-                                 mps_pipe='/srv/mps/{pci}',
-                                 mps_shm='/srv/mps/{pci}/shm',
-                                 shared_gpus=('0000:3b:00.0:4:quota',),
-                                 flavor='g'),
+            pick.ShareRequest(project_id='p9', any_project=True,
+                              memory_mb=2048, compute_percent=50,
+                              mps_pipe='/srv/mps/{pci}',
+                              mps_shm='/srv/mps/{pci}/shm',
+                              shared_gpus=('0000:3b:00.0:4:quota',),
+                              flavor='g'),
             claims.share_request(conf, instance))

@@ -24,15 +24,15 @@ from nova.api.validation.extra_specs import validators
 from nova import objects
 import testtools
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import flavors
-from nova_lxd_accel.accel import inventory
-from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel.inventory import reporter
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
-from nova_lxd_accel import extra_specs
-from nova_lxd_accel.spec import container as container_spec
+from nova_lxd_accel.extra_specs import lxd_keys
+from nova_lxd_accel import flavor_proposals
 from tests.unit.accel import test_binding
 from tests.unit.accel import test_sharing
 from tests.unit.accel import utils
@@ -126,11 +126,11 @@ class SpawnCheckTest(test_binding.BindingTestBase):
             test_binding._host(), self.mig_text, conf=conf)
 
     def bind(self, entries, memory_mb=None):
-        share = binding.ShareRequest(project_id='p1', memory_mb=memory_mb,
-                                     shared_gpus=entries, flavor='g1.x')
-        return binding.bind(self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
-                            self.inventory.device_for_provider, {},
-                            share=share)
+        share = pick.ShareRequest(project_id='p1', memory_mb=memory_mb,
+                                  shared_gpus=entries, flavor='g1.x')
+        return pick.bind(self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
+                         self.inventory.device_for_provider, {},
+                         share=share)
 
     def test_matching_mode_is_bound(self):
         bound = self.bind(self.entries, memory_mb=4096)
@@ -164,7 +164,7 @@ class SpawnCheckTest(test_binding.BindingTestBase):
         share = claims.share_request(conf, instance)
         self.assertEqual((self.entries, 'g1.share'),
                          (share.shared_gpus, share.flavor))
-        self.assertRaises(exception.SharedGpuModeMismatch, binding.bind,
+        self.assertRaises(exception.SharedGpuModeMismatch, pick.bind,
                           self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
                           self.inventory.device_for_provider, {},
                           share=share)
@@ -181,7 +181,7 @@ class ProposedFlavorsTest(testtools.TestCase):
                                              shared_slots=2)
 
     def propose(self, memory):
-        return {p.name: p for p in flavors.propose(
+        return {p.name: p for p in flavor_proposals.propose(
             [self.quota, self.timeslice], memory,
             names_by_pci=dict.fromkeys((A100_SHARED, A100_WHOLE),
                                        'NVIDIA A100-SXM4-80GB'),
@@ -213,10 +213,10 @@ class ProposedFlavorsTest(testtools.TestCase):
         for proposal in (quota, timeslice):
             for key, value in proposal.extra_specs.items():
                 validators.validate(key, value)
-            extra_specs.check_flavor(
+            lxd_keys.check_flavor(
                 objects.Flavor(name=proposal.name,
                                extra_specs=proposal.extra_specs),
-                container_spec.HostPolicy(host='cmp1'))
+                builder.HostPolicy(host='cmp1'))
 
     def test_no_quota_flavor_while_the_memory_is_unknown(self):
         proposals = self.propose({})
@@ -225,7 +225,7 @@ class ProposedFlavorsTest(testtools.TestCase):
 
 def _a100s():
     """The recorded host's two A100s, by PCI address."""
-    gpus = inventory.discovered_gpus(
+    gpus = reporter.discovered_gpus(
         utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json'), '',
         utils.make_conf(report_mig=False))
     return {g.pci_address: g for g in gpus}

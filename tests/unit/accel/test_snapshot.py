@@ -14,7 +14,7 @@
 
 Nova calls ``update_provider_tree`` under its resource tracker lock, which
 every instance claim takes; the host is read by
-:meth:`~nova_lxd_accel.accel.inventory.AcceleratorInventory.refresh`,
+:meth:`~nova_lxd_accel.accel.inventory.reporter.AcceleratorInventory.refresh`,
 outside it.
 """
 
@@ -22,7 +22,7 @@ import copy
 
 import testtools
 
-from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel.inventory import reporter
 from tests.unit.accel import utils
 
 A100 = utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json')
@@ -54,7 +54,7 @@ class SnapshotTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.host = Host()
-        self.inventory = accel_inventory.AcceleratorInventory(
+        self.inventory = reporter.AcceleratorInventory(
             self.host.read_resources, self.host.list_mig, utils.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=self.host.list_instances,

@@ -19,7 +19,7 @@ import os
 from nova.compute import provider_tree
 from oslo_config import cfg
 
-from nova_lxd_accel.accel import inventory as accel_inventory
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.conf import accelerators
 
 SAMPLES = os.path.join(os.path.dirname(__file__), 'samples')
@@ -88,7 +88,7 @@ def summary(tree, nodename=NODE):
 def report(resources, mig_text='', conf=None, nodename=NODE, tree=None,
            allocations=None):
     """Run a fresh AcceleratorInventory once; returns (inventory, tree)."""
-    inventory = accel_inventory.AcceleratorInventory(
+    inventory = reporter.AcceleratorInventory(
         lambda: resources, lambda: mig_text, conf or make_conf(),
         provider_allocations=lambda rp: {})
     tree = tree or new_tree(nodename)

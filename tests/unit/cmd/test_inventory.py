@@ -21,12 +21,12 @@ from unittest import mock
 import fixtures
 from oslotest import base
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import claims
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.cmd import main
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 from tests import fake_lxd
 from tests.unit.accel import utils
 
@@ -246,7 +246,7 @@ class TestSharedGpuHolders(base.BaseTestCase):
             self.daemon, name,
             {rp_uuid: {'resources': {'CUSTOM_GPU_SHARE': 1}}},
             self.reported.device_for_provider,
-            share=binding.ShareRequest(project_id=project_id))
+            share=pick.ShareRequest(project_id=project_id))
 
     def run_inventory(self, *argv, expect=0):
         self.assertEqual(expect, main.main(

@@ -28,7 +28,7 @@ from oslotest import base
 import nova_lxd_accel
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.cmd import main
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 from tests import lxd_fixtures
 from tests.unit.accel import utils
 from tools.sandbox.venv import lxd_proxy

@@ -33,10 +33,10 @@ import time
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import gpu_metrics
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import gpu_release
-from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import metrics
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.health import release
 
 LOG = logging.getLogger(__name__)
 
@@ -68,15 +68,15 @@ def probe_health(state, snapshot, known, now, conf):
     whole = complete(snapshot)
     failures = 0 if whole else (
         (state.get('probe') or {}).get('failures') or 0) + 1
-    if whole or not gpu_release.verifying(conf):
+    if whole or not release.verifying(conf):
         for pci, hold in list(state['holds'].items()):
-            if hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
+            if hold.get('kind') != gate_state.KIND_UNPROBEABLE:
                 continue
             del state['holds'][pci]
             why = ('the GPU probe answers again' if whole
                    else 'verified release is turned off')
-            gpu_state.add_event(state, 'release', pci, why, now,
-                                by=gpu_state.BY_COMPUTE)
+            gate_state.add_event(state, 'release', pci, why, now,
+                                 by=gate_state.BY_COMPUTE)
             LOG.info('GPU %(pci)s is offered again: %(why)s',
                      {'pci': pci, 'why': why})
         return failures
@@ -89,7 +89,7 @@ def probe_health(state, snapshot, known, now, conf):
             snapshot.gpus[pci].mig_mode or '').lower() == 'enabled']
     if not nvidia:
         return failures
-    missing = error == gpu_probe.NO_NVIDIA_SMI
+    missing = error == probe.NO_NVIDIA_SMI
     if not missing and failures < group.probe_failures_before_hold:
         LOG.warning('The GPU probe failed (%(error)s), %(n)d time(s) in '
                     'a row; the NVIDIA GPUs are held after %(max)d',
@@ -106,11 +106,11 @@ def probe_health(state, snapshot, known, now, conf):
     for pci in nvidia:
         hold = state['holds'].get(pci)
         if hold is not None and \
-                hold.get('kind') != gpu_state.KIND_UNPROBEABLE:
+                hold.get('kind') != gate_state.KIND_UNPROBEABLE:
             continue        # an operator's or unhealthy hold stays
-        if gpu_state.hold_by_compute(state, pci,
-                                     gpu_state.KIND_UNPROBEABLE, reason,
-                                     now):
+        if gate_state.hold_by_compute(state, pci,
+                                      gate_state.KIND_UNPROBEABLE, reason,
+                                      now):
             LOG.error('GPU %(pci)s is not offered: %(reason)s. Make '
                       'nvidia-smi answer on this host; the GPU is '
                       'offered again at the first probe that answers',
@@ -173,10 +173,10 @@ def health(state, current, snapshot, known, now, conf, warned):
         if pci not in state['holds'] or (
                 gone and not state['holds'][pci].get('gone') and
                 state['holds'][pci].get('kind') !=
-                gpu_state.KIND_OPERATOR):
-            gpu_state.hold_by_compute(state, pci,
-                                      gpu_state.KIND_UNHEALTHY, reason,
-                                      now, gone=gone)
+                gate_state.KIND_OPERATOR):
+            gate_state.hold_by_compute(state, pci,
+                                       gate_state.KIND_UNHEALTHY, reason,
+                                       now, gone=gone)
             LOG.error('GPU %(pci)s is unhealthy (%(reason)s): reserved '
                       'and never bound until an operator runs '
                       '"nova-lxd-accel gpu release %(pci)s"',
@@ -192,7 +192,7 @@ def health(state, current, snapshot, known, now, conf, warned):
 
 
 def report_idle(state, now, conf, warned):
-    for unit in gpu_state.idle_units(state, conf, now):
+    for unit in gate_state.idle_units(state, conf, now):
         key = (unit['unit'], unit['idle_since'])
         if warned.get(unit['unit']) == key:
             continue
@@ -213,9 +213,9 @@ def write_metrics(state, known, now, conf):
     if not path:
         return
     try:
-        gpu_metrics.write_textfile(
-            path, gpu_metrics.render(state, sorted(known),
-                                     conf, now))
+        metrics.write_textfile(
+            path, metrics.render(state, sorted(known),
+                                 conf, now))
     except OSError as exc:
         LOG.warning('Cannot write the GPU metrics file %(path)s: '
                     '%(error)s', {'path': path, 'error': exc})

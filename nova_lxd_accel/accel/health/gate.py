@@ -56,13 +56,13 @@ import time
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import gpu_health
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import gpu_release
-from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import holds
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.health import release
 from nova_lxd_accel.accel import placement_names
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -145,17 +145,17 @@ class GpuGate(object):
     """
 
     def __init__(self, conf, list_containers, known_gpus,
-                 instance_projects=None, probe=None, store=None,
+                 instance_projects=None, host_probe=None, store=None,
                  clock=time.time, on_clean=None, sleep=time.sleep,
                  monotonic=time.monotonic,
-                 attribute=gpu_release.container_of_process,
+                 attribute=release.container_of_process,
                  background=True):
         self._conf = conf
         self._list_containers = list_containers
         self._known_gpus = known_gpus
         self._instance_projects = instance_projects
-        self._probe = probe or gpu_probe.HostProbe.from_conf(conf)
-        self._store = store or gpu_state.StateStore.from_conf(conf)
+        self._probe = host_probe or probe.HostProbe.from_conf(conf)
+        self._store = store or gate_state.StateStore.from_conf(conf)
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
@@ -180,7 +180,7 @@ class GpuGate(object):
 
     @property
     def _verifying(self):
-        return gpu_release.verifying(self._conf)
+        return release.verifying(self._conf)
 
     # -- refresh -------------------------------------------------------
 
@@ -221,7 +221,7 @@ class GpuGate(object):
                 LOG.warning('Cannot read the projects of the instances '
                             '(%s): usage is recorded without them', exc)
         known = {g.pci_address: g for g in (self._known_gpus() or ())}
-        current = gpu_release.bound_units(containers, projects)
+        current = release.bound_units(containers, projects)
         now = self._clock()
         if not known and not current and \
                 not os.path.exists(self._store.path):
@@ -231,17 +231,17 @@ class GpuGate(object):
         with self._store.update() as state:
             released = self._account(state, current, snapshot, known, now,
                                      mark)
-            gpu_release.verify_released(
+            release.verify_released(
                 state, current, snapshot, known, now, self._conf,
                 mark=mark, fresh=released, attribute=self._attribute)
-            gpu_health.health(state, current, snapshot, known, now,
-                              self._conf, self._warned)
-            gpu_health.probed(state, snapshot, known, now, self._conf)
-            gpu_release.update_baselines(state, current, snapshot, known)
+            holds.health(state, current, snapshot, known, now,
+                         self._conf, self._warned)
+            holds.probed(state, snapshot, known, now, self._conf)
+            release.update_baselines(state, current, snapshot, known)
             result = dict(state)
         self._view = GateView.of(result)
-        gpu_health.report_idle(result, now, self._conf, self._warned)
-        gpu_health.write_metrics(result, known, now, self._conf)
+        holds.report_idle(result, now, self._conf, self._warned)
+        holds.write_metrics(result, known, now, self._conf)
         if result['dirty']:
             self._ensure_rechecker()
         return snapshot
@@ -267,7 +267,7 @@ class GpuGate(object):
         """
         try:
             record = read_record()
-            units = gpu_release.bound_units([record] if record else [])
+            units = release.bound_units([record] if record else [])
             if not units:
                 return ()
             now = self._clock()
@@ -294,9 +294,9 @@ class GpuGate(object):
         """
         if key in state['dirty']:
             return
-        state['dirty'][key] = gpu_release.dirty_entry(
-            unit, now, seq=gpu_state.next_seq(state),
-            place=gpu_release.mig_place(unit, known, self.last_snapshot))
+        state['dirty'][key] = release.dirty_entry(
+            unit, now, seq=gate_state.next_seq(state),
+            place=release.mig_place(unit, known, self.last_snapshot))
 
     def note_bound(self, container, instance, records):
         """Record the units a claim just wrote into ``container``.
@@ -310,7 +310,7 @@ class GpuGate(object):
         try:
             record = {'name': container, 'status': 'Stopped', 'config': {
                 identity.KEY_DEVICES: json.dumps(list(records or ()))}}
-            units = gpu_release.bound_units([record])
+            units = release.bound_units([record])
             if not units:
                 return
             now = self._clock()
@@ -323,7 +323,7 @@ class GpuGate(object):
                         # must not take the unit for released
                         state['bound'][key] = dict(
                             unit, since=now, last_busy=now,
-                            seq=gpu_state.next_seq(state))
+                            seq=gate_state.next_seq(state))
         except Exception:
             LOG.exception('Cannot record the GPU units bound to %s; the '
                           'next probe finds them', container)
@@ -391,7 +391,7 @@ class GpuGate(object):
                 first = False
                 # another probe only with time for it: one cut short by
                 # the deadline would count as a failed probe
-                if not left or not gpu_health.complete(snapshot) or \
+                if not left or not holds.complete(snapshot) or \
                         self._monotonic() + RELEASE_POLL + \
                         FIRST_PROBE_MIN > deadline:
                     break
@@ -411,16 +411,16 @@ class GpuGate(object):
         :meth:`refresh`.
         """
         mark = self._mark()
-        current = gpu_release.bound_units(self._list_containers())
+        current = release.bound_units(self._list_containers())
         snapshot = self._snapshot(deadline)
         self.last_snapshot = snapshot
         known = self._known()
         now = self._clock()
         with self._store.update() as state:
-            gpu_release.verify_released(
+            release.verify_released(
                 state, current, snapshot, known, now, self._conf,
                 only=keys, mark=mark, attribute=self._attribute)
-            gpu_health.probed(state, snapshot, known, now, self._conf)
+            holds.probed(state, snapshot, known, now, self._conf)
             left = {k for k in keys if k in state['dirty']}
         self._view = GateView.of(state)
         return left, snapshot
@@ -635,9 +635,9 @@ class GpuGate(object):
                     rec['total'], rec.get('reserved', 0) + dirty.get(rc, 0))
                 inventory[rc] = dict(rec, reserved=reserved)
             traits = want.traits
-            if hold and hold.get('kind') == gpu_state.KIND_UNHEALTHY:
+            if hold and hold.get('kind') == gate_state.KIND_UNHEALTHY:
                 traits = traits | {TRAIT_UNHEALTHY}
-            if hold and hold.get('kind') == gpu_state.KIND_UNPROBEABLE:
+            if hold and hold.get('kind') == gate_state.KIND_UNPROBEABLE:
                 traits = traits | {TRAIT_UNPROBEABLE}
             out[name] = dataclasses.replace(want, inventory=inventory,
                                             traits=frozenset(traits))
@@ -661,14 +661,14 @@ class GpuGate(object):
 
         :param records: the daemon's instance records the claim listed.
         """
-        return gpu_release.unavailable(self._ledger(), records)
+        return release.unavailable(self._ledger(), records)
 
     def dirty_share_projects(self, records=None):
         """Shared GPU -> projects of its dirty slots.
 
         :func:`.gpu_release.dirty_share_projects` of the state file.
         """
-        return gpu_release.dirty_share_projects(self._ledger(), records)
+        return release.dirty_share_projects(self._ledger(), records)
 
     def check_bindable(self, device, rp_uuid):
         """Raise when ``device`` is a held or unhealthy GPU."""

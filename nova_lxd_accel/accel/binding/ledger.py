@@ -18,10 +18,10 @@ import dataclasses
 import json
 import typing
 
-from nova_lxd_accel.accel import cdi
-from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import units
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,10 +17,10 @@ import typing
 
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import lxd_resources
-from nova_lxd_accel.accel import nvidia_smi
-from nova_lxd_accel.accel import sharing
+from nova_lxd_accel.accel.inventory import lxd_resources
+from nova_lxd_accel.accel.inventory import nvidia_smi
 
 LOG = logging.getLogger(__name__)
 

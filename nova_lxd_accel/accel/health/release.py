@@ -39,10 +39,10 @@ import re
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -359,9 +359,9 @@ def verify_released(state, current, snapshot, known, now, conf,
                                    snapshot)
         if replaced is not None:
             del state['dirty'][key]
-            gpu_state.add_event(state, 'replaced', unit.get('pci'),
-                                'MIG device recreated as %s' % replaced.uuid,
-                                now, unit=key)
+            gate_state.add_event(state, 'replaced', unit.get('pci'),
+                                 'MIG device recreated as %s' % replaced.uuid,
+                                 now, unit=key)
             LOG.info('%(unit)s of GPU %(pci)s was recreated as MIG device '
                      '%(new)s in the same place: the old entry is dropped',
                      {'unit': key, 'pci': unit.get('pci'),
@@ -375,9 +375,9 @@ def verify_released(state, current, snapshot, known, now, conf,
         if held_by is None:
             del state['dirty'][key]
             waited = max(0.0, now - (unit.get('since') or now))
-            gpu_state.add_event(state, 'clean', unit.get('pci'),
-                                'verified clean', now, unit=key,
-                                waited_s=round(waited, 3))
+            gate_state.add_event(state, 'clean', unit.get('pci'),
+                                 'verified clean', now, unit=key,
+                                 waited_s=round(waited, 3))
             if unit.get('holding') not in (None, NOT_YET):
                 LOG.info('%(unit)s of GPU %(pci)s is verified clean '
                          '%(waited).1f s after its release (it was held '

@@ -17,13 +17,13 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
 
 1. under :data:`CLAIM_LOCK`, read every instance of the daemon (all
    projects, containers and VMs, devices from profiles included: see
-   :func:`nova_lxd_accel.accel.binding.held_units`), and then, still under
+   :func:`nova_lxd_accel.accel.binding.pick.held_units`), and then, still under
    the lock, add the units released but not yet verified clean and those
    of containers removed behind nova's back (:meth:`nova_lxd_accel.accel.
    gpu_gate.GpuGate.unavailable_units`, read from the GPU state file after
    the listing): a claim picks by identity, never a dirty unit, whatever
    Placement counts;
-2. pick free units (:func:`nova_lxd_accel.accel.binding.bind`);
+2. pick free units (:func:`nova_lxd_accel.accel.binding.pick.bind`);
 3. still under the lock (the body of :func:`claiming`), write the
    devices and their record (the binding record key) into the already created,
    stopped container on the daemon, guarded by its ETag (a migration writes its
@@ -45,9 +45,9 @@ import dataclasses
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import binding
-from nova_lxd_accel.accel import binding_ledger
-from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
 
@@ -75,7 +75,7 @@ def share_request(conf, instance):
             not hasattr(instance, 'obj_attr_is_set') or
             instance.obj_attr_is_set('project_id')):
         project_id = instance.project_id
-    return binding.ShareRequest(
+    return pick.ShareRequest(
         project_id=project_id,
         any_project=group.shared_gpu_any_project,
         memory_mb=number('lxd:gpu_memory_mb'),
@@ -106,7 +106,7 @@ def claiming(client, name, allocations, device_for_provider,
              unavailable=None, nvidia=cdi.RUNTIME, dirty_projects=None):
     """Pick the units of ``allocations``; the body writes them, locked.
 
-    Yields the :class:`~nova_lxd_accel.accel.binding.Binding`; the body of
+    Yields the :class:`~nova_lxd_accel.accel.binding.pick.Binding`; the body of
     the ``with`` runs under :data:`CLAIM_LOCK` and writes the binding into
     the container (:func:`record`, or a migration's whole new config). A
     body that raises fails the claim and writes nothing else.
@@ -137,21 +137,21 @@ def claiming(client, name, allocations, device_for_provider,
             unavailable = unavailable(records)
         for key, reasons in (unavailable or {}).items():
             held[key] = list(held.get(key, ())) + list(reasons)
-        bound = binding.bind(allocations, device_for_provider or
-                             (lambda rp_uuid: None), held, nvidia=nvidia,
-                             share=with_projects(
-                                 share, records, (project, name),
-                                 dirty_projects(records) if dirty_projects
-                                 else None))
+        bound = pick.bind(allocations, device_for_provider or
+                          (lambda rp_uuid: None), held, nvidia=nvidia,
+                          share=with_projects(
+                              share, records, (project, name),
+                              dirty_projects(records) if dirty_projects
+                              else None))
         yield bound
-    binding_ledger.log_bound(LOG, bound, instance)
+    ledger.log_bound(LOG, bound, instance)
 
 
 def claim(client, name, allocations, device_for_provider, host_devices=(),
           **kwargs):
     """:func:`claiming` that records the binding in the container.
 
-    :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
+    :returns: the :class:`~nova_lxd_accel.accel.binding.pick.Binding`.
     :raises: as :func:`claiming`, and ContainerNotFound.
     """
     return _recorded(client, name, kwargs.get('instance'), claiming(
@@ -216,7 +216,7 @@ class Claims(object):
     def claim(self, name, allocations, instance):
         """Bind and record ``instance``'s units in container ``name``.
 
-        :returns: the :class:`~nova_lxd_accel.accel.binding.Binding`.
+        :returns: the :class:`~nova_lxd_accel.accel.binding.pick.Binding`.
         """
         return _recorded(self._client, name, instance,
                          self.holding(name, allocations, instance),

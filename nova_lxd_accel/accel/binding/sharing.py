@@ -21,8 +21,8 @@ container's environment.
 import dataclasses
 import re
 
+from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import mps_environment
 from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel import exception
 

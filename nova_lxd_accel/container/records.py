@@ -17,8 +17,8 @@ container look like, as config and devices, from the record LXD gave
 (see :mod:`nova_lxd_accel.migration` for the steps that write them).
 """
 
-from nova_lxd_accel.spec import container as container_spec
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
 
 
 #: What a shared GPU's MPS quota adds besides its unit's device.
@@ -107,7 +107,7 @@ def transfer_record(record, dest_host):
 
 #: Keys a flavor may set or not; removed before the new flavor's are set.
 #: Declared by the flavor's parts of the spec (container.FLAVOR_PARTS).
-FLAVOR_KEYS = container_spec.flavor_config_keys()
+FLAVOR_KEYS = builder.flavor_config_keys()
 
 
 def resized(record, fragment, host, host_devices, bound):
@@ -118,7 +118,7 @@ def resized(record, fragment, host, host_devices, bound):
         new flavor.
     :param host: the host that owns it now.
     :param host_devices: this host's NIC and volume devices.
-    :param bound: the :class:`nova_lxd_accel.accel.binding.Binding` of
+    :param bound: the :class:`nova_lxd_accel.accel.binding.pick.Binding` of
         the new allocation.
     """
     config, devices = without_accelerators(record)
@@ -130,6 +130,6 @@ def resized(record, fragment, host, host_devices, bound):
                if not is_host_side_device(name, device)}
     devices.update(fragment.get('devices', {}))
     devices.update(host_devices)
-    container = container_spec.with_accelerators(
+    container = builder.with_accelerators(
         {'config': config, 'devices': devices}, bound)
     return container['config'], container['devices']

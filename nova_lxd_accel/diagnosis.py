@@ -25,13 +25,13 @@ import glob
 import os
 import typing
 
-from nova_lxd_accel.accel import discovery
-from nova_lxd_accel.accel import gpu_probe
-from nova_lxd_accel.accel import gpu_state
-from nova_lxd_accel.accel import lxd_resources
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.binding import sharing
+from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import lxd_resources
+from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import daemon as lxd_daemon
 
 OK = 'ok'
@@ -305,7 +305,7 @@ def check_nova_conf(view):
                            'gpu_vendor_ids: not reported' % ', '.join(
                                ignored), 'add them to gpu_vendor_ids'))
     if view.nvidia_gpus() and group.report_mig and view.snapshot is not None \
-            and view.snapshot.error == gpu_probe.NO_NVIDIA_SMI:
+            and view.snapshot.error == probe.NO_NVIDIA_SMI:
         out.append(Finding('nova-conf', ERROR, '[lxd_accelerators] '
                            'nvidia_smi_path %s does not exist' %
                            group.nvidia_smi_path,
@@ -326,7 +326,7 @@ def check_gpu_states(view):
             'bound', {}).values() if u.get('pci') == pci})
         on = ('; instances still on it: %s' % ', '.join(users)) if users \
             else ''
-        if hold.get('kind') == gpu_state.KIND_UNPROBEABLE:
+        if hold.get('kind') == gate_state.KIND_UNPROBEABLE:
             out.append(Finding('gpu-unprobeable', ERROR, 'GPU %s is not '
                                'offered: %s%s' % (pci, hold.get('reason'), on),
                                'make nvidia-smi answer on this host (install '
@@ -341,7 +341,7 @@ def check_gpu_states(view):
                                'the bus); reset the GPU or reboot the host, '
                                'then "nova-lxd-accel gpu release %s --reason '
                                '..."' % pci))
-        elif hold.get('kind') == gpu_state.KIND_UNHEALTHY:
+        elif hold.get('kind') == gate_state.KIND_UNHEALTHY:
             out.append(Finding('gpu-health', ERROR, 'GPU %s is unhealthy: %s'
                                '%s' % (pci, hold.get('reason'), on),
                                'repair or reset it (nvidia-smi -r -i %s), '
@@ -361,7 +361,7 @@ def check_gpu_states(view):
                            'once clean (or, once checked by other means, '
                            '"nova-lxd-accel gpu forget %s --reason ...")'
                            % key))
-    for unit in gpu_state.idle_units(state, view.conf, view.now):
+    for unit in gate_state.idle_units(state, view.conf, view.now):
         out.append(Finding('gpu-idle', WARN, 'GPU %s of instance %s '
                            '(project %s) idle for %.1f h' % (
                                unit['pci'], unit['instance'],

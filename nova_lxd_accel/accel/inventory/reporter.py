@@ -31,16 +31,16 @@ import typing
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import binding
+from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import discovery
-from nova_lxd_accel.accel import nova_lookups
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.accel import provider_tree as accel_tree
-from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.accel import units
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
+from nova_lxd_accel import nova_lookups
 
 LOG = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class AcceleratorInventory(object):
         record of the daemon (all projects); units that instances other
         than ours hold are reported ``reserved``. None: nothing is.
     :param is_ours: callable(record) -> whether an instance is one of this
-        nova-compute's (:meth:`nova_lxd_accel.spec.identity.Owner.is_ours`).
+        nova-compute's (:meth:`.identity.Owner.is_ours`).
     :param gate: the host's :class:`.gpu_gate.GpuGate` (held, unhealthy and
         not yet verified units), or None.
     :param reported: the :class:`ReportedGpus` the gate reads.
@@ -220,8 +220,8 @@ class AcceleratorInventory(object):
         sharing_traits = {
             g.pci_address: sharing.MODE_TRAITS[sharing.card_mode(
                 options.shared_gpus, g)] for g in gpus if g.shared_slots}
-        desired = accel_tree.desired_providers(nodename, gpus, ib_cards,
-                                               sharing_traits)
+        desired = provider_tree.desired_providers(nodename, gpus, ib_cards,
+                                                  sharing_traits)
         self._last_inputs, self._last_desired = inputs, desired
         self._reported.update(desired)
         return desired
@@ -239,7 +239,7 @@ class AcceleratorInventory(object):
                 for pci, facts in snapshot.gpus.items()
                 if getattr(facts, fact)}
 
-    def update_provider_tree(self, provider_tree, nodename,
+    def update_provider_tree(self, nova_tree, nodename,
                              allocations=None, resources=None,
                              snapshot=None):
         """Add, update or remove the accelerator children of ``nodename``.
@@ -275,8 +275,8 @@ class AcceleratorInventory(object):
         if self._gate is not None:
             # held, unhealthy and not yet verified units (accel.gpu_gate)
             desired = self._gate.apply(desired)
-        state = self._states.setdefault(nodename, accel_tree.TreeState())
-        state.apply(provider_tree, nodename, desired,
+        state = self._states.setdefault(nodename, provider_tree.TreeState())
+        state.apply(nova_tree, nodename, desired,
                     self._usage_lookup(allocations))
 
     def with_foreign_reserved(self, desired, records):
@@ -294,7 +294,7 @@ class AcceleratorInventory(object):
         out, logged = {}, []
         for name, want in desired.items():
             inventory = want.inventory
-            for rc, keys in binding.provider_units(want.device).items():
+            for rc, keys in pick.provider_units(want.device).items():
                 taken = [k for k in keys if units.holders_of(held, k)]
                 if rc == placement_names.RC_INFINIBAND_VF:
                     free = [k for k in keys if k not in taken]
@@ -368,22 +368,22 @@ class AcceleratorInventory(object):
                      for device in state.devices.values()
                      if device is not None)
 
-    def describe(self, provider_tree, nodename):
+    def describe(self, nova_tree, nodename):
         """The node's providers as the ``inventory`` command prints them.
 
         :returns: ``{"providers": [{"name", "parent", "inventories",
             "traits"}]}``, the root provider first, then its descendants
             top-down, children in name order.
         """
-        return describe(provider_tree, nodename)
+        return describe(nova_tree, nodename)
 
 
-def describe(provider_tree, nodename):
+def describe(nova_tree, nodename):
     """See :meth:`AcceleratorInventory.describe`."""
     names = {}
     datas = []
-    for uuid in provider_tree.get_provider_uuids(nodename):
-        data = provider_tree.data(uuid)
+    for uuid in nova_tree.get_provider_uuids(nodename):
+        data = nova_tree.data(uuid)
         names[uuid] = data.name
         datas.append(data)
     root, children = datas[0], sorted(datas[1:], key=lambda d: d.name)
@@ -439,7 +439,7 @@ def describe_host(tree, nodename, resources, mig_text, conf,
     """
     inventory = _scratch_inventory(tree, nodename, resources, mig_text, conf)
     description = inventory.describe(tree, nodename)
-    shared = {accel_tree.gpu_provider_name(nodename, gpu.pci_address): gpu
+    shared = {provider_tree.gpu_provider_name(nodename, gpu.pci_address): gpu
               for gpu in inventory.reported_gpus() if gpu.shared_slots}
     if shared:
         # read after the resources, so no slot claimed since is missed
@@ -456,7 +456,7 @@ def shared_gpu_usage(gpu, records, host_devices=()):
     """Who holds the slots of the shared GPU ``gpu``.
 
     Read from the instances' binding records as a claim reads them
-    (:func:`nova_lxd_accel.accel.claims.claim`): a slot is held by every
+    (:func:`.claims.claim`): a slot is held by every
     instance whose record names it, whatever its project or host, and
     anything else holding the card itself (a container made by hand, a
     profile's ``gpu`` device) leaves no slot free.

@@ -34,7 +34,7 @@ messages are facts here; which codes are fatal is the gate's decision.
 
 Nothing here holds nova's resource tracker lock: the driver runs
 :meth:`HostProbe.snapshot` from its own thread (see
-:mod:`nova_lxd_accel.accel.gpu_gate`).
+:mod:`nova_lxd_accel.accel.health.gate`).
 """
 
 import dataclasses
@@ -47,7 +47,7 @@ import typing
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.inventory import nvidia_smi
 
 LOG = logging.getLogger(__name__)
 

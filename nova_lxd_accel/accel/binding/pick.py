@@ -19,9 +19,9 @@ containers already hold, and returns the LXD device dicts pinned to them
 plus a compact record of the choice.
 
 The record is written into the container's own config under
-:data:`.spec.identity.KEY_DEVICES` (JSON), so LXD's instance configs are
+:data:`.container.identity.KEY_DEVICES` (JSON), so LXD's instance configs are
 the one source of truth for who holds what: a restarted nova-compute reads them
-back with :func:`held_units` (see :mod:`nova_lxd_accel.accel.reconcile`). Units
+back with :func:`held_units` (see :mod:`.reconcile`). Units
 held by containers the driver did not make are found from their devices.
 
 What a container can take (LXD 5.0 ``lxd/device/gpu_physical.go``,
@@ -49,14 +49,14 @@ import typing
 
 import os_resource_classes as orc
 
-from nova_lxd_accel.accel import binding_ledger
-from nova_lxd_accel.accel import cdi
+from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.accel import units
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel.spec import identity
 
 _NAME_PREFIX = {units.KIND_PGPU: identity.GPU_DEVICE_PREFIX,
                 units.KIND_MIG: identity.MIG_DEVICE_PREFIX,
@@ -314,11 +314,11 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
                 prefix = _NAME_PREFIX[kind]
                 index = counters.get(prefix, 0)
                 counters[prefix] = index + 1
-                bound.append(binding_ledger.Unit(
+                bound.append(ledger.Unit(
                     name='%s%d' % (prefix, index), kind=kind,
                     resource_class=rc, provider=rp_uuid,
                     device_pci=device.pci_address, key=key,
                     device=lxd_device, detail=detail))
                 # a unit is never given twice within one request either
                 held[key] = ['(this request)']
-    return binding_ledger.Binding(units=tuple(bound), nvidia=nvidia)
+    return ledger.Binding(units=tuple(bound), nvidia=nvidia)

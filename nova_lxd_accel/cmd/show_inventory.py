@@ -29,8 +29,8 @@ instances (every project) as a claim reads them, fresh at each run.
 import json
 import socket
 
-from nova_lxd_accel.accel import inventory
-from nova_lxd_accel.accel import nvidia_smi
+from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.cmd import common
 
 InputError = common.InputError
@@ -151,15 +151,15 @@ def compute(resources, mig_text, nodename, conf, daemon=None,
     :param daemon: the :class:`nova_lxd_accel.daemon.DaemonInfo` the
         resources came from: the root provider then gets its traits, as
         the driver gives them (None for saved files).
-    :returns: :func:`.accel.inventory.describe_host`'s dict.
+    :returns: :func:`.accel.inventory.reporter.describe_host`'s dict.
     """
     from nova_lxd_accel import host as lxd_host
 
-    tree = inventory.scratch_tree(nodename)
+    tree = reporter.scratch_tree(nodename)
     if daemon is not None:
         lxd_host.apply_daemon_traits(tree, nodename, daemon)
-    return inventory.describe_host(tree, nodename, resources, mig_text, conf,
-                                   list_instances)
+    return reporter.describe_host(tree, nodename, resources, mig_text, conf,
+                                  list_instances)
 
 
 def format_table(description):

@@ -74,7 +74,7 @@ def gpu_totals(gpu):
     virtual functions are not: LXD lists them under their card's
     ``sriov.vfs``, a container's ``gputype=physical`` device matches cards
     only and ``gputype=sriov`` is VM-only, so ``VGPU`` could never be bound
-    (see :mod:`nova_lxd_accel.accel.binding`); such a GPU is offered whole.
+    (see :mod:`.binding.pick`); such a GPU is offered whole.
     """
     if gpu.shared_slots:
         # no memory inventory while the card's memory is unknown: then a

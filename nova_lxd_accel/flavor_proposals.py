@@ -48,9 +48,9 @@ import fractions
 import re
 import typing
 
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.accel import sharing
 from nova_lxd_accel.accounting import apel
 
 VENDORS = {'10de': 'NVIDIA', '1002': 'AMD', '8086': 'Intel'}

@@ -37,14 +37,14 @@ import json
 
 from oslo_utils import strutils
 
+from nova_lxd_accel.container import identity
+from nova_lxd_accel.container import nic
+from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
-from nova_lxd_accel import extra_specs as lxd_extra_specs
-from nova_lxd_accel.spec import identity as spec_identity
-from nova_lxd_accel.spec import nic
-from nova_lxd_accel.spec import volume as volume_spec
+from nova_lxd_accel.extra_specs import lxd_keys
 
 # Flavor extra specs of the ``lxd:`` namespace read here (validated at the
-# API by nova_lxd_accel.extra_specs).
+# API by nova_lxd_accel.extra_specs.lxd_keys).
 SPEC_PRIVILEGED = 'lxd:privileged'
 SPEC_NESTING = 'lxd:nesting'
 SPEC_ISOLATED_IDMAP = 'lxd:isolated_idmap'
@@ -130,10 +130,10 @@ def profile_masks(instance, flavor, image_meta, policy,
                         for name in policy.masked_devices}}
 
 
-def identity(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
+def ownership(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Who owns the container, so the driver only ever touches its own."""
-    return {'config': {spec_identity.KEY_INSTANCE_UUID: instance.uuid,
-                       spec_identity.KEY_HOST: policy.host}}
+    return {'config': {identity.KEY_INSTANCE_UUID: instance.uuid,
+                       identity.KEY_HOST: policy.host}}
 
 
 @flavor_part(config_keys=('limits.cpu', 'limits.memory', 'limits.processes'))
@@ -303,9 +303,9 @@ def nics(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
 def volumes(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """One device per non-root volume connected to this host."""
     return {'devices': {
-        volume.name: volume_spec.lxd_device(volume.host_path,
-                                            volume.mountpoint, volume.name)
-        for volume in host_side.volumes}}
+        connected.name: volume.lxd_device(connected.host_path,
+                                          connected.mountpoint, connected.name)
+        for connected in host_side.volumes}}
 
 
 #: The parts that follow the flavor: on resize and migration they are
@@ -318,7 +318,7 @@ HOST_PARTS = (nics, volumes)
 
 #: Every part of a new container, in the order they are merged (a later
 #: part wins on a key both set).
-BUILDERS = ((profile_masks, identity) + FLAVOR_PARTS + (boot, cloud_init) +
+BUILDERS = ((profile_masks, ownership) + FLAVOR_PARTS + (boot, cloud_init) +
             HOST_PARTS)
 
 
@@ -330,7 +330,7 @@ def flavor_config_keys():
 def with_accelerators(container, bound):
     """The container with the devices and config of an accelerator binding.
 
-    ``bound`` is a :class:`nova_lxd_accel.accel.binding.Binding`; its
+    ``bound`` is a :class:`nova_lxd_accel.accel.binding.pick.Binding`; its
     device names (``nova-gpu0``, ``nova-mig0``, ``nova-ib0``) never clash
     with the driver's own (``root``).
     """
@@ -362,7 +362,7 @@ def resize_fragment(instance, flavor, image_meta, policy):
     The new flavor's ``lxd:`` extra specs are checked first, as at spawn
     (the migration calls this before it stops the container).
     """
-    lxd_extra_specs.check_flavor(flavor, policy)
+    lxd_keys.check_flavor(flavor, policy)
     return build_container(instance, flavor, image_meta, policy,
                            builders=FLAVOR_PARTS)
 
@@ -381,7 +381,7 @@ def rescue_container(instance, image_meta, policy, original, rootfs):
     """
     container = build_container(instance, instance.flavor, image_meta,
                                 policy)
-    container['config'][spec_identity.KEY_RESCUE_OF] = original
+    container['config'][identity.KEY_RESCUE_OF] = original
     container['devices']['rescue'] = {
         'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
     return container

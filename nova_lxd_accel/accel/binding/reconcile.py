@@ -13,7 +13,7 @@
 """Accelerator bindings after a nova-compute restart.
 
 The containers' configs are the source of truth (the binding record,
-:data:`nova_lxd_accel.spec.identity.KEY_DEVICES`, written by
+:data:`nova_lxd_accel.container.identity.KEY_DEVICES`, written by
 :mod:`.binding`). At ``init_host`` the driver calls
 :func:`reconcile`, which:
 
@@ -33,9 +33,9 @@ answer there would strip devices from live instances.
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel import binding_ledger
+from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel import units
-from nova_lxd_accel.spec import identity
+from nova_lxd_accel.container import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def placement_mismatches(recorded, allocations):
         Placement for that consumer.
     :returns: list of ``(provider, rc, bound, allocated)``.
     """
-    bound = binding_ledger.expected_usage(recorded)
+    bound = ledger.expected_usage(recorded)
     allocated = {}
     for rp_uuid, alloc in (allocations or {}).items():
         for rc, amount in ((alloc or {}).get('resources') or {}).items():

@@ -35,7 +35,7 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
     when the probe last ran, and whether nvidia-smi answered.
 """
 
-from nova_lxd_accel.accel import gpu_state
+from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel import placement_names
 
 PREFIX = 'nova_lxd_accel_gpu_'
@@ -75,10 +75,10 @@ def render(state, pcis, conf, now):
                                         _number(value)))
 
     pcis = sorted(set(pcis) | set(state.get('holds', {})))
-    states = gpu_state.gpu_states(state, pcis, conf, now)
+    states = gate_state.gpu_states(state, pcis, conf, now)
     family('state', 'gauge', 'GPU state (1 for the current one).',
            [({'pci': pci, 'state': s}, int(states[pci] == s))
-            for pci in pcis for s in gpu_state.STATES])
+            for pci in pcis for s in gate_state.STATES])
     dirty = {}
     for unit in state.get('dirty', {}).values():
         dirty[unit.get('pci')] = dirty.get(unit.get('pci'), 0) + 1
@@ -110,9 +110,9 @@ def render(state, pcis, conf, now):
            'Seconds since an idle bound unit last showed compute use.',
            [({'instance': u['instance'], 'project': u['project'],
               'pci': u['pci'], 'unit': u['unit']}, float(u['idle_s']))
-            for u in gpu_state.idle_units(state, conf, now)])
+            for u in gate_state.idle_units(state, conf, now)])
     sick = {pci for pci, hold in state.get('holds', {}).items()
-            if hold.get('kind') == gpu_state.KIND_UNHEALTHY}
+            if hold.get('kind') == gate_state.KIND_UNHEALTHY}
     family('instance_on_unhealthy_gpu', 'gauge',
            'Instances still bound to an unhealthy GPU (left running).',
            [({'instance': u.get('instance'), 'project': u.get('project'),
@@ -131,4 +131,4 @@ def render(state, pcis, conf, now):
 
 def write_textfile(path, text):
     """Write atomically (node_exporter must never read half a file)."""
-    gpu_state.write_atomic(path, text, prefix='.nova_lxd_accel.', mode=0o644)
+    gate_state.write_atomic(path, text, prefix='.nova_lxd_accel.', mode=0o644)

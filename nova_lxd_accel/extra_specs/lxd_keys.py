@@ -23,8 +23,8 @@ from nova.api.validation.extra_specs import base
 from nova import exception
 from oslo_utils import strutils
 
+from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import placement_names
-from nova_lxd_accel.accel import sharing
 from nova_lxd_accel import exception as lxd_exception
 
 #: The kernel's PID_MAX_LIMIT on 64-bit hosts: the pids cgroup refuses a
@@ -147,7 +147,7 @@ def check_flavor(flavor, policy):
     Spawn calls this first, before anything is created, whatever
     microversion made the flavor: every ``lxd:`` key must be known and
     valid, and the operator-gated ones allowed by ``policy`` (a
-    :class:`nova_lxd_accel.spec.container.HostPolicy`).
+    :class:`nova_lxd_accel.container.builder.HostPolicy`).
 
     :raises: FlavorExtraSpecInvalid naming the key, its value and why;
         FlavorNotAllowed for a valid key the operator forbids.
@@ -251,7 +251,7 @@ def _check_sharing_mode_traits(flavor, specs):
 
     A share with ``lxd:gpu_memory_mb`` lands only on a GPU shared with
     quotas, one without only on a time-sliced GPU (see
-    :mod:`nova_lxd_accel.accel.sharing`): requiring the other mode's trait
+    :mod:`.binding.sharing`): requiring the other mode's trait
     could never be satisfied, or would land where spawn refuses it; a
     trait in another request group than the slot's constrains another
     provider than the slot's GPU.

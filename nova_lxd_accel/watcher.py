@@ -27,7 +27,7 @@ When the stream drops (the daemon restarts) the watcher reconnects with
 exponential backoff, then lists the containers once and emits what changed
 meanwhile. Only a daemon without the events API is polled (one listing per
 ``[lxd] lifecycle_poll_interval``). Which containers are ours is
-:meth:`nova_lxd_accel.spec.identity.Owner.instances`'s answer; events of other
+:meth:`.identity.Owner.instances`'s answer; events of other
 projects, other hosts and containers Nova did not make are never emitted.
 """
 
@@ -38,9 +38,9 @@ from nova.compute import power_state
 from nova.virt import event as virtevent
 from oslo_log import log as logging
 
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest
-from nova_lxd_accel.spec import identity
 
 LOG = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def event_instances(event):
 class LifecycleWatcher(object):
     """A daemon thread turning the daemon's events into Nova's.
 
-    :param owner: the host's :class:`.spec.identity.Owner`: whose
+    :param owner: the host's :class:`.container.identity.Owner`: whose
         containers' events become nova's.
     :param interval: ``[lxd] lifecycle_poll_interval``: 0 turns the
         watcher off; otherwise the poll interval used only when the daemon
@@ -122,7 +122,7 @@ class LifecycleWatcher(object):
     :param use_events: False polls whatever the daemon offers.
     :param on_gone: callable(container name) told first when one of ours
         was removed behind nova's back (the GPU gate's
-        :meth:`~nova_lxd_accel.accel.gpu_gate.GpuGate.note_gone`), or None.
+        :meth:`~nova_lxd_accel.accel.health.gate.GpuGate.note_gone`), or None.
     """
 
     def __init__(self, client, owner, interval, emit, use_events=True,

@@ -31,8 +31,8 @@ from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import lxd_resources
 from nova_lxd_accel.accel.inventory import nvidia_smi
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel import daemon as lxd_daemon
+from nova_lxd_accel import placement_names
 
 OK = 'ok'
 INFO = 'info'

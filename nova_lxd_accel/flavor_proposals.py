@@ -48,10 +48,10 @@ import fractions
 import re
 import typing
 
-from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accounting import apel
+from nova_lxd_accel.extra_specs import sharing_modes
+from nova_lxd_accel import placement_names
 
 VENDORS = {'10de': 'NVIDIA', '1002': 'AMD', '8086': 'Intel'}
 TYPE_GPU = 'GPU'
@@ -187,7 +187,7 @@ def _base_specs(gpu, rc, count, model, memory, virt, gpu_share=1):
 
 
 def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
-                   prefix, mode=sharing.MODE_TIMESLICE):
+                   prefix, mode=sharing_modes.MODE_TIMESLICE):
     """One share of a shared GPU (see admin/gpu-sharing), for its mode.
 
     Like a MIG slice, a share is counted as one accelerator whose model
@@ -198,7 +198,7 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
     """
     name = '%s.%s-share-1of%d' % (prefix, _slug(model), gpu.shared_slots)
     quota = None
-    if mode == sharing.MODE_QUOTA:
+    if mode == sharing_modes.MODE_QUOTA:
         name += '-quota'
         if not memory_by_pci.get(gpu.pci_address):
             return
@@ -224,7 +224,7 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
         how = 'time-sliced%s' % (
             ': its %d GB are shared with the other instances on it'
             % round(memory / 1024) if memory else '')
-    specs[sharing.mode_trait_key(mode)] = 'required'
+    specs[sharing_modes.mode_trait_key(mode)] = 'required'
     description = (
         '1 share of an %s %s GPU (one of %d, %s), in an LXD container with '
         '%s.' % (vendor, model, gpu.shared_slots, how,
@@ -255,7 +255,7 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
         if gpu.shared_slots:
             _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus,
                            ram, disk, prefix, (share_modes or {}).get(
-                               gpu.pci_address, sharing.DEFAULT_MODE))
+                               gpu.pci_address, sharing_modes.DEFAULT_MODE))
             continue
         if gpu.mig_devices:
             for mig in gpu.mig_devices:

@@ -70,10 +70,10 @@ from nova_lxd_accel.accel import devices  # noqa: E402
 from nova_lxd_accel.accel.health import gate  # noqa: E402
 from nova_lxd_accel.accel.health import gate_state  # noqa: E402
 from nova_lxd_accel.accel.inventory import reporter  # noqa: E402
-from nova_lxd_accel.accel import placement_names  # noqa: E402
 from nova_lxd_accel import client as lxd_client  # noqa: E402
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel import exception  # noqa: E402
+from nova_lxd_accel import placement_names  # noqa: E402
 
 NODE = 'gpu-acceptance'
 ROOT = '00000000-0000-4000-8000-0000000acce9'

@@ -25,8 +25,8 @@ import json
 import os_resource_classes as orc
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.container import identity
+from nova_lxd_accel import placement_names
 
 KIND_PGPU = 'pgpu'
 KIND_MIG = 'mig'

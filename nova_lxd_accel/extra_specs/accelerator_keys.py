@@ -20,19 +20,19 @@ HTTP 400. The keys are the ones cASO and cloud-info-provider read; see
 convention.
 """
 
-from nova_lxd_accel.extra_specs import LXDExtraSpecValidator
+from nova_lxd_accel.extra_specs import lxd_keys
 
 
 def _name(name, description, longest):
     """A validator of a name of 1 to ``longest`` characters."""
-    return LXDExtraSpecValidator(
+    return lxd_keys.LXDExtraSpecValidator(
         name=name, description=description,
         value={'type': str, 'pattern': r'\S.{0,%d}' % (longest - 1),
                'description': 'a name of 1 to %d characters' % longest})
 
 
 EXTRA_SPEC_VALIDATORS = [
-    LXDExtraSpecValidator(
+    lxd_keys.LXDExtraSpecValidator(
         name='Accelerator:Type',
         description='Kind of accelerator, for accounting (cASO) and the '
                     'information system (cloud-info-provider).',
@@ -43,7 +43,7 @@ EXTRA_SPEC_VALIDATORS = [
     _name('Accelerator:Model',
           'Accelerator model without the vendor, e.g. "A100-SXM4-80GB" or, '
           'for a MIG slice, "A100-SXM4-80GB MIG 1g.10gb".', 128),
-    LXDExtraSpecValidator(
+    lxd_keys.LXDExtraSpecValidator(
         name='Accelerator:Number',
         description='How many accelerators (whole GPUs, or MIG slices for '
                     'a MIG flavor) an instance gets; a whole number, as '
@@ -51,13 +51,13 @@ EXTRA_SPEC_VALIDATORS = [
         value={'type': int, 'min': 1, 'max': 64,
                'description': 'an integer from 1 to 64'},
     ),
-    LXDExtraSpecValidator(
+    lxd_keys.LXDExtraSpecValidator(
         name='Accelerator:Memory',
         description='Memory of one accelerator (or MIG slice) in MiB.',
         value={'type': int, 'min': 1,
                'description': 'a positive integer (MiB)'},
     ),
-    LXDExtraSpecValidator(
+    lxd_keys.LXDExtraSpecValidator(
         name='Accelerator:VirtualizationType',
         description='How the instance gets the accelerator: passthrough '
                     '(whole device), MIG (a MIG slice), shared (a share of a '

@@ -23,9 +23,9 @@ from nova.api.validation.extra_specs import base
 from nova import exception
 from oslo_utils import strutils
 
-from nova_lxd_accel.accel.binding import sharing
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel import exception as lxd_exception
+from nova_lxd_accel.extra_specs import sharing_modes
+from nova_lxd_accel import placement_names
 
 #: The kernel's PID_MAX_LIMIT on 64-bit hosts: the pids cgroup refuses a
 #: larger ``pids.max`` (LXD ``limits.processes``), so the boot would fail.
@@ -256,8 +256,8 @@ def _check_sharing_mode_traits(flavor, specs):
     trait in another request group than the slot's constrains another
     provider than the slot's GPU.
     """
-    required = sharing.required_mode_traits(specs)
-    mode = sharing.flavor_mode(specs)
+    required = sharing_modes.required_mode_traits(specs)
+    mode = sharing_modes.flavor_mode(specs)
     share_groups = _groups(specs, 'resources', placement_names.SHARE_RC)
     group = share_groups[0] if share_groups else None
     wrong = sorted(key for other, keys in required.items() for key in keys
@@ -268,6 +268,6 @@ def _check_sharing_mode_traits(flavor, specs):
         raise _inconsistent(flavor, (
             'require trait%s:%s=required instead of %s: its share is %s '
             '(it %s lxd:gpu_memory_mb)' % (
-                group or '', sharing.MODE_TRAITS[mode],
+                group or '', sharing_modes.MODE_TRAITS[mode],
                 ', '.join('%s=required' % key for key in wrong), mode,
-                'sets' if mode == sharing.MODE_QUOTA else 'sets no')))
+                'sets' if mode == sharing_modes.MODE_QUOTA else 'sets no')))

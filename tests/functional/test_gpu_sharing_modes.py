@@ -25,8 +25,8 @@ import os
 import fixtures
 import nova.conf
 
-from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel.extra_specs import sharing_modes
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
 
@@ -69,8 +69,9 @@ class SharingModeTest(test_claims.ClaimTestBase):
                      'resources1:%s' % MEMORY_RC: str(QUOTA_MIB),
                      'lxd:gpu_memory_mb': str(QUOTA_MIB)}
         if with_trait:
-            mode = sharing.MODE_QUOTA if quota else sharing.MODE_TIMESLICE
-            specs[sharing.mode_trait_key(mode)] = 'required'
+            mode = (sharing_modes.MODE_QUOTA if quota
+                    else sharing_modes.MODE_TIMESLICE)
+            specs[sharing_modes.mode_trait_key(mode)] = 'required'
         return self.flavor(**specs)
 
     def usages(self):
@@ -131,7 +132,7 @@ class SharingModeTest(test_claims.ClaimTestBase):
         self.assertIn('shared in %s mode' % card_mode, message)
         # what to fix, within the 255 characters nova keeps of a fault
         self.assertIn('must require %s=required'
-                      % sharing.mode_trait_key(mode), message)
+                      % sharing_modes.mode_trait_key(mode), message)
         self.assertEqual({}, self._get_allocations_by_server_uuid(
             server['id']))
         self.assertNotIn('nova-%s' % server['id'], self.container_names())
@@ -144,7 +145,7 @@ class SharingModeTest(test_claims.ClaimTestBase):
         server, = self.boot_all(self.share_flavor(quota=False,
                                                   with_trait=False), 1)
         self.assert_refused_and_nothing_left(
-            server, sharing.MODE_QUOTA, sharing.MODE_TIMESLICE)
+            server, sharing_modes.MODE_QUOTA, sharing_modes.MODE_TIMESLICE)
         self.assertEqual(
             {QUOTA_RP: {SHARE_RC: 0, MEMORY_RC: 0},
              TIMESLICE_RP: {SHARE_RC: 2, MEMORY_RC: 0}}, self.usages())
@@ -156,7 +157,7 @@ class SharingModeTest(test_claims.ClaimTestBase):
         server, = self.boot_all(self.share_flavor(quota=True,
                                                   with_trait=False), 1)
         self.assert_refused_and_nothing_left(
-            server, sharing.MODE_TIMESLICE, sharing.MODE_QUOTA)
+            server, sharing_modes.MODE_TIMESLICE, sharing_modes.MODE_QUOTA)
         self.assertEqual(
             {QUOTA_RP: {SHARE_RC: 2, MEMORY_RC: 2 * QUOTA_MIB},
              TIMESLICE_RP: {SHARE_RC: 0, MEMORY_RC: 0}}, self.usages())

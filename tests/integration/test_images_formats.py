@@ -38,7 +38,7 @@ _KILLED_DOWNLOAD = """
 import sys, time
 import nova.conf
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import image as lxd_image
+from nova_lxd_accel import image_cache
 CONF = nova.conf.CONF
 lxd_conf.register_opts(CONF)
 CONF([], default_config_files=[])
@@ -58,7 +58,7 @@ class Meta(object):
     id = 'img-killed'
 
 
-lxd_image.ImageCache(None, image_api=StuckGlance(), conf=CONF)._import(
+image_cache.ImageCache(None, image_api=StuckGlance(), conf=CONF)._import(
     None, Meta(), 'checksum', None)
 """
 

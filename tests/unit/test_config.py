@@ -289,7 +289,7 @@ class SpecPartsTest(testtools.TestCase):
         # resize would keep the old flavor's value
         others = [part for part in builder.BUILDERS
                   if part not in builder.FLAVOR_PARTS]
-        self.assertEqual(['profile_masks', 'identity', 'boot', 'cloud_init',
+        self.assertEqual(['profile_masks', 'ownership', 'boot', 'cloud_init',
                           'nics', 'volumes'], [p.__name__ for p in others])
         instance = _instance()
         for part in others:

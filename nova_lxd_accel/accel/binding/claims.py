@@ -20,7 +20,7 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
    :func:`nova_lxd_accel.accel.binding.pick.held_units`), and then, still under
    the lock, add the units released but not yet verified clean and those
    of containers removed behind nova's back (:meth:`nova_lxd_accel.accel.
-   gpu_gate.GpuGate.unavailable_units`, read from the GPU state file after
+   gate.GpuGate.unavailable_units`, read from the GPU state file after
    the listing): a claim picks by identity, never a dirty unit, whatever
    Placement counts;
 2. pick free units (:func:`nova_lxd_accel.accel.binding.pick.bind`);
@@ -119,11 +119,11 @@ def claiming(client, name, allocations, device_for_provider,
         for slots of shared GPUs.
     :param unavailable: unit key -> reasons, units no claim may pick
         (released and not yet verified clean), as
-        :meth:`.gpu_gate.GpuGate.unavailable_units` gives them; or that
+        :meth:`.gate.GpuGate.unavailable_units` gives them; or that
         callable, called with the records listed, under the lock.
     :param nvidia: the :class:`.cdi.NvidiaBinding` of the daemon.
     :param dirty_projects: callable(records) -> shared GPU -> projects of
-        its dirty slots (:meth:`.gpu_gate.GpuGate.dirty_share_projects`), read
+        its dirty slots (:meth:`.gate.GpuGate.dirty_share_projects`), read
         under the lock.
     :raises: AcceleratorUnavailable, AcceleratorNotBindable.
     """
@@ -163,7 +163,7 @@ def _recorded(client, name, instance, holding, on_bound=None):
     """Record in ``name`` what a :func:`claiming` picks, under its lock.
 
     :param on_bound: callable(container, instance uuid, records) told of
-        the units once written (:meth:`.gpu_gate.GpuGate.note_bound`).
+        the units once written (:meth:`.gate.GpuGate.note_bound`).
     """
     with holding as bound:
         if bound.units:

@@ -53,10 +53,10 @@ from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from nova_lxd_accel import placement_names
 
 _NAME_PREFIX = {units.KIND_PGPU: identity.GPU_DEVICE_PREFIX,
                 units.KIND_MIG: identity.MIG_DEVICE_PREFIX,

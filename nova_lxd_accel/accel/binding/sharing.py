@@ -19,28 +19,11 @@ container's environment.
 """
 
 import dataclasses
-import re
 
 from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel import exception
-
-
-#: How a shared GPU is shared (``[lxd_accelerators] shared_gpus``, the
-#: optional third part of an entry): with NVIDIA MPS quotas, every flavor
-#: on it giving ``lxd:gpu_memory_mb``, or time-sliced, no flavor giving one.
-MODE_QUOTA = 'quota'
-MODE_TIMESLICE = 'timeslice'
-#: a card without a mode: no MPS daemon is needed for it, and the flavors
-#: ``nova-lxd-accel flavors`` proposed before modes existed fit it
-DEFAULT_MODE = MODE_TIMESLICE
-MODES = (MODE_QUOTA, MODE_TIMESLICE)
-#: the trait of each mode on the GPU's provider; a flavor requires one
-MODE_TRAITS = {MODE_QUOTA: placement_names.TRAIT_SHARING_QUOTA,
-               MODE_TIMESLICE: placement_names.TRAIT_SHARING_TIMESLICE}
-#: the extra spec that makes a flavor's share a quota'd one
-MEMORY_QUOTA_KEY = 'lxd:gpu_memory_mb'
+from nova_lxd_accel.extra_specs import sharing_modes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +31,13 @@ class SharedGpu:
     """One ``shared_gpus`` entry: its slots and its sharing mode."""
 
     slots: int
-    mode: str = DEFAULT_MODE
+    mode: str = sharing_modes.DEFAULT_MODE
 
 
 def _malformed(entry):
     return ValueError('[lxd_accelerators] shared_gpus: %r is not '
                       '<PCI address or model>:<slots>[:%s]'
-                      % (entry, '|'.join(MODES)))
+                      % (entry, '|'.join(sharing_modes.MODES)))
 
 
 def parse_shared_gpus(entries):
@@ -71,8 +54,8 @@ def parse_shared_gpus(entries):
         if not entry:
             continue
         key, sep, last = entry.rpartition(':')
-        mode = DEFAULT_MODE
-        if last.strip().lower() in MODES:
+        mode = sharing_modes.DEFAULT_MODE
+        if last.strip().lower() in sharing_modes.MODES:
             mode = last.strip().lower()
             key, sep, last = key.rpartition(':')
         elif last.strip() and not last.strip().isdigit():
@@ -117,38 +100,7 @@ def card_mode(entries, gpu):
     or product name); a GPU no entry names is :data:`DEFAULT_MODE`.
     """
     entry = _entry(entries, gpu.pci_address, gpu.model or gpu.product)
-    return entry.mode if entry else DEFAULT_MODE
-
-
-def flavor_mode(extra_specs):
-    """The mode a flavor's share needs: quota'd iff it sets a memory quota."""
-    if (extra_specs or {}).get(MEMORY_QUOTA_KEY) not in (None, ''):
-        return MODE_QUOTA
-    return MODE_TIMESLICE
-
-
-def required_mode_traits(extra_specs):
-    """Mode -> the ``trait*:`` keys of ``extra_specs`` that require it."""
-    out = {}
-    for key, value in (extra_specs or {}).items():
-        prefix, _, trait = key.partition(':')
-        if not re.match(r'^trait[^:]*$', prefix) or \
-                str(value).strip().lower() != 'required':
-            continue
-        for mode, mode_trait in MODE_TRAITS.items():
-            if trait == mode_trait:
-                out.setdefault(mode, []).append(key)
-    return out
-
-
-def mode_trait_key(mode):
-    """The extra spec a flavor of ``mode`` requires its trait with.
-
-    In the request group of its slot: a quota'd share asks for its slot
-    and its memory in group 1, one GPU (see ``extra_specs``).
-    """
-    return '%s:%s' % ('trait1' if mode == MODE_QUOTA else 'trait',
-                      MODE_TRAITS[mode])
+    return entry.mode if entry else sharing_modes.DEFAULT_MODE
 
 
 def check_mode(entries, gpu, memory_mb, flavor, provider):
@@ -162,15 +114,16 @@ def check_mode(entries, gpu, memory_mb, flavor, provider):
     :raises: SharedGpuModeMismatch (nova reschedules the instance).
     """
     mode = card_mode(entries, gpu)
-    wanted = MODE_QUOTA if memory_mb is not None else MODE_TIMESLICE
+    wanted = (sharing_modes.MODE_QUOTA if memory_mb is not None
+              else sharing_modes.MODE_TIMESLICE)
     if mode == wanted:
         return
     raise exception.SharedGpuModeMismatch(
         pci=gpu.pci_address, provider=provider, card_mode=mode,
         flavor=flavor or 'of the instance',
-        flavor_mode=wanted, trait=mode_trait_key(wanted),
-        quota=('sets %s' % MEMORY_QUOTA_KEY if memory_mb is not None
-               else 'sets no %s' % MEMORY_QUOTA_KEY))
+        flavor_mode=wanted, trait=sharing_modes.mode_trait_key(wanted),
+        quota=('sets %s' if memory_mb is not None else 'sets no %s')
+        % sharing_modes.MEMORY_QUOTA_KEY)
 
 
 def pipe_directory(template, pci_address):

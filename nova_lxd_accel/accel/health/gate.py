@@ -60,9 +60,9 @@ from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import holds
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.health import release
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from nova_lxd_accel import placement_names
 
 LOG = logging.getLogger(__name__)
 
@@ -129,8 +129,8 @@ class GpuGate(object):
         inventory last reported (to tell a GPU nvidia-smi lost).
     :param instance_projects: callable returning {instance uuid: project
         id}, or None.
-    :param probe: a :class:`gpu_probe.HostProbe` (default from ``conf``).
-    :param store: a :class:`gpu_state.StateStore` (default from ``conf``).
+    :param probe: a :class:`probe.HostProbe` (default from ``conf``).
+    :param store: a :class:`gate_state.StateStore` (default from ``conf``).
     :param clock: zero-argument callable returning seconds.
     :param on_clean: zero-argument callable run when the re-check thread
         finds a released unit clean (the driver runs nova's resource
@@ -138,7 +138,7 @@ class GpuGate(object):
     :param sleep: callable(seconds), between the release wait's probes.
     :param monotonic: zero-argument callable, the release wait's clock.
     :param attribute: callable(pid) -> the container of a host process
-        (:func:`.gpu_release.container_of_process`), or None when the host
+        (:func:`.release.container_of_process`), or None when the host
         does not let processes be told apart.
     :param background: False: no re-check thread; the caller runs
         :meth:`recheck` (tests that drive time themselves).
@@ -205,7 +205,7 @@ class GpuGate(object):
     def refresh(self):
         """Probe the GPUs and update the state file.
 
-        :returns: the :class:`gpu_probe.Snapshot` taken.
+        :returns: the :class:`probe.Snapshot` taken.
         """
         # the listing before the probe: a unit it finds released was
         # released before the probe, so the probe can verify it
@@ -655,7 +655,7 @@ class GpuGate(object):
     def unavailable_units(self, records=None):
         """Unit key -> why no claim may pick it now.
 
-        :func:`.gpu_release.unavailable` of the state file: a claim calling
+        :func:`.release.unavailable` of the state file: a claim calling
         this under its lock sees every release written before, by any
         process.
 
@@ -666,7 +666,7 @@ class GpuGate(object):
     def dirty_share_projects(self, records=None):
         """Shared GPU -> projects of its dirty slots.
 
-        :func:`.gpu_release.dirty_share_projects` of the state file.
+        :func:`.release.dirty_share_projects` of the state file.
         """
         return release.dirty_share_projects(self._ledger(), records)
 

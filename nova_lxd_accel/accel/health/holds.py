@@ -13,7 +13,7 @@
 """The GPU health gate: what a probe says of each GPU's health.
 
 Functions over the GPU state (:mod:`.gpu_state`) and a probe's
-:class:`.gpu_probe.Snapshot`, run by :class:`.gpu_gate.GpuGate` under the
+:class:`.probe.Snapshot`, run by :class:`.gate.GpuGate` under the
 state file's lock:
 
 * :func:`health`: a GPU the probe finds unhealthy (uncorrectable ECC,

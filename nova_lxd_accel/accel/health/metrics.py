@@ -36,7 +36,7 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
 """
 
 from nova_lxd_accel.accel.health import gate_state
-from nova_lxd_accel.accel import placement_names
+from nova_lxd_accel import placement_names
 
 PREFIX = 'nova_lxd_accel_gpu_'
 

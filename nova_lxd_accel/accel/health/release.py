@@ -13,7 +13,7 @@
 """Verified release: whether a released GPU unit is clean yet.
 
 Functions over the GPU state (:mod:`.gpu_state`) and a probe's
-:class:`.gpu_probe.Snapshot`, run by :class:`.gpu_gate.GpuGate` under the
+:class:`.probe.Snapshot`, run by :class:`.gate.GpuGate` under the
 state file's lock. A released unit is *dirty* (``state['dirty']``) until
 :func:`verify_released` finds it clean: for a whole GPU no compute process
 and memory back to its baseline (plus ``[lxd_accelerators]
@@ -63,7 +63,7 @@ def mig_key(pci, index):
 def dirty_entry(unit, now, seq=None, place=None):
     """The ``state['dirty']`` entry of a unit released at ``now``.
 
-    :param seq: the entry's :func:`.gpu_state.next_seq`.
+    :param seq: the entry's :func:`.gate_state.next_seq`.
     :param place: a MIG slice's ``{'mig_index', 'mig_gi', 'mig_ci',
         'mig_profile'}`` (:func:`mig_place`), to know it again if the
         operator recreates it with a new UUID.

@@ -31,7 +31,7 @@ import os_traits
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import placement_names
+from nova_lxd_accel import placement_names
 
 LOG = logging.getLogger(__name__)
 

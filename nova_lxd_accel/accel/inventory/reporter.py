@@ -37,10 +37,11 @@ from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
+from nova_lxd_accel.extra_specs import sharing_modes
 from nova_lxd_accel import nova_lookups
+from nova_lxd_accel import placement_names
 
 LOG = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class AcceleratorInventory(object):
         than ours hold are reported ``reserved``. None: nothing is.
     :param is_ours: callable(record) -> whether an instance is one of this
         nova-compute's (:meth:`.identity.Owner.is_ours`).
-    :param gate: the host's :class:`.gpu_gate.GpuGate` (held, unhealthy and
+    :param gate: the host's :class:`.gate.GpuGate` (held, unhealthy and
         not yet verified units), or None.
     :param reported: the :class:`ReportedGpus` the gate reads.
     """
@@ -218,7 +219,7 @@ class AcceleratorInventory(object):
                             placement_names.MEMORY_RC)
         # each shared GPU's mode, as a trait flavors require (sharing)
         sharing_traits = {
-            g.pci_address: sharing.MODE_TRAITS[sharing.card_mode(
+            g.pci_address: sharing_modes.MODE_TRAITS[sharing.card_mode(
                 options.shared_gpus, g)] for g in gpus if g.shared_slots}
         desired = provider_tree.desired_providers(nodename, gpus, ib_cards,
                                                   sharing_traits)

@@ -12,7 +12,7 @@
 
 """Health gate, verified release, usage, idle and metrics (unit level).
 
-The probe is the real :class:`gpu_probe.HostProbe` running a script that
+The probe is the real :class:`probe.HostProbe` running a script that
 prints recorded nvidia-smi outputs; the state file is real.
 """
 

@@ -406,8 +406,8 @@ class TestKernelLogXids(testtools.TestCase):
         # and returns under eventlet's monkey patching too, as in
         # nova-compute (a green os.read waits for the next kernel message)
         code = ('import eventlet; eventlet.monkey_patch()\n'
-                'from nova_lxd_accel.accel import gpu_probe\n'
-                'gpu_probe.read_kernel_log("/dev/kmsg")\n'
+                'from nova_lxd_accel.accel.health import probe\n'
+                'probe.read_kernel_log("/dev/kmsg")\n'
                 'print("returned")\n')
         try:
             proc = subprocess.run([sys.executable, '-W', 'ignore', '-c',

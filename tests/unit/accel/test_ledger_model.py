@@ -72,11 +72,11 @@ from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
-from nova_lxd_accel.accel import placement_names
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from nova_lxd_accel import placement_names
 from nova_lxd_accel import watcher
 from tests import fake_lxd
 from tests import fake_nvidia_smi

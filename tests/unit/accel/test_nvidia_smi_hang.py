@@ -187,7 +187,7 @@ class TestHungNvidiaSmi(base.BaseTestCase):
         # nova-compute runs monkey patched: a green Popen and green threads
         code = ('import eventlet; eventlet.monkey_patch()\n'
                 'import sys\n'
-                'from nova_lxd_accel.accel import nvidia_smi\n'
+                'from nova_lxd_accel.accel.inventory import nvidia_smi\n'
                 'rc, _, err = nvidia_smi.run(sys.argv[1], ["-q"], 1)\n'
                 'print(rc, nvidia_smi.abandoned_children())\n'
                 'print(err)\n'

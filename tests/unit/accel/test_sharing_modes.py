@@ -32,6 +32,7 @@ from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
+from nova_lxd_accel.extra_specs import sharing_modes
 from nova_lxd_accel import flavor_proposals
 from tests.unit.accel import test_binding
 from tests.unit.accel import test_sharing
@@ -71,13 +72,13 @@ class ModeOptionTest(testtools.TestCase):
                           for g in (by_pci, by_product, unnamed)])
 
     def test_flavor_mode_and_its_required_traits(self):
-        self.assertEqual('quota', sharing.flavor_mode(
+        self.assertEqual('quota', sharing_modes.flavor_mode(
             {'lxd:gpu_memory_mb': '4096'}))
-        self.assertEqual('timeslice', sharing.flavor_mode(
+        self.assertEqual('timeslice', sharing_modes.flavor_mode(
             {'resources:CUSTOM_GPU_SHARE': '1'}))
         self.assertEqual(
             {'quota': ['trait2:%s' % QUOTA]},
-            sharing.required_mode_traits({
+            sharing_modes.required_mode_traits({
                 'trait2:%s' % QUOTA: 'required',
                 'trait:%s' % TIMESLICE: 'forbidden',
                 'trait:CUSTOM_GPU_SHARED': 'required'}))

@@ -119,7 +119,7 @@ class Bench(object):
             'container_format': 'bare', 'checksum': 'bench-reads'})
         # imported once, as for every boot after a host's first
         image_cache.ImageCache(
-            self.driver._parts.client,
+            self.driver._parts.client, nova.conf.CONF,
             image_api=LocalImageAPI(image_path)).ensure(self.context,
                                                         self.image_meta)
         self.requests = daemon_requests.DaemonRequests(

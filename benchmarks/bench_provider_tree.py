@@ -113,7 +113,7 @@ def _time(resources_seq, mig_text):
     """Per-call seconds of update_provider_tree over resources_seq[1:]."""
     feed = iter(resources_seq)
     inventory = reporter.AcceleratorInventory(
-        lambda: next(feed), lambda: mig_text, _conf(),
+        lambda: next(feed), lambda: mig_text, conf=_conf(),
         provider_allocations=lambda rp: {})
     tree = provider_tree.ProviderTree()
     tree.new_root(NODE, '00000000-0000-0000-0000-0000000000b1')

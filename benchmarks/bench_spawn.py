@@ -105,7 +105,7 @@ def bench(conf, socket, rounds, image_path):
     raw = pylxd.Client(endpoint=socket, project=project)
     client = lxd_client.LXDClient(conf)
     images = image_cache.ImageCache(
-        client, image_api=LocalImageAPI(image_path))
+        client, conf, image_api=LocalImageAPI(image_path))
     life = lifecycle.Lifecycle(client, conf, images)
     policy = builder.HostPolicy(host='bench')
     context = nova_context.get_admin_context()

@@ -31,6 +31,7 @@ from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import lxd_resources
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import placement_names
 
@@ -379,15 +380,15 @@ def check_shared_gpus(view):
     if not group.shared_gpus:
         return []
     try:
-        sharing.parse_shared_gpus(group.shared_gpus)
+        shared_gpus.parse_shared_gpus(group.shared_gpus)
     except ValueError as exc:
         return [Finding('gpu-shared', ERROR, str(exc),
                         'write each entry as <PCI address or model>:<slots>')]
     bound = list((view.state or {}).get('bound', {}).values())
     out = []
     for gpu in view.gpus():
-        slots = sharing.shared_slots(group.shared_gpus, gpu.pci_address,
-                                     gpu.model or gpu.product)
+        slots = shared_gpus.shared_slots(group.shared_gpus, gpu.pci_address,
+                                         gpu.model or gpu.product)
         if not slots:
             continue
         users = {}

@@ -45,7 +45,6 @@ import tempfile
 import time
 
 from nova.compute import task_states
-import nova.conf
 from nova import exception as nova_exception
 from nova.image import glance
 from oslo_concurrency import lockutils
@@ -208,9 +207,8 @@ def sniff_image(path, image_id):
     return KIND_ROOTFS_TAR
 
 
-def download_dir(conf=None):
+def download_dir(conf):
     """The directory the driver downloads Glance images into."""
-    conf = conf or nova.conf.CONF
     return conf.lxd.image_download_dir or os.path.join(
         conf.state_path, 'lxd-image-downloads')
 
@@ -233,7 +231,7 @@ def _alive(pid):
     return True
 
 
-def clean_download_dir(conf=None):
+def clean_download_dir(conf):
     """Remove what interrupted downloads left; returns the names removed.
 
     ``init_host`` calls it: a nova-compute killed during a spawn leaves its
@@ -281,10 +279,10 @@ def write_metadata_tarball(path, architecture, description):
 class ImageCache(object):
     """Glance images imported into LXD, once per id and checksum."""
 
-    def __init__(self, client, image_api=None, conf=None):
+    def __init__(self, client, conf, image_api=None):
         self._client = client
         self._image_api = image_api or glance.API()
-        self._conf = conf or nova.conf.CONF
+        self._conf = conf
 
     def _is_cached(self, existing, key):
         """Whether the alias names an LXD image imported for ``key``."""

@@ -76,7 +76,7 @@ class Parts(object):
         """
         client = client or lxd_client.LXDClient(conf)
         owner = identity.Owner.from_conf(conf, host)
-        images = image_cache.ImageCache(client)
+        images = image_cache.ImageCache(client, conf)
         networking = network.Networking(client, conf, virtapi)
         volumes = lxd_volumes.Volumes(client, conf)
         plumbing = lxd_plumbing.HostPlumbing(networking, volumes)

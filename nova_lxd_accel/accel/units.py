@@ -297,3 +297,27 @@ def _holders(held, key):
     # 'pci:*': a gpu device that takes every GPU, MIG devices included
     return held.get(key) or held.get(
         'pci:*' if key.startswith(('pci:', 'mig:')) else None) or []
+
+
+def provider_units(device):
+    """Resource class -> unit keys a device offers, in binding order."""
+    out = {}
+    if isinstance(device, devices.Gpu):
+        if device.shared_slots:
+            out[placement_names.SHARE_RC] = [
+                share_key(device.pci_address, slot)
+                for slot in range(device.shared_slots)]
+        elif device.mig_devices:
+            for mig in sorted(device.mig_devices, key=lambda m: m.index):
+                out.setdefault(mig.resource_class, []).append(
+                    mig_unit_key(device, mig))
+        else:
+            out[orc.PGPU] = ['pci:' + device.pci_address]
+    elif isinstance(device, devices.IbCard):
+        vfs = ['netdev:' + vf.netdevs[0] for vf in device.vfs if vf.netdevs]
+        if vfs:
+            out[placement_names.RC_INFINIBAND_VF] = vfs
+        else:
+            out[placement_names.RC_INFINIBAND_PORT] = [
+                'netdev:' + p.netdev for p in device.ports if p.netdev]
+    return out

@@ -25,10 +25,10 @@ extra spec.
 import json
 import socket
 
-from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import reporter
+from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import show_inventory
 from nova_lxd_accel import flavor_proposals
@@ -163,7 +163,7 @@ def _run(args):
     except (OSError, ValueError) as exc:
         _error(exc)
         return common.EXIT_BAD_INPUT
-    share_modes = {gpu.pci_address: sharing.card_mode(
+    share_modes = {gpu.pci_address: shared_gpus.card_mode(
         conf.lxd_accelerators.shared_gpus, gpu)
         for gpu in gpus if gpu.shared_slots}
     proposals = flavor_proposals.propose(

@@ -36,6 +36,7 @@ import testtools
 from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from tests import lxd_fixtures
@@ -104,7 +105,7 @@ def _produced(mode):
         for device in gpus + ib_cards:
             providers['rp-' + device.pci_address] = device
         for rp, device in sorted(providers.items()):
-            for rc, keys in sorted(pick.provider_units(device).items()):
+            for rc, keys in sorted(units.provider_units(device).items()):
                 try:
                     bound = pick.bind(
                         {rp: {'resources': {rc: len(keys)}}},

@@ -25,6 +25,7 @@ import sys
 import tarfile
 
 import fixtures
+import nova.conf
 from nova import exception as nova_exception
 from nova import objects
 
@@ -296,4 +297,4 @@ class DownloadDirTest(ImageTestCase):
             handle.write(b'partial')
         self.driver.init_host(self.host)
         self.assertEqual([], os.listdir(self.downloads))
-        self.assertEqual([], image_cache.clean_download_dir())
+        self.assertEqual([], image_cache.clean_download_dir(nova.conf.CONF))

@@ -91,30 +91,6 @@ class ShareRequest:
     flavor: typing.Optional[str] = None
 
 
-def provider_units(device):
-    """Resource class -> unit keys a device offers, in binding order."""
-    out = {}
-    if isinstance(device, devices.Gpu):
-        if device.shared_slots:
-            out[placement_names.SHARE_RC] = [
-                units.share_key(device.pci_address, slot)
-                for slot in range(device.shared_slots)]
-        elif device.mig_devices:
-            for mig in sorted(device.mig_devices, key=lambda m: m.index):
-                out.setdefault(mig.resource_class, []).append(
-                    units.mig_unit_key(device, mig))
-        else:
-            out[orc.PGPU] = ['pci:' + device.pci_address]
-    elif isinstance(device, devices.IbCard):
-        vfs = ['netdev:' + vf.netdevs[0] for vf in device.vfs if vf.netdevs]
-        if vfs:
-            out[placement_names.RC_INFINIBAND_VF] = vfs
-        else:
-            out[placement_names.RC_INFINIBAND_PORT] = [
-                'netdev:' + p.netdev for p in device.ports if p.netdev]
-    return out
-
-
 def _pick(candidates, count, held, rc, rp_uuid, device):
     """The first ``count`` free ``(key, item)`` pairs, else raise."""
     free, busy = [], []

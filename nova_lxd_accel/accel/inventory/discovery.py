@@ -17,10 +17,10 @@ import typing
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import lxd_resources
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.accel.inventory import shared_gpus
 
 LOG = logging.getLogger(__name__)
 
@@ -134,8 +134,8 @@ def _shared(gpu, options):
     A shared GPU is offered whole to several instances, so it is neither
     split into MIG devices nor offered as its virtual functions.
     """
-    slots = sharing.shared_slots(options.shared_gpus, gpu.pci_address,
-                                 gpu.model or gpu.product)
+    slots = shared_gpus.shared_slots(options.shared_gpus, gpu.pci_address,
+                                     gpu.model or gpu.product)
     if not slots:
         return gpu
     return dataclasses.replace(gpu, shared_slots=slots, mig_devices=(),

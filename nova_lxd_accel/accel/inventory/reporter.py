@@ -31,12 +31,11 @@ import typing
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel.binding import pick
-from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
+from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.extra_specs import sharing_modes
@@ -100,8 +99,7 @@ class AcceleratorInventory(object):
     :param list_mig_devices: zero-argument callable returning
         ``nvidia-smi -L`` output ('' when none, None when unknown this
         time); default runs ``[lxd_accelerators] nvidia_smi_path``.
-    :param conf: ConfigOpts with ``nova_lxd_accel.conf`` registered;
-        default ``nova.conf.CONF``.
+    :param conf: ConfigOpts with ``nova_lxd_accel.conf`` registered.
     :param provider_allocations: callable(rp_uuid) returning
         ``{consumer_uuid: {'resources': {...}}}`` for one provider; used only
         when nova passes no ``allocations`` and a device disappeared or lost
@@ -116,12 +114,9 @@ class AcceleratorInventory(object):
     :param reported: the :class:`ReportedGpus` the gate reads.
     """
 
-    def __init__(self, read_resources, list_mig_devices=None, conf=None,
+    def __init__(self, read_resources, list_mig_devices=None, *, conf,
                  provider_allocations=None, list_instances=None,
                  is_ours=None, gate=None, reported=None):
-        if conf is None:
-            import nova.conf
-            conf = nova.conf.CONF
         self._conf = conf
         self._read_resources = read_resources
         self._list_mig_devices = list_mig_devices or self._run_nvidia_smi
@@ -219,7 +214,7 @@ class AcceleratorInventory(object):
                             placement_names.MEMORY_RC)
         # each shared GPU's mode, as a trait flavors require (sharing)
         sharing_traits = {
-            g.pci_address: sharing_modes.MODE_TRAITS[sharing.card_mode(
+            g.pci_address: sharing_modes.MODE_TRAITS[shared_gpus.card_mode(
                 options.shared_gpus, g)] for g in gpus if g.shared_slots}
         desired = provider_tree.desired_providers(nodename, gpus, ib_cards,
                                                   sharing_traits)
@@ -295,7 +290,7 @@ class AcceleratorInventory(object):
         out, logged = {}, []
         for name, want in desired.items():
             inventory = want.inventory
-            for rc, keys in pick.provider_units(want.device).items():
+            for rc, keys in units.provider_units(want.device).items():
                 taken = [k for k in keys if units.holders_of(held, k)]
                 if rc == placement_names.RC_INFINIBAND_VF:
                     free = [k for k in keys if k not in taken]
@@ -414,7 +409,7 @@ def _scratch_inventory(tree, nodename, resources, mig_text, conf):
     """The driver's code path on ``tree``, never asking Placement."""
     list_mig = None if mig_text is None else (lambda: mig_text)
     inventory = AcceleratorInventory(
-        lambda: resources, list_mig, conf,
+        lambda: resources, list_mig, conf=conf,
         provider_allocations=lambda rp_uuid: {})
     inventory.update_provider_tree(tree, nodename, allocations={})
     return inventory

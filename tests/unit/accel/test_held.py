@@ -195,7 +195,7 @@ class SriovParentTest(testtools.TestCase):
             vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
                             'protocol': 'infiniband'}]
         inventory = reporter.AcceleratorInventory(
-            lambda: resources, lambda: '', utils.make_conf(),
+            lambda: resources, lambda: '', conf=utils.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=lambda: [self.foreign(self.SRIOV)],
             is_ours=lambda record: False)

@@ -65,7 +65,6 @@ from oslo_concurrency import lockutils
 from oslo_config import cfg
 
 from nova_lxd_accel.accel.binding import claims
-from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.health import gate_state
@@ -657,7 +656,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         bound = self.bound()
         out = set()
         for gpu in self.gpus:
-            for key in [k for keys in pick.provider_units(gpu).values()
+            for key in [k for keys in units.provider_units(gpu).values()
                         for k in keys]:
                 if key in bound:
                     continue

@@ -62,7 +62,7 @@ class TestApply(base.BaseTestCase):
     def _inventory(self, **conf):
         return reporter.AcceleratorInventory(
             self.host.read_resources, lambda: self.host.mig_text,
-            utils.make_conf(**conf),
+            conf=utils.make_conf(**conf),
             provider_allocations=self.host.provider_allocations)
 
     def _update(self, allocations=None, inventory=None):

@@ -23,6 +23,7 @@ from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import reporter
+from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
@@ -35,24 +36,25 @@ PCI = '0000:3b:00.0'
 class ParseTest(testtools.TestCase):
 
     def test_by_pci_and_model(self):
-        by_pci, by_model = sharing.parse_shared_gpus(
+        by_pci, by_model = shared_gpus.parse_shared_gpus(
             ['3b:00.0:4', 'NVIDIA A10:8:quota', ''])
-        self.assertEqual({PCI: sharing.SharedGpu(4, 'timeslice')}, by_pci)
-        self.assertEqual({'NVIDIA_A10': sharing.SharedGpu(8, 'quota')},
+        self.assertEqual({PCI: shared_gpus.SharedGpu(4, 'timeslice')}, by_pci)
+        self.assertEqual({'NVIDIA_A10': shared_gpus.SharedGpu(8, 'quota')},
                          by_model)
 
     def test_pci_wins_over_model(self):
         entries = ['0000:3B:00.0:2', 'NVIDIA_A10:8']
-        self.assertEqual(2, sharing.shared_slots(entries, PCI, 'NVIDIA A10'))
-        self.assertEqual(8, sharing.shared_slots(entries, '0000:af:00.0',
-                                                 'NVIDIA A10'))
-        self.assertEqual(0, sharing.shared_slots(entries, '0000:af:00.0',
-                                                 'NVIDIA H100'))
+        self.assertEqual(
+            2, shared_gpus.shared_slots(entries, PCI, 'NVIDIA A10'))
+        self.assertEqual(8, shared_gpus.shared_slots(entries, '0000:af:00.0',
+                                                     'NVIDIA A10'))
+        self.assertEqual(0, shared_gpus.shared_slots(entries, '0000:af:00.0',
+                                                     'NVIDIA H100'))
 
     def test_malformed(self):
         for bad in ('NVIDIA_A10', 'NVIDIA_A10:0', 'NVIDIA_A10:x', ':4',
                     'NVIDIA_A10:8:quotas', '0000:3b:00.0:quota'):
-            self.assertRaises(ValueError, sharing.parse_shared_gpus, [bad])
+            self.assertRaises(ValueError, shared_gpus.parse_shared_gpus, [bad])
 
 
 class LxdConfigTest(testtools.TestCase):
@@ -125,7 +127,7 @@ class SharedInventoryTest(testtools.TestCase):
         inventory = reporter.AcceleratorInventory(
             lambda: resources,
             lambda: utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
-            conf, provider_allocations=lambda rp: {},
+            conf=conf, provider_allocations=lambda rp: {},
             gate=_Gate(memory) if memory is not None else None)
         tree = utils.new_tree(utils.NODE)
         inventory.update_provider_tree(tree, utils.NODE, {})

@@ -26,9 +26,9 @@ import testtools
 
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.binding import pick
-from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import reporter
+from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
@@ -51,15 +51,16 @@ class ModeOptionTest(testtools.TestCase):
     def test_mode_per_entry_default_time_sliced(self):
         entries = ['0000:07:00.0:4:quota', 'NVIDIA_A10:8',
                    '0000:85:00.0:2:TIMESLICE']
-        by_pci, by_model = sharing.parse_shared_gpus(entries)
-        self.assertEqual({'0000:07:00.0': sharing.SharedGpu(4, 'quota'),
-                          '0000:85:00.0': sharing.SharedGpu(2, 'timeslice')},
-                         by_pci)
-        self.assertEqual({'NVIDIA_A10': sharing.SharedGpu(8, 'timeslice')},
+        by_pci, by_model = shared_gpus.parse_shared_gpus(entries)
+        self.assertEqual(
+            {'0000:07:00.0': shared_gpus.SharedGpu(4, 'quota'),
+             '0000:85:00.0': shared_gpus.SharedGpu(2, 'timeslice')},
+            by_pci)
+        self.assertEqual({'NVIDIA_A10': shared_gpus.SharedGpu(8, 'timeslice')},
                          by_model)
         # the slots are read as before the mode existed
-        self.assertEqual(4, sharing.shared_slots(entries, '0000:07:00.0',
-                                                 None))
+        self.assertEqual(4, shared_gpus.shared_slots(entries, '0000:07:00.0',
+                                                     None))
 
     def test_card_mode_matches_as_discovery_does(self):
         entries = ['0000:07:00.0:2:quota', 'NVIDIA_A10:8:quota']
@@ -68,7 +69,7 @@ class ModeOptionTest(testtools.TestCase):
                                  product='NVIDIA A10')
         unnamed = devices.Gpu(pci_address='0000:af:00.0')
         self.assertEqual(['quota', 'quota', 'timeslice'],
-                         [sharing.card_mode(entries, g)
+                         [shared_gpus.card_mode(entries, g)
                           for g in (by_pci, by_product, unnamed)])
 
     def test_flavor_mode_and_its_required_traits(self):

@@ -55,7 +55,8 @@ class SnapshotTest(testtools.TestCase):
         super().setUp()
         self.host = Host()
         self.inventory = reporter.AcceleratorInventory(
-            self.host.read_resources, self.host.list_mig, utils.make_conf(),
+            self.host.read_resources, self.host.list_mig,
+            conf=utils.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=self.host.list_instances,
             is_ours=lambda record: record.get('project') == 'nova')

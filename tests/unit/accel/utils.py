@@ -89,7 +89,7 @@ def report(resources, mig_text='', conf=None, nodename=NODE, tree=None,
            allocations=None):
     """Run a fresh AcceleratorInventory once; returns (inventory, tree)."""
     inventory = reporter.AcceleratorInventory(
-        lambda: resources, lambda: mig_text, conf or make_conf(),
+        lambda: resources, lambda: mig_text, conf=conf or make_conf(),
         provider_allocations=lambda rp: {})
     tree = tree or new_tree(nodename)
     inventory.update_provider_tree(

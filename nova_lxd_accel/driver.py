@@ -29,7 +29,7 @@ from nova.virt import hardware
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import reconcile
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import host as lxd_host
@@ -37,7 +37,7 @@ from nova_lxd_accel import image_cache
 from nova_lxd_accel import migration
 from nova_lxd_accel import network
 from nova_lxd_accel import nova_lookups
-from nova_lxd_accel import parts as lxd_parts
+from nova_lxd_accel import parts
 from nova_lxd_accel import volumes
 from nova_lxd_accel import watcher
 
@@ -59,13 +59,13 @@ class LXDDriver(driver.ComputeDriver):
 
     def __init__(self, virtapi, read_only=False):
         super(LXDDriver, self).__init__(virtapi)
-        lxd_conf.register_opts(CONF)
+        conf.register_opts(CONF)
         self.capabilities = dict(
             self.capabilities, supports_migrate_to_same_host=(
                 CONF.lxd_migration.same_host))
         # nova-compute passes CONF.host to init_host; built again there if
         # it passes another name
-        self._parts = lxd_parts.Parts.build(CONF, virtapi, CONF.host)
+        self._parts = parts.Parts.build(CONF, virtapi, CONF.host)
         self._server_info = {}
         self._resource = None
         self._profile_masks = None
@@ -80,8 +80,8 @@ class LXDDriver(driver.ComputeDriver):
 
     def init_host(self, host):
         if host != self._nodename:
-            self._parts = lxd_parts.Parts.build(CONF, self.virtapi, host,
-                                                client=self._parts.client)
+            self._parts = parts.Parts.build(CONF, self.virtapi, host,
+                                            client=self._parts.client)
         self._server_info = lxd_host.check_lxd(self._parts.client, CONF)
         self._profile_masks = lxd_host.check_profiles(self._parts.client, CONF)
         self._pool_driver = lxd_host.pool_driver(self._parts.client, CONF)

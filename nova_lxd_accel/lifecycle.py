@@ -30,7 +30,7 @@ from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import daemon as lxd_daemon
+from nova_lxd_accel import daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 from nova_lxd_accel import guest as lxd_guest
@@ -310,7 +310,7 @@ class Lifecycle(object):
             LOG.error('Could not remove container %(name)s: %(exc)s; '
                       'remove it with `%(command)s`',
                       {'name': guest.name, 'exc': exc,
-                       'command': lxd_daemon.cli_for(
+                       'command': daemon.cli_for(
                            self._client, 'delete', name=guest.name)},
                       instance=guest.instance)
 

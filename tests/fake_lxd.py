@@ -45,7 +45,7 @@ import queue
 import threading
 import types
 
-from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel import client
 from nova_lxd_accel import exception
 
 #: Keys of a record a PUT writes (as the real put_container sends them).
@@ -288,9 +288,9 @@ class FakeLXDClient(object):
 
     # -- the seam's compound operations, on these primitives ------------------
 
-    modify_container = lxd_client.LXDClient.modify_container
-    stop_now = lxd_client.LXDClient.stop_now
-    remove_container = lxd_client.LXDClient.remove_container
+    modify_container = client.LXDClient.modify_container
+    stop_now = client.LXDClient.stop_now
+    remove_container = client.LXDClient.remove_container
 
     @property
     def _conf(self):

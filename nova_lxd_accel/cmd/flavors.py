@@ -150,9 +150,9 @@ def _run(args):
         _error(exc)
         return common.EXIT_BAD_INPUT
     if resources is None:
-        from nova_lxd_accel import client as lxd_client
+        from nova_lxd_accel import client
         try:
-            resources = lxd_client.LXDClient(conf).resources()
+            resources = client.LXDClient(conf).resources()
         except Exception as exc:
             _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)

@@ -121,9 +121,9 @@ def _live_holders(conf, args):
     if args.instances_file:
         records = show_inventory.load_instances_file(args.instances_file)
     else:
-        from nova_lxd_accel import client as lxd_client
+        from nova_lxd_accel import client
 
-        records = lxd_client.LXDClient(conf).list_all_instances()
+        records = client.LXDClient(conf).list_all_instances()
     return units.held_units(records)
 
 

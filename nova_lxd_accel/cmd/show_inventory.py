@@ -153,11 +153,11 @@ def compute(resources, mig_text, nodename, conf, daemon=None,
         the driver gives them (None for saved files).
     :returns: :func:`.accel.inventory.reporter.describe_host`'s dict.
     """
-    from nova_lxd_accel import host as lxd_host
+    from nova_lxd_accel import host
 
     tree = reporter.scratch_tree(nodename)
     if daemon is not None:
-        lxd_host.apply_daemon_traits(tree, nodename, daemon)
+        host.apply_daemon_traits(tree, nodename, daemon)
     return reporter.describe_host(tree, nodename, resources, mig_text, conf,
                                   list_instances)
 

@@ -26,7 +26,7 @@ import fixtures
 import nova.conf
 from nova.tests.functional import integrated_helpers
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from tests import lxd_fixtures
 
 
@@ -61,7 +61,7 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         self.lxd = self.useFixture(lxd_fixtures.LXDProject('ft'))
         # The driver registers its options when loaded; register them now
         # so that flags() can set them before any compute starts.
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         self.flags(project=self.lxd.name,
                    lifecycle_poll_interval=self.lifecycle_poll_interval,
                    lifecycle_events=self.lifecycle_events,

@@ -29,7 +29,7 @@ from nova.tests.functional.api import client as api_client
 from oslo_utils import uuidutils
 
 from nova_lxd_accel.accel import units
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel.container import identity
 from tests import fake_nvidia_smi
 from tests.functional import base
@@ -78,7 +78,7 @@ class AccelTestBase(base.LXDFunctionalTestCase):
     strip_devices = True
 
     def setUp(self):
-        lxd_conf.register_opts(CONF)
+        conf.register_opts(CONF)
         self.proxy = self.useFixture(lxd_proxy.LXDProxy(
             self.host_resources(), strip_devices=self.strip_devices))
         self.flags(endpoint=self.proxy.socket_path, group='lxd')

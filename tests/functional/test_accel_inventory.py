@@ -30,7 +30,7 @@ import fixtures
 import nova.conf
 from nova.scheduler.client import report
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from tests import fake_nvidia_smi
 from tests.functional import base
 from tools.sandbox.venv import lxd_proxy
@@ -56,7 +56,7 @@ class TestAcceleratorInventory(base.LXDFunctionalTestCase):
     compute_hosts = (HOST,)
 
     def setUp(self):
-        lxd_conf.register_opts(CONF)
+        conf.register_opts(CONF)
         resources = _load('handmade-lxd-h100-mig-host.json')
         # A second NVIDIA GPU (GT 730 of LXD issue 9201) beside the H100.
         resources['gpu']['cards'] += _load(

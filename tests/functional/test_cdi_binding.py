@@ -23,7 +23,7 @@ LXD's own message) and hides valid ones from the real daemon, which has no GPU.
 
 import nova.conf
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel import exception
 from tests.functional import base
 from tests.functional import test_accel_binding as accel
@@ -40,7 +40,7 @@ class CdiTestBase(accel.AccelTestBase):
 
     def setUp(self):
         # AccelTestBase.setUp with a proxy that presents LXD 6.2
-        lxd_conf.register_opts(CONF)
+        conf.register_opts(CONF)
         self.proxy = self.useFixture(lxd_proxy.LXDProxy(
             self.host_resources(), strip_devices=self.strip_devices,
             server_info=self.server_info))

@@ -29,7 +29,7 @@ import nova.conf
 from nova import context as nova_context
 from nova import objects
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.functional import test_resize_migrate
@@ -139,7 +139,7 @@ class _ProxiedTestCase(_FaultTestCase):
     """
 
     def setUp(self):
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         self.proxy = self.useFixture(lxd_proxy.LXDProxy(strip_devices=False))
         self.flags(endpoint=self.proxy.socket_path, group='lxd')
         super(_ProxiedTestCase, self).setUp()
@@ -214,7 +214,7 @@ class _TwoHostsTestCase(_FaultTestCase):
     def setUp(self):
         peer.require_peer(self)
         test_resize_migrate.per_host_node_uuids(self)
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         super(_TwoHostsTestCase, self).setUp()
         self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
 

@@ -35,7 +35,7 @@ import time
 import fixtures
 from oslo_utils import timeutils
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel import flavor_proposals
 from tests.functional import test_gpu_flavors
 from tests.functional import test_gpu_gate
@@ -50,7 +50,7 @@ SHARE_FLAVOR = 'g1.geforce-gt-730-share-1of%d' % SLOTS
 class TestFederationExport(test_gpu_gate.GpuHostTestCase):
 
     def setUp(self):
-        lxd_conf.register_opts(test_gpu_gate.CONF)
+        conf.register_opts(test_gpu_gate.CONF)
         self.flags(shared_gpus=['%s:%d' % (test_gpu_gate.GT730_PCI, SLOTS)],
                    group='lxd_accelerators')
         super().setUp()

@@ -21,7 +21,7 @@ them through the real scheduler and Placement.
 
 from nova.tests.functional.api import client as api_client
 
-from nova_lxd_accel.cmd import flavors as flavors_cmd
+from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel import flavor_proposals
 from tests.functional import test_gpu_gate
 
@@ -69,9 +69,9 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
                          [p.name for p in proposals])
         api = ApiFlavors(self.admin)
         self.assertEqual([p.name for p in proposals],
-                         flavors_cmd.create(proposals, api))
+                         flavors.create(proposals, api))
         # a second run creates nothing
-        self.assertEqual([], flavors_cmd.create(proposals, api))
+        self.assertEqual([], flavors.create(proposals, api))
         by_name = {f['name']: f for f in self.admin.get_flavors()}
         mig = by_name['g1.h100-80gb-hbm3-1g.10gb']
         specs = self.admin.get_flavor(mig['id'])['extra_specs']

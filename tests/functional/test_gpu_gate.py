@@ -31,8 +31,8 @@ import time
 import nova.conf
 
 from nova_lxd_accel.accel.health import gate
-from nova_lxd_accel.cmd import main as cli
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel.cmd import main
+from nova_lxd_accel import conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from tests.functional import base
@@ -78,7 +78,7 @@ class GpuHostTestCase(base.LXDFunctionalTestCase):
     compute_hosts = (HOST,)
 
     def setUp(self):
-        lxd_conf.register_opts(CONF)
+        conf.register_opts(CONF)
         resources = inv._load('handmade-lxd-h100-mig-host.json')
         resources['gpu']['cards'] += inv._load(
             'lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json')[
@@ -138,8 +138,8 @@ class GpuHostTestCase(base.LXDFunctionalTestCase):
         raise AssertionError('no provider %s' % name)
 
     def cli(self, *argv):
-        return cli.main(list(argv) + ['--state-dir',
-                                      CONF.lxd_accelerators.state_dir])
+        return main.main(list(argv) + ['--state-dir',
+                                       CONF.lxd_accelerators.state_dir])
 
     def capture_cli(self, *argv):
         """What a successful command printed."""

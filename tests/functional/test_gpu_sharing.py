@@ -29,7 +29,7 @@ import fixtures
 import nova.conf
 from nova.tests.functional.api import client as api_client
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
@@ -54,7 +54,7 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
     mode = 'timeslice'
 
     def setUp(self):
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         self.mps_root = self.useFixture(fixtures.TempDir()).path
         os.makedirs(os.path.join(self.mps_root, 'mps-' + SHARED_PCI))
         os.makedirs(os.path.join(self.mps_root, 'shm-' + SHARED_PCI))

@@ -25,7 +25,7 @@ import nova.conf
 from pylxd import exceptions as lxd_exceptions
 
 from nova_lxd_accel.accel.binding import mps_environment
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from tests.functional import test_gpu_sharing as sharing_ft
 
 PCI = sharing_ft.SHARED_PCI
@@ -35,7 +35,7 @@ class MpsEnvironmentTest(sharing_ft.SharedGpuTestBase):
 
     def setUp(self):
         # the base's host, its shared A100 in quota mode (MPS limits)
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         self.mps_root = self.useFixture(fixtures.TempDir()).path
         for kind in ('mps-', 'shm-'):
             os.makedirs(os.path.join(self.mps_root, kind + PCI))

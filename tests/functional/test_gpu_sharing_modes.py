@@ -25,7 +25,7 @@ import os
 import fixtures
 import nova.conf
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel.extra_specs import sharing_modes
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
@@ -47,7 +47,7 @@ class SharingModeTest(test_claims.ClaimTestBase):
     mig_text = accel_ft.H100_MIG_L
 
     def setUp(self):
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         mps_root = self.useFixture(fixtures.TempDir()).path
         # the operator's MPS daemon of the quota'd card made these
         os.makedirs(os.path.join(mps_root, 'mps-' + QUOTA_PCI))

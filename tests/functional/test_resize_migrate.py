@@ -24,7 +24,7 @@ import uuid
 import fixtures
 
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import driver as lxd_driver
+from nova_lxd_accel import driver
 from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.integration import test_migration as peer
@@ -41,7 +41,7 @@ def per_host_node_uuids(test):
     """
     def node_uuid(nodename):
         return str(uuid.uuid5(uuid.NAMESPACE_DNS, nodename))
-    original = lxd_driver.LXDDriver.get_available_resource
+    original = driver.LXDDriver.get_available_resource
 
     def get_available_resource(self, nodename):
         return dict(original(self, nodename), uuid=node_uuid(nodename))

@@ -14,7 +14,7 @@
 
 import nova.conf
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from tests.functional import base
 from tests import lxd_fixtures
 from tools.sandbox.venv import lxd_proxy
@@ -123,7 +123,7 @@ class LXDDownTest(base.LXDFunctionalTestCase):
     """
 
     def setUp(self):
-        lxd_conf.register_opts(nova.conf.CONF)
+        conf.register_opts(nova.conf.CONF)
         self.proxy = self.useFixture(lxd_proxy.LXDProxy(strip_devices=False))
         self.flags(endpoint=self.proxy.socket_path, group='lxd')
         super(LXDDownTest, self).setUp()

@@ -21,7 +21,7 @@ import fixtures
 import testtools
 
 from nova_lxd_accel import client as lxd_client
-from nova_lxd_accel import daemon as lxd_daemon
+from nova_lxd_accel import daemon
 from tests import lxd_fixtures
 from tests.unit.test_client_discovery import _conf
 
@@ -54,4 +54,4 @@ class RealDaemonTest(testtools.TestCase):
         self.assertEqual(
             {'lxd': 'lxc', 'incus': 'incus'}[lxd_fixtures.daemon()] +
             ' delete --force c1',
-            lxd_daemon.cli_for(real, 'delete', name='c1'))
+            daemon.cli_for(real, 'delete', name='c1'))

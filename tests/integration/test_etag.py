@@ -31,7 +31,7 @@ import nova.conf
 from nova.network import model as network_model
 
 from nova_lxd_accel.accel.binding import reconcile
-from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel import client
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import nic
 from nova_lxd_accel.container import volume
@@ -44,7 +44,7 @@ CONF = nova.conf.CONF
 GPU = {'type': 'gpu', 'gputype': 'physical', 'pci': '0000:07:00.0'}
 
 
-class WriterClient(lxd_client.LXDClient):
+class WriterClient(client.LXDClient):
     """A client as another process would have: its own instance locks.
 
     Its first read of a container waits until every writer has read

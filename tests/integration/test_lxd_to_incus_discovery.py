@@ -22,7 +22,7 @@ tests/unit/test_client_discovery.py.
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel import client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
 from tests import lxd_fixtures
@@ -45,7 +45,7 @@ class RealDaemonsSideBySideTest(testtools.TestCase):
                       for kind in ('lxd', 'incus')]
         (_, lxd), (_, incus) = well_known
         error = self.assertRaises(
-            exception.DaemonAmbiguous, lxd_client.discover, _conf().lxd,
+            exception.DaemonAmbiguous, client.discover, _conf().lxd,
             environ={}, well_known=well_known)
         self.assertIn('LXD 5.0.2 at %s' % lxd, str(error))
         self.assertIn('Incus 6.0', str(error))

@@ -16,17 +16,17 @@ import os_resource_classes as orc
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel import host as lxd_host
+from nova_lxd_accel import host
 
 
 class HostTest(testtools.TestCase):
 
     def test_hypervisor_version(self):
-        self.assertEqual(5000002, lxd_host.hypervisor_version(
+        self.assertEqual(5000002, host.hypervisor_version(
             {'environment': {'server_version': '5.0.2'}}))
-        self.assertEqual(5021000, lxd_host.hypervisor_version(
+        self.assertEqual(5021000, host.hypervisor_version(
             {'environment': {'server_version': '5.21'}}))
-        self.assertEqual(0, lxd_host.hypervisor_version({}))
+        self.assertEqual(0, host.hypervisor_version({}))
 
     def _conf(self, cpus=0, memory=512):
         conf = cfg.ConfigOpts()
@@ -39,8 +39,8 @@ class HostTest(testtools.TestCase):
     def test_root_inventory(self):
         resource = {'vcpus': 16, 'memory_mb': 64000, 'local_gb': 900}
         ratios = {orc.VCPU: 4.0, orc.MEMORY_MB: 1.0, orc.DISK_GB: 1.0}
-        inventory = lxd_host.root_inventory(resource, 10, ratios,
-                                            self._conf(cpus=2))
+        inventory = host.root_inventory(resource, 10, ratios,
+                                        self._conf(cpus=2))
         self.assertEqual({
             orc.VCPU: {'total': 16, 'min_unit': 1, 'max_unit': 16,
                        'step_size': 1, 'allocation_ratio': 4.0,
@@ -57,17 +57,17 @@ class HostTest(testtools.TestCase):
         resource = {'vcpus': 2, 'memory_mb': 2048, 'local_gb': 0}
         ratios = {orc.VCPU: 1.0, orc.MEMORY_MB: 1.0, orc.DISK_GB: 1.0}
         self.assertEqual({orc.VCPU, orc.MEMORY_MB}, set(
-            lxd_host.root_inventory(resource, 0, ratios, self._conf())))
+            host.root_inventory(resource, 0, ratios, self._conf())))
 
     def test_uptime(self):
-        self.assertRegex(lxd_host.uptime(),
+        self.assertRegex(host.uptime(),
                          r'^up \d+ days, \d+:\d\d, load average: ')
 
 
 class UnsafeProfileTest(testtools.TestCase):
 
     def test_unsafe_content_found(self):
-        found = lxd_host.unsafe_profile_content({
+        found = host.unsafe_profile_content({
             'config': {'raw.idmap': 'both 0 0', 'security.privileged': '1',
                        'security.nesting': 'false',
                        'security.syscalls.intercept.mount': 'true',
@@ -85,7 +85,7 @@ class UnsafeProfileTest(testtools.TestCase):
                          [what for what, why in found])
 
     def test_masks(self):
-        config, devices = lxd_host.profile_masks([
+        config, devices = host.profile_masks([
             {'config': {'raw.lxc': 'x', 'raw.seccomp': 'y',
                         'security.privileged': 'true', 'limits.cpu': '1'},
              'devices': {'g': {'type': 'gpu', 'productid': '20b0'}}},

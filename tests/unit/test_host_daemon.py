@@ -30,7 +30,7 @@ from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from nova_lxd_accel import host as lxd_host
+from nova_lxd_accel import host
 from tests.unit import test_client_discovery as recorded
 
 ROOT_UUID = '11111111-2222-3333-4444-555555555555'
@@ -64,7 +64,7 @@ class CheckDaemonTest(testtools.TestCase):
         self.addCleanup(conf.clear_override, 'endpoint', group='lxd')
         client = lxd_client.LXDClient(conf)
         return self.assertRaises(exception.DaemonNotUsable,
-                                 lxd_host.check_lxd, client, conf)
+                                 host.check_lxd, client, conf)
 
     def test_messages_name_the_lxd_commands(self):
         answer = recorded.sample(recorded.LXD_502)
@@ -140,20 +140,20 @@ class TraitsTest(testtools.TestCase):
 
     def test_traits_per_daemon(self):
         self.assertEqual({'CUSTOM_LXD_DAEMON_LXD'},
-                         lxd_host.daemon_traits(_info(recorded.LXD_502)))
+                         host.daemon_traits(_info(recorded.LXD_502)))
         self.assertEqual({'CUSTOM_LXD_DAEMON_INCUS'},
-                         lxd_host.daemon_traits(_info(recorded.INCUS_604)))
+                         host.daemon_traits(_info(recorded.INCUS_604)))
         self.assertEqual({'CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_CDI'},
-                         lxd_host.daemon_traits(_info(recorded.LXD_62)))
+                         host.daemon_traits(_info(recorded.LXD_62)))
 
     def test_storage_pool_driver_trait(self):
         info = _info(recorded.LXD_502)
         self.assertEqual({'CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_STORAGE_BTRFS'},
-                         lxd_host.daemon_traits(info, pool_driver='btrfs'))
+                         host.daemon_traits(info, pool_driver='btrfs'))
         # the pool moved to another driver: the old trait goes
         tree = self._tree(['CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_STORAGE_DIR',
                            'CUSTOM_OPERATOR_RACK_7'])
-        lxd_host.apply_daemon_traits(tree, 'node1', info, pool_driver='zfs')
+        host.apply_daemon_traits(tree, 'node1', info, pool_driver='zfs')
         self.assertEqual({'CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_STORAGE_ZFS',
                           'CUSTOM_OPERATOR_RACK_7'},
                          tree.data('node1').traits)
@@ -162,8 +162,8 @@ class TraitsTest(testtools.TestCase):
         tree = self._tree(['CUSTOM_LXD_DAEMON_LXD', 'CUSTOM_LXD_CDI',
                            'COMPUTE_NET_ATTACH_INTERFACE',
                            'CUSTOM_OPERATOR_RACK_7'])
-        lxd_host.apply_daemon_traits(tree, 'node1',
-                                     _info(recorded.INCUS_604))
+        host.apply_daemon_traits(tree, 'node1',
+                                 _info(recorded.INCUS_604))
         self.assertEqual({'CUSTOM_LXD_DAEMON_INCUS',
                           'COMPUTE_NET_ATTACH_INTERFACE',
                           'CUSTOM_OPERATOR_RACK_7'},
@@ -172,10 +172,10 @@ class TraitsTest(testtools.TestCase):
     def test_apply_is_idempotent(self):
         tree = self._tree()
         info = _info(recorded.LXD_62)
-        lxd_host.apply_daemon_traits(tree, 'node1', info)
+        host.apply_daemon_traits(tree, 'node1', info)
         generation = tree.data('node1').generation
         before = set(tree.data('node1').traits)
-        lxd_host.apply_daemon_traits(tree, 'node1', info)
+        host.apply_daemon_traits(tree, 'node1', info)
         self.assertEqual(before, tree.data('node1').traits)
         self.assertEqual(generation, tree.data('node1').generation)
 
@@ -185,9 +185,9 @@ class HypervisorTest(testtools.TestCase):
     def test_hypervisor_type_tells_incus_from_lxd(self):
         lxd = recorded.sample(recorded.LXD_502)['metadata']
         incus = recorded.sample(recorded.INCUS_604)['metadata']
-        self.assertEqual('lxc', lxd_host.hypervisor_type(lxd))
-        self.assertEqual('incus', lxd_host.hypervisor_type(incus))
-        self.assertEqual(6000004, lxd_host.hypervisor_version(incus))
+        self.assertEqual('lxc', host.hypervisor_type(lxd))
+        self.assertEqual('incus', host.hypervisor_type(incus))
+        self.assertEqual(6000004, host.hypervisor_version(incus))
 
     def test_available_resource(self):
         conf = _conf()
@@ -199,7 +199,7 @@ class HypervisorTest(testtools.TestCase):
             def storage_pool_resources(self, pool):
                 return {'space': {'total': 10 << 30, 'used': 1 << 30}}
 
-        resource = lxd_host.available_resource(
+        resource = host.available_resource(
             Pools(), conf, 'node1', incus,
             {'cpu': {'total': 2, 'architecture': 'x86_64'},
              'memory': {'total': 4 << 30, 'used': 1 << 30}})
@@ -212,7 +212,7 @@ class HypervisorTest(testtools.TestCase):
 class StartupLineTest(testtools.TestCase):
 
     def test_one_line_with_features(self):
-        line = lxd_host.startup_line(_info(recorded.INCUS_604), _conf())
+        line = host.startup_line(_info(recorded.INCUS_604), _conf())
         self.assertEqual(
             'Using Incus 6.0.4 (450 API extensions) at /x/unix.socket, '
             'project default; features: MIG binding=runtime, CDI=no, '
@@ -220,19 +220,19 @@ class StartupLineTest(testtools.TestCase):
             'events=stream (poll every 2.0s without one)', line)
         conf = _conf()
         conf.set_override('lifecycle_events', False, group='lxd')
-        line = lxd_host.startup_line(_info(recorded.INCUS_604), conf)
+        line = host.startup_line(_info(recorded.INCUS_604), conf)
         self.assertIn('events=poll every 2.0s', line)
-        line = lxd_host.startup_line(_info(recorded.LXD_62), _conf())
+        line = host.startup_line(_info(recorded.LXD_62), _conf())
         self.assertIn('LXD 6.2 (401 API extensions)', line)
         self.assertIn('MIG binding=cdi, CDI=yes', line)
-        line = lxd_host.startup_line(_info(recorded.LXD_62),
-                                     _conf(nvidia_binding='runtime',
-                                           report_mig=False))
+        line = host.startup_line(_info(recorded.LXD_62),
+                                 _conf(nvidia_binding='runtime',
+                                       report_mig=False))
         self.assertIn('MIG binding=off, CDI=available', line)
 
     def test_mig_unsupported(self):
         info = copy.deepcopy(recorded.sample(recorded.LXD_502)['metadata'])
         info['api_extensions'].remove('gpu_mig')
-        line = lxd_host.startup_line(
+        line = host.startup_line(
             lxd_daemon.DaemonInfo.from_server_info(info), _conf())
         self.assertIn('MIG binding=unsupported', line)

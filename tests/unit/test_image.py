@@ -24,7 +24,7 @@ from nova import objects
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel import exception
 from nova_lxd_accel import image_cache
 
@@ -202,7 +202,7 @@ class DownloadDirTest(testtools.TestCase):
         super(DownloadDirTest, self).setUp()
         self.tmp = self.useFixture(fixtures.TempDir()).path
         self.conf = cfg.ConfigOpts()
-        lxd_conf.register_opts(self.conf)
+        conf.register_opts(self.conf)
         self.conf.register_opt(cfg.StrOpt('state_path', default=self.tmp))
         self.conf([], default_config_files=[])
 

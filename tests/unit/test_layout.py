@@ -56,6 +56,17 @@ def _imports(module, path, known):
     return {name for name in found if name in known and name != module}
 
 
+def _accel_room(module):
+    """The room of accel/ a module is in ('root' for its own), or None."""
+    parts = module.split('.')
+    if parts[:2] != ['nova_lxd_accel', 'accel']:
+        return None
+    if len(parts) > 3 or (len(parts) == 3 and parts[2] in (
+            'inventory', 'binding', 'health')):
+        return parts[2]
+    return 'root'
+
+
 class LayoutTest(testtools.TestCase):
 
     def setUp(self):
@@ -81,16 +92,66 @@ class LayoutTest(testtools.TestCase):
                 visit(module, [module])
         self.assertEqual([], cycles)
 
-    def test_spec_is_pure(self):
-        # the spec never reaches for the host side, the daemon or nova's
-        # services: only its own leaves and the validation it applies
+    def test_container_is_pure(self):
+        # the container builder never reaches for the host side, the
+        # daemon or nova's services: only its own leaves, the validation it
+        # applies and the names they share
         allowed = ('nova_lxd_accel.container', 'nova_lxd_accel.exception',
-                   'nova_lxd_accel.extra_specs.lxd_keys')
+                   'nova_lxd_accel.extra_specs',
+                   'nova_lxd_accel.placement_names')
         for module, deps in self.graph.items():
             if module.startswith('nova_lxd_accel.container'):
                 self.assertEqual(
                     set(), {d for d in deps if not d.startswith(allowed)},
                     module)
+
+    def test_accel_is_three_rooms_over_a_root(self):
+        rooms = {m.split('.')[2] for m in self.modules
+                 if m.startswith('nova_lxd_accel.accel.') and
+                 os.path.basename(self.modules[m]) == '__init__.py'}
+        self.assertEqual({'inventory', 'binding', 'health'}, rooms)
+
+    def test_accel_rooms_run_one_way(self):
+        # inventory (what the host has) reads no other room; the pick and
+        # the health checks read what the inventory reports; the root
+        # (device types, unit keys) reads no room
+        allowed = {'root': set(), 'inventory': {'root'},
+                   'binding': {'root', 'inventory'},
+                   'health': {'root', 'inventory'}}
+        wrong = set()
+        for module, deps in self.graph.items():
+            room = _accel_room(module)
+            if room is None:
+                continue
+            for dep in deps:
+                other = _accel_room(dep)
+                if other not in (None, room) and other not in allowed[room]:
+                    wrong.add((module, dep))
+        self.assertEqual(set(), wrong)
+
+    def test_no_two_modules_share_a_name(self):
+        seen = {}
+        for module in self.modules:
+            if module == 'nova_lxd_accel':
+                continue
+            seen.setdefault(module.rsplit('.', 1)[1], []).append(module)
+        self.assertEqual({}, {n: m for n, m in seen.items() if len(m) > 1})
+
+    def test_nova_conf_is_read_only_at_the_top(self):
+        # configuration is passed in below the facade, its parts and the
+        # command line: no module falls back to nova.conf.CONF
+        top = ('nova_lxd_accel.driver', 'nova_lxd_accel.parts',
+               'nova_lxd_accel.cmd')
+        users = set()
+        for module, path in self.modules.items():
+            for node in ast.walk(ast.parse(open(path).read())):
+                names = ([a.name for a in node.names]
+                         if isinstance(node, ast.Import) else
+                         ['%s.%s' % (node.module, a.name) for a in node.names]
+                         if isinstance(node, ast.ImportFrom) else [])
+                if 'nova.conf' in names and not module.startswith(top):
+                    users.add(module)
+        self.assertEqual(set(), users)
 
     def test_only_the_client_package_imports_the_daemon_library(self):
         users = set()

@@ -23,7 +23,7 @@ from nova import objects
 from oslo_config import cfg
 import testtools
 
-from nova_lxd_accel import conf as lxd_conf
+from nova_lxd_accel import conf
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
@@ -46,7 +46,7 @@ class VolumesTestCase(testtools.TestCase):
     def setUp(self):
         super(VolumesTestCase, self).setUp()
         self.conf = cfg.ConfigOpts()
-        lxd_conf.register_opts(self.conf)
+        conf.register_opts(self.conf)
         self.conf.register_opts([
             cfg.StrOpt('host', default='cmp1'),
             cfg.StrOpt('my_block_storage_ip', default='192.0.2.10')])

@@ -24,7 +24,7 @@ from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.cmd import common
-from nova_lxd_accel.cmd import flavors as flavors_cmd
+from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel import flavor_proposals
 from tests.unit.accel import utils
 
@@ -180,7 +180,7 @@ class TestPropose(testtools.TestCase):
     def test_no_gpu(self):
         self.assertEqual([], flavor_proposals.propose([]))
         self.assertEqual('no GPU: no GPU flavor to propose',
-                         flavors_cmd.format_table([]))
+                         flavors.format_table([]))
 
     def test_proposals_pass_the_validators(self):
         validators.load_validators()

@@ -25,7 +25,7 @@ from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.cmd import main
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import daemon as lxd_daemon
+from nova_lxd_accel import daemon
 from nova_lxd_accel import exception
 from tests import fake_lxd
 from tests.unit.accel import utils
@@ -204,7 +204,7 @@ class _Daemon(fake_lxd.FakeLXDClient):
         return copy.deepcopy(self._resources)
 
     def daemon_info(self):
-        return lxd_daemon.DaemonInfo.from_server_info(self.server_info())
+        return daemon.DaemonInfo.from_server_info(self.server_info())
 
     def list_all_instances(self):
         self.instance_listings += 1

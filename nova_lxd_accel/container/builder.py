@@ -105,7 +105,8 @@ def flavor_part(config_keys=()):
 
     A resize or a migration removes every declared key before the new
     flavor's parts set theirs again, so a key a part may set must be
-    declared here (tests/unit/test_config.py checks every part's output).
+    declared here (tests/unit/container/test_builder.py checks every
+    part's output).
     """
     def mark(part):
         part.config_keys = frozenset(config_keys)

@@ -27,7 +27,7 @@ import nova.conf
 from nova.tests.functional import integrated_helpers
 
 from nova_lxd_accel import conf
-from tests import lxd_fixtures
+from tests.fixtures import lxd_fixtures
 
 
 def _api_paste_config():

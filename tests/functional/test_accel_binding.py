@@ -31,9 +31,9 @@ from oslo_utils import uuidutils
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf
 from nova_lxd_accel.container import identity
-from tests import fake_nvidia_smi
+from tests.fixtures import fake_nvidia_smi
+from tests.fixtures import gpu_hosts
 from tests.functional import base
-from tests.unit.accel import utils
 from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF
@@ -43,7 +43,7 @@ A100_0 = HOST + '_gpu_0000_07_00_0'
 A100_1 = HOST + '_gpu_0000_85_00_0'
 IB_VF = HOST + '_ib_0000_4b_00_0'
 IB_PORT = HOST + '_ib_0000_0c_00_0'
-H100_MIG_L = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+H100_MIG_L = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
 
 def mixed_host():
@@ -52,10 +52,10 @@ def mixed_host():
     The VFs of 4b:00.0 get the netdevs (ibp75s0v0-3) mlx5_core gives
     them; the recorded sample shows only the last one's (ibp75s0v7).
     """
-    resources = utils.load_json('handmade-lxd-h100-mig-host.json')
-    resources['gpu']['cards'] += utils.load_json(
+    resources = gpu_hosts.load_json('handmade-lxd-h100-mig-host.json')
+    resources['gpu']['cards'] += gpu_hosts.load_json(
         'handmade-lxd-two-a100-no-nvidia-object.json')['gpu']['cards']
-    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
         'network']
     for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
         vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
@@ -66,7 +66,7 @@ def mixed_host():
 
 def eight_gpu_host():
     """8 whole GPUs shaped like the recorded H100 card."""
-    cards = utils.eight_gpu_cards()
+    cards = gpu_hosts.eight_gpu_cards()
     return {'gpu': {'cards': cards, 'total': 8},
             'network': {'cards': [], 'total': 0}}
 

@@ -31,7 +31,7 @@ import nova.conf
 from nova.scheduler.client import report
 
 from nova_lxd_accel import conf
-from tests import fake_nvidia_smi
+from tests.fixtures import fake_nvidia_smi
 from tests.functional import base
 from tools.sandbox.venv import lxd_proxy
 

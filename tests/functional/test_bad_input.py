@@ -23,8 +23,8 @@ import hashlib
 
 from nova import utils
 
+from tests.fixtures import lxd_fixtures
 from tests.functional import base
-from tests import lxd_fixtures
 
 
 class BadInputTest(base.LXDFunctionalTestCase):

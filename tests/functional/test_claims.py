@@ -40,15 +40,15 @@ import fixtures
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.container import identity
+from tests.fixtures import gpu_hosts
+from tests.fixtures import lxd_fixtures
 from tests.functional import test_accel_binding as accel_ft
-from tests import lxd_fixtures
-from tests.unit.accel import utils
 
 HOST = accel_ft.HOST
 GPU_PCI = '0000:00:09.0'
 MIG_RP = HOST + '_gpu_0000_00_09_0'
 IB_RP = HOST + '_ib_0000_4b_00_0'
-MIG_TEXT = utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+MIG_TEXT = gpu_hosts.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
 MIG_UUIDS = [line.split('UUID: ')[1].rstrip(')').strip()
              for line in MIG_TEXT.splitlines() if 'MIG 1g' in line]
 VF_NETDEVS = ['ibp75s0v%d' % i for i in range(8)]
@@ -58,11 +58,11 @@ VF_RC = 'CUSTOM_INFINIBAND_VF'
 
 def multi_unit_host():
     """An A100 split into 7 MIG 1g.10gb devices, a card with 8 IB VFs."""
-    gpu = copy.deepcopy(utils.load_json(
+    gpu = copy.deepcopy(gpu_hosts.load_json(
         'handmade-lxd-h100-mig-host.json')['gpu']['cards'][1])
     gpu['nvidia']['uuid'] = 'GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16'
     gpu['nvidia']['model'] = 'NVIDIA A100-SXM4-80GB'
-    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
         'network']
     card = network['cards'][1]
     template = card['sriov']['vfs'][0]

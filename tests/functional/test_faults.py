@@ -30,12 +30,12 @@ from nova import context as nova_context
 from nova import objects
 
 from nova_lxd_accel import conf
+from tests.fixtures import lxd_fixtures
 from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.functional import test_resize_migrate
 from tests.integration import test_faults as it_faults
 from tests.integration import test_migration as peer
-from tests import lxd_fixtures
 from tools.sandbox.venv import lxd_proxy
 
 ZERO = {'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0}

@@ -34,10 +34,10 @@ from nova_lxd_accel import conf
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
+from tests.fixtures import gpu_hosts
 from tests.functional import test_accel_binding as accel_ft
 from tests.functional import test_claims
-from tests.unit.accel import test_gpu_probe
-from tests.unit.accel import utils
+from tests.unit.accel.health import test_probe
 
 SHARED_PCI = '0000:07:00.0'
 SHARED_RP = accel_ft.HOST + '_gpu_0000_07_00_0'
@@ -86,9 +86,9 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
             f.write('0, 00000000:07:00.0, GPU-0, NVIDIA A100-SXM4-80GB, '
                     '%d MiB, 0 MiB, 0 %%, 0, No, Disabled, No, No\n'
                     % CARD_MIB)
-        path = test_gpu_probe.fake_smi(directory, {
+        path = test_probe.fake_smi(directory, {
             '--query-gpu': query,
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv'),
             '-L': listing})
         os.chmod(path, stat.S_IRWXU)

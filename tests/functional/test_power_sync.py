@@ -16,14 +16,14 @@
 ``get_info`` for every instance: one listing of the containers, whatever
 their number. A container stopped on the daemon behind nova's back is
 seen by the next sync, which stops the server. The requests are counted
-on the driver's own HTTP session (:mod:`tests.daemon_requests`).
+on the driver's own HTTP session (:mod:`tests.fixtures.daemon_requests`).
 """
 
 import time
 
 from nova import context as nova_context
 
-from tests import daemon_requests
+from tests.fixtures import daemon_requests
 from tests.functional import base
 
 LISTING = ('GET', '/1.0/instances')

@@ -15,8 +15,8 @@
 import nova.conf
 
 from nova_lxd_accel import conf
+from tests.fixtures import lxd_fixtures
 from tests.functional import base
-from tests import lxd_fixtures
 from tools.sandbox.venv import lxd_proxy
 
 

@@ -12,7 +12,7 @@
 
 """The driver against the real local LXD or Incus daemon, without a Nova cloud.
 
-The daemon is the one tests/lxd_fixtures.py picks for the run.
+The daemon is the one tests/fixtures/lxd_fixtures.py picks for the run.
 
 Nova objects are real (``objects.Instance``, ``objects.ImageMeta``); Glance
 is nova's in-process ``GlanceFixture`` holding the tiny LXD image's bytes.
@@ -28,7 +28,7 @@ from nova.tests import fixtures as nova_fixtures
 from nova.tests.unit import fake_instance
 from nova.virt import driver as virt_driver
 
-from tests import lxd_fixtures
+from tests.fixtures import lxd_fixtures
 
 
 class DriverTestCase(test.NoDBTestCase):

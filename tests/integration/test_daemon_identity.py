@@ -12,16 +12,16 @@
 
 """The driver knows the real daemon it runs on, LXD or Incus.
 
-Runs against the run's daemon (tests/lxd_fixtures.py): the suite passes on
-each, and every expectation follows the daemon in use.
+Runs against the run's daemon (tests/fixtures/lxd_fixtures.py): the suite
+passes on each, and every expectation follows the daemon in use.
 """
 
 from nova.compute import provider_tree
 import nova.conf
 
 from nova_lxd_accel import exception
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests import lxd_fixtures
 
 CONF = nova.conf.CONF
 

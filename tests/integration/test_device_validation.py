@@ -39,16 +39,17 @@ from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from tests import lxd_fixtures
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.fixtures import lxd_fixtures
 
-NEW_MIG = utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-LEGACY_MIG = utils.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
-H100_MIG = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+NEW_MIG = gpu_hosts.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+LEGACY_MIG = gpu_hosts.load_text(
+    'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+H100_MIG = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
 
 def _gpu_card(pci, nvidia_uuid):
-    card = copy.deepcopy(utils.load_json(
+    card = copy.deepcopy(gpu_hosts.load_json(
         'handmade-lxd-h100-mig-host.json')['gpu']['cards'][1])
     card['pci_address'] = pci
     card['nvidia']['uuid'] = nvidia_uuid
@@ -57,17 +58,18 @@ def _gpu_card(pci, nvidia_uuid):
 
 def _host(mig_text, nvidia_uuid):
     """Resources of a host: one MIG GPU, one whole A100, IB VFs and port."""
-    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
         'network']
     for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
         vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
                         'protocol': 'infiniband'}]
     gpus = [_gpu_card('0000:00:09.0', nvidia_uuid)]
-    gpus += utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json')[
+    gpus += gpu_hosts.load_json('handmade-lxd-two-a100-no-nvidia-object.json')[
         'gpu']['cards'][:1]
     resources = {'gpu': {'cards': gpus}, 'network': network}
     gpus, ib_cards = discovery.discover(
-        resources, mig_text, discovery.Options.from_conf(utils.make_conf()))
+        resources, mig_text,
+        discovery.Options.from_conf(gpu_hosts.make_conf()))
     return gpus, ib_cards
 
 
@@ -190,8 +192,8 @@ class DeviceValidationTest(testtools.TestCase):
     def test_shared_gpu_binding_is_accepted(self):
         # a shared A100 slot with an MPS quota: the gpu device, the MPS
         # pipe and shared memory mounts and the MPS environment
-        conf = utils.make_conf(shared_gpus=['0000:07:00.0:4:quota'])
-        resources = {'gpu': utils.load_json(
+        conf = gpu_hosts.make_conf(shared_gpus=['0000:07:00.0:4:quota'])
+        resources = {'gpu': gpu_hosts.load_json(
             'handmade-lxd-two-a100-no-nvidia-object.json')['gpu'],
             'network': {'cards': []}}
         gpus, _ = discovery.discover(resources, '',

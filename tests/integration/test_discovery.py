@@ -22,7 +22,7 @@ import testtools
 
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import daemon
-from tests import lxd_fixtures
+from tests.fixtures import lxd_fixtures
 from tests.unit.test_client_discovery import _conf
 
 

@@ -17,7 +17,7 @@ for every instance: the one listing answers them all. A container the
 driver changed since is read afresh; one changed on the daemon behind
 nova's back is seen by ``get_info(use_cache=False)`` at once and by the
 next sync pass. The requests are counted on the driver's own HTTP session
-(:mod:`tests.daemon_requests`), against the real daemon.
+(:mod:`tests.fixtures.daemon_requests`), against the real daemon.
 """
 
 from nova.compute import power_state
@@ -25,7 +25,7 @@ from nova.compute import task_states
 from nova.compute import vm_states
 
 from nova_lxd_accel import exception
-from tests import daemon_requests
+from tests.fixtures import daemon_requests
 from tests.integration import base
 
 LISTING = ('GET', '/1.0/instances')

@@ -26,8 +26,8 @@ import fixtures
 from nova.virt import driver as virt_driver
 from nova.virt import event as virtevent
 
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests import lxd_fixtures
 
 STOPPED = virtevent.EVENT_LIFECYCLE_STOPPED
 STARTED = virtevent.EVENT_LIFECYCLE_STARTED

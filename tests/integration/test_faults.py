@@ -37,9 +37,9 @@ from nova import exception as nova_exception
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
 from tests.integration import test_migration
-from tests import lxd_fixtures
 from tools.sandbox.venv import lxd_proxy
 
 #: An init that prints nothing: the console ring buffer stays empty.

@@ -30,8 +30,8 @@ from nova import exception as nova_exception
 from nova import objects
 
 from nova_lxd_accel import image_cache
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests import lxd_fixtures
 
 # Run in a child process: start a download through ImageCache and stop
 # in its middle until killed.

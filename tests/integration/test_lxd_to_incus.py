@@ -37,9 +37,9 @@ import pylxd
 
 from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.container import identity
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
 from tests.integration import test_volumes
-from tests import lxd_fixtures
 
 LXD_SOCKET = lxd_fixtures.socket_of('lxd')
 INCUS_SOCKET = lxd_fixtures.socket_of('incus')

@@ -25,7 +25,7 @@ import testtools
 from nova_lxd_accel import client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import exception
-from tests import lxd_fixtures
+from tests.fixtures import lxd_fixtures
 
 
 def _conf():

@@ -16,8 +16,8 @@ Same-host resize runs on the main daemon. Cold migration needs a second
 daemon: tools/lxd-peer-up.sh [--incus] starts one (by default
 LXD_DIR=/var/lib/lxd-peer, https://127.0.0.1:8444) that trusts the main one
 (https://127.0.0.1:8443) and the client certificate the driver presents;
-the addresses come from the environment (tests/lxd_fixtures.py). The tests
-fail, and say so, when it is not running.
+the addresses come from the environment (tests/fixtures/lxd_fixtures.py).
+The tests fail, and say so, when it is not running.
 """
 
 import json
@@ -33,11 +33,12 @@ import pylxd
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import migration
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests import lxd_fixtures
 
 # The daemons of this run and their loopback HTTPS addresses, from the
-# environment (tests/lxd_fixtures.py lists the variables and defaults).
+# environment (tests/fixtures/lxd_fixtures.py lists the variables and
+# defaults).
 MAIN_DIR = lxd_fixtures.daemon_dir()
 PEER_DIR = lxd_fixtures.peer_dir()
 PEER_SOCKET = lxd_fixtures.peer_socket()

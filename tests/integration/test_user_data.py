@@ -22,8 +22,8 @@ import hashlib
 import json
 import random
 
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests import lxd_fixtures
 
 SEED = '/var/lib/cloud/seed/nocloud'
 

@@ -32,8 +32,8 @@ from os_brick import privileged as brick_privileged
 from os_brick.privileged import nvmeof as priv_nvmeof
 import pylxd
 
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests import lxd_fixtures
 
 
 class BrickFixture(fixtures.Fixture):

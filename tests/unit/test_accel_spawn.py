@@ -12,7 +12,7 @@
 
 """Spawn wiring of accelerator binding, and the disk quota builder.
 
-The LXD seam (``client``) is the shared fake (tests/fake_lxd.py);
+The LXD seam (``client``) is the shared fake (tests/fixtures/fake_lxd.py);
 everything above it (lifecycle, config, binding) is real.
 """
 
@@ -32,7 +32,7 @@ from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 GPU_RP = '11111111-1111-1111-1111-111111111111'

@@ -12,9 +12,9 @@
 
 """The seam (nova_lxd_accel.client) as a contract, on real daemons' answers.
 
-Every step of :data:`tests.unit.seam_helpers.STEPS` runs on the answers
+Every step of :data:`tests.fixtures.seam_helpers.STEPS` runs on the answers
 LXD 5.0.2 and Incus 6.0.4 gave to it (``tests/unit/samples/recorded-*``,
-recorded with ``python -m tests.unit.seam_helpers``), served again through
+recorded with ``python -m tests.fixtures.seam_helpers``), served again through
 ``requests-mock``. Each test checks what the seam returns or raises, that
 it asked exactly what the daemon was asked when recorded (same requests, in
 the same order), and that the daemon's own message reaches the project's
@@ -34,14 +34,14 @@ import testtools
 
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import exception
-from tests import fake_lxd
-from tests.unit import seam_helpers as seam
+from tests.fixtures import fake_lxd
+from tests.fixtures import seam_helpers
 
 FINGERPRINT = re.compile(r'^[0-9a-f]{64}$')
 
 
 def _keys(exchanges):
-    return [seam._key(e['method'], e['path'], e['query'])
+    return [seam_helpers._key(e['method'], e['path'], e['query'])
             for e in exchanges if e['path'].rstrip('/') != '/1.0']
 
 
@@ -52,27 +52,27 @@ class ContractSteps(object):
 
     def setUp(self):
         super(ContractSteps, self).setUp()
-        self.socket = seam.SocketFile()
+        self.socket = seam_helpers.SocketFile()
         self.addCleanup(self.socket.close)
         self.mock = self.useFixture(requests_mock_fixture.Fixture())
         self.log = self.useFixture(fixtures.FakeLogger(
             name='nova_lxd_accel.client'))
 
     def conf(self):
-        conf = seam.make_conf(self.socket.path)
+        conf = seam_helpers.make_conf(self.socket.path)
         # overrides live in the (shared) option groups: undo them after
         self.useFixture(config_fixture.Config(conf))
         return conf
 
     def run_step(self, name, ctx=None):
         """Run one step on its recorded answers: (result or exception)."""
-        recorded = seam.load(self.daemon, name)
+        recorded = seam_helpers.load(self.daemon, name)
         # the connection's own GET /1.0 (pylxd reads it when it connects)
-        server = seam.load(self.daemon, 'server_info')['exchanges']
-        self.replay = seam.Replay(recorded['exchanges'] + server)
+        server = seam_helpers.load(self.daemon, 'server_info')['exchanges']
+        self.replay = seam_helpers.Replay(recorded['exchanges'] + server)
         self.mock.add_matcher(self.replay)
         client = lxd_client.LXDClient(self.conf())
-        step = dict(seam.STEPS)[name]
+        step = dict(seam_helpers.STEPS)[name]
         try:
             result = step(client, ctx or {})
         except Exception as exc:
@@ -102,7 +102,7 @@ class ContractSteps(object):
         self.assertIn('cpu', reads['resources'])
         self.assertEqual('dir', reads['pool']['driver'])
         self.assertIn('space', reads['pool_resources'])
-        self.assertEqual(seam.PROJECT, reads['project']['name'])
+        self.assertEqual(seam_helpers.PROJECT, reads['project']['name'])
         self.assertEqual('default', reads['profile']['name'])
         self.assertIn('default', reads['profile_names'])
 
@@ -112,7 +112,8 @@ class ContractSteps(object):
         image = self.run_step('import_image', {'image': b'tarball'})
         self.assertRegex(image['fingerprint'], FINGERPRINT)
         self.assertEqual(image['fingerprint'], image['alias']['target'])
-        self.assertIn(seam.ALIAS, [a['name'] for a in image['aliases']])
+        self.assertIn(seam_helpers.ALIAS, [a['name']
+                      for a in image['aliases']])
         self.assertEqual(image['fingerprint'], image['info']['fingerprint'])
         self.assertTrue(image['exists'])
         self.assertFalse(image['missing_exists'])
@@ -131,15 +132,15 @@ class ContractSteps(object):
     def test_create_and_read(self):
         created = self.run_step('create')
         record = created['record']
-        self.assertEqual(seam.CONTAINER, record['name'])
+        self.assertEqual(seam_helpers.CONTAINER, record['name'])
         self.assertEqual('Stopped', record['status'])
-        for key, value in seam.CONFIG.items():
+        for key, value in seam_helpers.CONFIG.items():
             self.assertEqual(value, record['config'][key])
         self.assertEqual('Stopped', created['state']['status'])
-        self.assertEqual([seam.CONTAINER],
+        self.assertEqual([seam_helpers.CONTAINER],
                          [r['name'] for r in created['list']])
         # every project: each record says its project and profile devices
-        self.assertEqual([(seam.PROJECT, seam.CONTAINER)],
+        self.assertEqual([(seam_helpers.PROJECT, seam_helpers.CONTAINER)],
                          [(r['project'], r['name']) for r in created['all']])
         self.assertIn('root', created['all'][0]['expanded_devices'])
         # the listing of every project is made without a project
@@ -162,7 +163,7 @@ class ContractSteps(object):
     def test_modify_sends_the_etag(self):
         record = self.run_step('modify')
         self.assertEqual('one', record['config']['user.contract'])
-        etag = [e['headers'] for e in seam.load(self.daemon, 'modify')[
+        etag = [e['headers'] for e in seam_helpers.load(self.daemon, 'modify')[
             'exchanges'] if e['method'] == 'GET'][0]
         etag = {k.lower(): v for k, v in etag.items()}['etag']
         (put,) = self.requests_made('PUT')
@@ -213,7 +214,8 @@ class ContractSteps(object):
                          self.run_step('freeze'))
 
     def test_snapshot(self):
-        self.assertEqual(seam.CONTAINER, self.run_step('snapshot')['name'])
+        self.assertEqual(seam_helpers.CONTAINER,
+                         self.run_step('snapshot')['name'])
         self.assertEqual(['POST', 'DELETE'], [
             r.method for r in self.mock.request_history
             if '/snapshots' in r.path])
@@ -235,7 +237,7 @@ class ContractSteps(object):
         self.assertIsInstance(exc, exception.LXDOperationTimeout)
         # LXD and Incus do not allow cancelling an exec: it is left to run
         # and logged with its id, so an operator can follow it
-        operation = seam.load(self.daemon, 'operation_timeout')[
+        operation = seam_helpers.load(self.daemon, 'operation_timeout')[
             'exchanges'][0]['path']
         self.assertEqual([], self.requests_made('DELETE'))
         self.assertIn(operation.rsplit('/', 1)[-1], self.log.output)
@@ -244,8 +246,9 @@ class ContractSteps(object):
     def test_timed_out_cancellable_operation_is_cancelled(self):
         exc = self.run_step('migration_timeout')
         self.assertIsInstance(exc, exception.LXDOperationTimeout)
-        operation = json.loads(seam.load(self.daemon, 'migration_timeout')[
-            'exchanges'][0]['text'])['metadata']['id']
+        recorded = seam_helpers.load(self.daemon, 'migration_timeout')
+        operation = json.loads(
+            recorded['exchanges'][0]['text'])['metadata']['id']
         (cancel,) = self.requests_made('DELETE')
         self.assertEqual('/1.0/operations/%s' % operation, cancel.path)
         self.assertIn('Cancelled LXD operation %s' % operation,
@@ -269,13 +272,14 @@ class ContractSteps(object):
         self.assertEqual([], self.requests_made('DELETE'))
         self.assertIn('%s (Executing command) on %s still runs after 1s; '
                       'LXD does not allow cancelling it' % (
-                          operation['id'], seam.CONTAINER), self.log.output)
+                          operation['id'], seam_helpers.CONTAINER),
+                      self.log.output)
 
     # -- transport ---------------------------------------------------------
 
     def _client(self):
-        server = seam.load(self.daemon, 'server_info')['exchanges']
-        self.mock.add_matcher(seam.Replay(server))
+        server = seam_helpers.load(self.daemon, 'server_info')['exchanges']
+        self.mock.add_matcher(seam_helpers.Replay(server))
         client = lxd_client.LXDClient(self.conf())
         client.api
         return client
@@ -295,7 +299,7 @@ class ContractSteps(object):
                       exc=requests.exceptions.ReadTimeout('slow'))
         exc = self.assertRaises(exception.LXDOperationTimeout,
                                 client.list_containers)
-        self.assertIn(str(seam.TIMEOUT), str(exc))
+        self.assertIn(str(seam_helpers.TIMEOUT), str(exc))
 
 
 class LXD502ContractTest(ContractSteps, testtools.TestCase):
@@ -307,7 +311,7 @@ class Incus604ContractTest(ContractSteps, testtools.TestCase):
 
 
 class FakeContractTest(testtools.TestCase):
-    """The shared fake (tests/fake_lxd.py) keeps the same contract.
+    """The shared fake (tests/fixtures/fake_lxd.py) keeps the same contract.
 
     The steps it can run (no images, files or operations) run on it in the
     scenario's order, and end as they end on both daemons. It does not
@@ -323,10 +327,10 @@ class FakeContractTest(testtools.TestCase):
 
     def run_step(self, name):
         client = fake_lxd.FakeLXDClient()
-        for step_name, step in seam.STEPS:
+        for step_name, step in seam_helpers.STEPS:
             if step_name in self.SKIPPED:
                 if step_name == 'start_and_files':
-                    client.change_state(seam.CONTAINER, 'start')
+                    client.change_state(seam_helpers.CONTAINER, 'start')
                 continue
             try:
                 result = step(client, {})
@@ -342,17 +346,18 @@ class FakeContractTest(testtools.TestCase):
         return result, outcome
 
     def test_same_outcomes_as_both_daemons(self):
-        for name, _step in seam.STEPS:
+        for name, _step in seam_helpers.STEPS:
             if name in self.SKIPPED:
                 continue
             _result, outcome = self.outcome_of(name)
-            for daemon in seam.recordings():
-                self.assertEqual(seam.load(daemon, name)['outcome'], outcome,
-                                 (name, daemon))
+            for daemon in seam_helpers.recordings():
+                self.assertEqual(
+                    seam_helpers.load(daemon, name)['outcome'], outcome,
+                    (name, daemon))
 
     def test_same_results(self):
         record = self.run_step('create')['record']
-        for key, value in seam.CONFIG.items():
+        for key, value in seam_helpers.CONFIG.items():
             self.assertEqual(value, record['config'][key])
         self.assertEqual('Stopped', record['status'])
         self.assertIsNone(self.run_step('read_missing'))
@@ -380,14 +385,14 @@ class ScenarioTest(testtools.TestCase):
     def test_every_step_recorded_for_both_daemons(self):
         self.assertEqual(sorted([LXD502ContractTest.daemon,
                                  Incus604ContractTest.daemon]),
-                         seam.recordings())
-        for daemon in seam.recordings():
-            for name, _step in seam.STEPS:
-                self.assertEqual(name, seam.load(daemon, name)['step'])
+                         seam_helpers.recordings())
+        for daemon in seam_helpers.recordings():
+            for name, _step in seam_helpers.STEPS:
+                self.assertEqual(name, seam_helpers.load(daemon, name)['step'])
 
     def test_every_public_method_is_in_a_step(self):
         import inspect
-        source = inspect.getsource(seam)
+        source = inspect.getsource(seam_helpers)
         public = [name for name, _ in inspect.getmembers(
             lxd_client.LXDClient, inspect.isfunction)
             if not name.startswith('_')]

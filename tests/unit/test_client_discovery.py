@@ -12,7 +12,7 @@
 
 """The seam finds the local daemon, once, and knows which one it is.
 
-Daemons here are :class:`tests.recorded_daemon.RecordedDaemon`: a unix
+Daemons here are :class:`tests.fixtures.recorded_daemon.RecordedDaemon`: a unix
 socket answering ``GET /1.0`` with a recorded answer of a real daemon
 (``tests/unit/samples/daemons``), which is all discovery reads. The run's
 real daemon is in tests/integration/test_discovery.py.
@@ -30,7 +30,7 @@ from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from tests import recorded_daemon
+from tests.fixtures import recorded_daemon
 
 RecordedDaemon = recorded_daemon.RecordedDaemon
 sample = recorded_daemon.sample

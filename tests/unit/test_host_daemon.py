@@ -14,9 +14,9 @@
 
 The daemons are recorded ``GET /1.0`` answers of LXD 5.0.2 and Incus 6.0.4
 (real daemons of this test host) and of LXD 6.2 (its documented API),
-served on a unix socket by :class:`tests.recorded_daemon.RecordedDaemon`;
-every other request gets LXD's 404, so the pool named in the
-configuration does not exist.
+served on a unix socket by
+:class:`tests.fixtures.recorded_daemon.RecordedDaemon`; every other request
+gets LXD's 404, so the pool named in the configuration does not exist.
 """
 
 import copy

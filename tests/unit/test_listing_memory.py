@@ -14,7 +14,7 @@
 
 :class:`nova_lxd_accel.client.instances.ListingMemory` on its own (a clock
 of the test's), and the real ``LXDClient`` on the daemons' recorded
-answers (:mod:`tests.unit.seam_helpers`): every container the seam sends
+answers (:mod:`tests.fixtures.seam_helpers`): every container the seam sends
 a write for (create, state change, update, rename, delete) is no longer
 answered for by the listing asked before the write.
 """
@@ -29,7 +29,7 @@ import testtools
 
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel.client import instances
-from tests.unit import seam_helpers as seam
+from tests.fixtures import seam_helpers
 
 
 class Clock(object):
@@ -131,7 +131,7 @@ class WritesForgetTheListingTest(testtools.TestCase):
 
     def setUp(self):
         super(WritesForgetTheListingTest, self).setUp()
-        self.socket = seam.SocketFile()
+        self.socket = seam_helpers.SocketFile()
         self.addCleanup(self.socket.close)
         self.useFixture(fixtures.FakeLogger(name='nova_lxd_accel.client'))
         self.useFixture(fixtures.MonkeyPatch(
@@ -139,10 +139,10 @@ class WritesForgetTheListingTest(testtools.TestCase):
 
     def _run(self, daemon, name, step):
         mock = self.useFixture(requests_mock_fixture.Fixture())
-        server = seam.load(daemon, 'server_info')['exchanges']
-        mock.add_matcher(seam.Replay(
-            seam.load(daemon, name)['exchanges'] + server))
-        conf = seam.make_conf(self.socket.path)
+        server = seam_helpers.load(daemon, 'server_info')['exchanges']
+        mock.add_matcher(seam_helpers.Replay(
+            seam_helpers.load(daemon, name)['exchanges'] + server))
+        conf = seam_helpers.make_conf(self.socket.path)
         self.useFixture(config_fixture.Config(conf))
         client = lxd_client.LXDClient(conf)
         # an empty listing, asked before the step: "no container at all"
@@ -155,8 +155,8 @@ class WritesForgetTheListingTest(testtools.TestCase):
 
     def test_written_containers_are_read_again(self):
         checked = set()
-        for daemon in seam.recordings():
-            for name, step in seam.STEPS:
+        for daemon in seam_helpers.recordings():
+            for name, step in seam_helpers.STEPS:
                 client, written = self._run(daemon, name, step)
                 for container in written:
                     self.assertIsNone(

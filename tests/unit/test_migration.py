@@ -39,7 +39,7 @@ from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import migration
 from nova_lxd_accel import plumbing
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
 NAME = 'nova-' + UUID
@@ -217,7 +217,7 @@ class PureTest(testtools.TestCase):
 
 
 def _daemon(records=(), **kwargs):
-    """The shared fake daemon (tests/fake_lxd.py) holding ``records``."""
+    """The shared fake daemon (tests/fixtures/fake_lxd.py) with ``records``."""
     return fake_lxd.FakeLXDClient(*records, endpoint='https://dest:8443',
                                   **kwargs)
 

@@ -33,7 +33,7 @@ import testtools
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
 from nova_lxd_accel import network
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 PORT1 = '0bf13d99-5925-4fe3-8be6-532cd7e6a7ef'

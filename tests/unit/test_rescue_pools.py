@@ -24,7 +24,7 @@ import testtools
 
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 from tests.unit import test_accel_spawn
 
 UUID = '3c9b1e2a-0000-4000-8000-00000000000a'

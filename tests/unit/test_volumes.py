@@ -28,7 +28,7 @@ from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel import volumes
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 NAME = 'nova-' + UUID

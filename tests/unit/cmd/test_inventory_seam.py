@@ -29,8 +29,8 @@ import nova_lxd_accel
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.cmd import main
 from nova_lxd_accel.container import identity
-from tests import lxd_fixtures
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.fixtures import lxd_fixtures
 from tools.sandbox.venv import lxd_proxy
 
 PACKAGE = os.path.dirname(nova_lxd_accel.__file__)
@@ -52,11 +52,11 @@ class InventoryThroughTheSeamTest(base.BaseTestCase):
             f.write(conf_text)
         return main.main(['inventory', '--config-file', path,
                           '--nodename', 'cmp1', '--format', 'json',
-                          '--nvidia-smi-list', utils.sample_path(
+                          '--nvidia-smi-list', gpu_hosts.sample_path(
                               'nvsmi-h100-80gb-mig-4slices-L.txt')])
 
     def test_configured_endpoint_is_used(self):
-        resources = utils.load_json('handmade-lxd-h100-mig-host.json')
+        resources = gpu_hosts.load_json('handmade-lxd-h100-mig-host.json')
         proxy = self.useFixture(lxd_proxy.LXDProxy(
             {'gpu': resources['gpu']}))
         self.assertEqual(0, self._run('[lxd]\nendpoint = %s\n'
@@ -84,7 +84,7 @@ class InventoryThroughTheSeamTest(base.BaseTestCase):
                        identity.KEY_DEVICES: json.dumps([record])}})
         project.client.operations.wait_for_operation(
             created.json()['operation'])
-        resources = utils.load_json('handmade-lxd-h100-mig-host.json')
+        resources = gpu_hosts.load_json('handmade-lxd-h100-mig-host.json')
         proxy = self.useFixture(lxd_proxy.LXDProxy(
             {'gpu': resources['gpu']}))
         # (the proxy hides other tests' projects from such listings)

@@ -683,8 +683,8 @@ class LXDProxy(fixtures.Fixture):
 
 
 def _lxd_socket():
-    # the run's daemon, LXD or Incus (tests/lxd_fixtures.py)
-    from tests import lxd_fixtures
+    # the run's daemon, LXD or Incus (tests/fixtures/lxd_fixtures.py)
+    from tests.fixtures import lxd_fixtures
     return lxd_fixtures.lxd_socket()
 
 

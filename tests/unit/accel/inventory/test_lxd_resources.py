@@ -17,13 +17,13 @@ from oslotest import base
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import lxd_resources
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 
 class TestGpus(base.BaseTestCase):
 
     def test_gt730_device_data(self):
-        gpus = lxd_resources.parse_gpus(utils.load_json(
+        gpus = lxd_resources.parse_gpus(gpu_hosts.load_json(
             'lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json'))
         self.assertEqual(['0000:04:00.0', '0000:07:00.0'],
                          [g.pci_address for g in gpus])
@@ -59,7 +59,7 @@ class TestGpus(base.BaseTestCase):
 
     def test_gpu_vfs_without_address_are_not_counted(self):
         gpus = lxd_resources.parse_gpus(
-            utils.load_json('handmade-lxd-amd-gpu-sriov-vfs.json'))
+            gpu_hosts.load_json('handmade-lxd-amd-gpu-sriov-vfs.json'))
         self.assertEqual(['0000:03:02.0', '0000:03:02.1'],
                          [vf.pci_address for vf in gpus[0].vfs])
         self.assertEqual(devices.GPU_KIND_VGPU, gpus[0].kind)
@@ -70,7 +70,7 @@ class TestIbCards(base.BaseTestCase):
 
     def test_connectx3_ports_and_char_devices(self):
         cards = lxd_resources.parse_ib_cards(
-            utils.load_json('maas-lp1939456-connectx3-infiniband.json'))
+            gpu_hosts.load_json('maas-lp1939456-connectx3-infiniband.json'))
         self.assertEqual(1, len(cards))
         self.assertEqual(
             (devices.IbPort(
@@ -86,7 +86,7 @@ class TestIbCards(base.BaseTestCase):
             cards[0].ports)
 
     def test_mixed_unordered_ports_keep_infiniband_only(self):
-        cards = lxd_resources.parse_ib_cards(utils.load_json(
+        cards = lxd_resources.parse_ib_cards(gpu_hosts.load_json(
             'handmade-lxd-6060-connectx3-mixed-ports-from-text.json'))
         self.assertEqual(['0000:82:00.0'], [c.pci_address for c in cards])
         self.assertEqual([('ib0', 0)],
@@ -94,7 +94,7 @@ class TestIbCards(base.BaseTestCase):
 
     def test_ib_vfs(self):
         cards = lxd_resources.parse_ib_cards(
-            utils.load_json('handmade-lxd-connectx6-ib-vfs.json'))
+            gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json'))
         vfs = cards[1].vfs
         self.assertEqual(['0000:4b:00.%d' % i for i in range(1, 6)],
                          [vf.pci_address for vf in vfs])
@@ -133,10 +133,10 @@ class TestDiscoveryFilters(base.BaseTestCase):
 
     def test_excluded_addresses_cover_gpus_cards_and_vfs(self):
         resources = dict(
-            utils.load_json('handmade-lxd-amd-gpu-sriov-vfs.json'),
-            network=utils.load_json(
+            gpu_hosts.load_json('handmade-lxd-amd-gpu-sriov-vfs.json'),
+            network=gpu_hosts.load_json(
                 'handmade-lxd-connectx6-ib-vfs.json')['network'])
-        options = discovery.Options.from_conf(utils.make_conf(
+        options = discovery.Options.from_conf(gpu_hosts.make_conf(
             excluded_pci_addresses=['83:00.0', '0000:03:02.1',
                                     '0000:0C:00.0', '0000:4b:00.2']))
         gpus, cards = discovery.discover(resources, '', options)
@@ -149,9 +149,10 @@ class TestDiscoveryFilters(base.BaseTestCase):
 
     def test_no_vendor_listed_reports_no_gpu(self):
         options = discovery.Options.from_conf(
-            utils.make_conf(gpu_vendor_ids=[]))
+            gpu_hosts.make_conf(gpu_vendor_ids=[]))
         gpus, _ = discovery.discover(
-            utils.load_json('handmade-lxd-h100-mig-host.json'), '', options)
+            gpu_hosts.load_json('handmade-lxd-h100-mig-host.json'), '',
+            options)
         self.assertEqual([], gpus)
 
     def test_mig_mapped_by_uuid_before_order(self):

@@ -27,8 +27,8 @@ from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from tests.unit.accel import test_binding
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.unit.accel.binding import test_pick
 
 PCI = '0000:3b:00.0'
 
@@ -122,15 +122,15 @@ class SharedInventoryTest(testtools.TestCase):
     """Shared and whole GPUs mixed on one recorded host."""
 
     def report(self, entries, memory=None):
-        resources = test_binding._host()
-        conf = utils.make_conf(shared_gpus=entries)
+        resources = test_pick._host()
+        conf = gpu_hosts.make_conf(shared_gpus=entries)
         inventory = reporter.AcceleratorInventory(
             lambda: resources,
-            lambda: utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
+            lambda: gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
             conf=conf, provider_allocations=lambda rp: {},
             gate=_Gate(memory) if memory is not None else None)
-        tree = utils.new_tree(utils.NODE)
-        inventory.update_provider_tree(tree, utils.NODE, {})
+        tree = gpu_hosts.new_tree(gpu_hosts.NODE)
+        inventory.update_provider_tree(tree, gpu_hosts.NODE, {})
         return inventory, tree
 
     def test_shared_gpu_is_share_and_memory_never_pgpu(self):
@@ -161,16 +161,16 @@ class SharedInventoryTest(testtools.TestCase):
         self.assertRaises(ValueError, self.report, ['NVIDIA_A10'])
 
 
-class SharedBindingTest(test_binding.BindingTestBase):
+class SharedBindingTest(test_pick.BindingTestBase):
 
-    resources = staticmethod(test_binding._host)
-    mig_text = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+    resources = staticmethod(test_pick._host)
+    mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def setUp(self):
         super().setUp()
-        conf = utils.make_conf(shared_gpus=['%s:2' % A100_SHARED])
-        self.inventory, self.tree = utils.report(
-            test_binding._host(), self.mig_text, conf=conf)
+        conf = gpu_hosts.make_conf(shared_gpus=['%s:2' % A100_SHARED])
+        self.inventory, self.tree = gpu_hosts.report(
+            test_pick._host(), self.mig_text, conf=conf)
 
     def share(self, project='p1', **kw):
         # the card in the mode the flavor needs (test_sharing_modes)
@@ -266,10 +266,10 @@ class ShareRequestTest(testtools.TestCase):
         flavor = objects.Flavor(name='g', extra_specs={
             'lxd:gpu_memory_mb': '2048', 'lxd:gpu_compute_percent': '50'})
         instance = objects.Instance(flavor=flavor, project_id='p9')
-        conf = utils.make_conf(shared_gpu_any_project=True,
-                               shared_gpus=['0000:3b:00.0:4:quota'],
-                               mps_pipe_directory='/srv/mps/{pci}',
-                               mps_shm_directory='/srv/mps/{pci}/shm')
+        conf = gpu_hosts.make_conf(shared_gpu_any_project=True,
+                                   shared_gpus=['0000:3b:00.0:4:quota'],
+                                   mps_pipe_directory='/srv/mps/{pci}',
+                                   mps_shm_directory='/srv/mps/{pci}/shm')
         self.assertEqual(
             pick.ShareRequest(project_id='p9', any_project=True,
                               memory_mb=2048, compute_percent=50,

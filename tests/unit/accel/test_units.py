@@ -21,29 +21,29 @@ from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.accel import units
 from nova_lxd_accel import exception
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
-MIG_TEXT = utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-LEGACY = utils.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+MIG_TEXT = gpu_hosts.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+LEGACY = gpu_hosts.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
 
 
 def _host(mig_text=MIG_TEXT,
           gpu_uuid='GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16'):
     """GPU 0000:00:09.0 (MIG), an A100 at 0000:07:00.0, IB VFs."""
-    mig_gpu = copy.deepcopy(utils.load_json(
+    mig_gpu = copy.deepcopy(gpu_hosts.load_json(
         'handmade-lxd-h100-mig-host.json')['gpu']['cards'][1])
     mig_gpu['nvidia']['uuid'] = gpu_uuid
-    whole = [c for c in utils.load_json(
+    whole = [c for c in gpu_hosts.load_json(
         'handmade-lxd-two-a100-no-nvidia-object.json')['gpu']['cards']
         if c.get('pci_address') == '0000:07:00.0'][0]
-    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
         'network']
     for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
         vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
                         'protocol': 'infiniband'}]
     gpus, cards = discovery.discover(
         {'gpu': {'cards': [mig_gpu, whole]}, 'network': network},
-        mig_text, discovery.Options.from_conf(utils.make_conf()))
+        mig_text, discovery.Options.from_conf(gpu_hosts.make_conf()))
     return gpus + cards
 
 
@@ -188,19 +188,19 @@ class SriovParentTest(testtools.TestCase):
         self.assertIn('nictype=sriov', str(exc))
 
     def test_reported_reserved_in_placement(self):
-        resources = {'network': utils.load_json(
+        resources = {'network': gpu_hosts.load_json(
             'handmade-lxd-connectx6-ib-vfs.json')['network']}
         for i, vf in enumerate(resources['network']['cards'][1]['sriov'][
                 'vfs'][:4]):
             vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
                             'protocol': 'infiniband'}]
         inventory = reporter.AcceleratorInventory(
-            lambda: resources, lambda: '', conf=utils.make_conf(),
+            lambda: resources, lambda: '', conf=gpu_hosts.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=lambda: [self.foreign(self.SRIOV)],
             is_ours=lambda record: False)
-        tree = utils.new_tree()
-        inventory.update_provider_tree(tree, utils.NODE, {})
-        vf = tree.data(utils.NODE + '_ib_0000_4b_00_0').inventory[
+        tree = gpu_hosts.new_tree()
+        inventory.update_provider_tree(tree, gpu_hosts.NODE, {})
+        vf = tree.data(gpu_hosts.NODE + '_ib_0000_4b_00_0').inventory[
             'CUSTOM_INFINIBAND_VF']
         self.assertEqual((5, 1), (vf['total'], vf['reserved']))

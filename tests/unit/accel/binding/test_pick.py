@@ -27,7 +27,7 @@ from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 H100 = 'cmp1_gpu_0000_00_09_0'
 A100_0 = 'cmp1_gpu_0000_07_00_0'
@@ -37,7 +37,7 @@ IB_PORT = 'cmp1_ib_0000_0c_00_0'
 
 
 def _eight_gpus():
-    return {'gpu': {'cards': utils.eight_gpu_cards()}}
+    return {'gpu': {'cards': gpu_hosts.eight_gpu_cards()}}
 
 
 def _host():
@@ -46,10 +46,10 @@ def _host():
     The VFs of 4b:00.0 get the netdevs mlx5_core gives them (the sample
     lists one); VFs without a netdev cannot be bound.
     """
-    resources = utils.load_json('handmade-lxd-h100-mig-host.json')
-    resources['gpu']['cards'] += utils.load_json(
+    resources = gpu_hosts.load_json('handmade-lxd-h100-mig-host.json')
+    resources['gpu']['cards'] += gpu_hosts.load_json(
         'handmade-lxd-two-a100-no-nvidia-object.json')['gpu']['cards']
-    network = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')[
+    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
         'network']
     # give every VF of 4b:00.0 the netdev it has when mlx5_core drives it
     for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
@@ -66,14 +66,14 @@ class BindingTestBase(base.BaseTestCase):
 
     def setUp(self):
         super().setUp()
-        self.inventory, self.tree = utils.report(self.resources(),
-                                                 self.mig_text)
+        self.inventory, self.tree = gpu_hosts.report(self.resources(),
+                                                     self.mig_text)
 
     def rp(self, name):
         return self.tree.data(name).uuid
 
     def alloc(self, *items):
-        out = {self.tree.data(utils.NODE).uuid: {
+        out = {self.tree.data(gpu_hosts.NODE).uuid: {
             'resources': {'VCPU': 1, 'MEMORY_MB': 128}}}
         for name, rc, n in items:
             out.setdefault(self.rp(name), {'resources': {}})[
@@ -88,7 +88,7 @@ class BindingTestBase(base.BaseTestCase):
 class TestMixedHost(BindingTestBase):
 
     resources = staticmethod(_host)
-    mig_text = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+    mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def test_no_accelerators_no_devices(self):
         result = self.bind(self.alloc())
@@ -208,9 +208,11 @@ class TestLegacyMig(BindingTestBase):
 
     @staticmethod
     def resources():
-        return utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json')
+        return gpu_hosts.load_json(
+            'handmade-lxd-two-a100-no-nvidia-object.json')
 
-    mig_text = utils.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+    mig_text = gpu_hosts.load_text(
+        'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
 
     def test_legacy_uses_gi_ci(self):
         result = self.bind(self.alloc((A100_0, 'CUSTOM_MIG_1G_5GB', 2)))
@@ -264,8 +266,8 @@ class TestCapturedH200(BindingTestBase):
     """
 
     resources = staticmethod(
-        lambda: utils.load_json('lxd-502-h200-vm-resources.json'))
-    mig_text = utils.load_text('nvsmi-h200-580-L.txt')
+        lambda: gpu_hosts.load_json('lxd-502-h200-vm-resources.json'))
+    mig_text = gpu_hosts.load_text('nvsmi-h200-580-L.txt')
 
     def test_whole_gpu_pinned_by_pci_address(self):
         result = self.bind(self.alloc(('cmp1_gpu_0000_00_06_0', 'PGPU', 1)))

@@ -22,7 +22,7 @@ import testtools
 
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 H100 = '0000:00:09.0'
 H200 = '0000:00:06.0'
@@ -47,9 +47,9 @@ def fake_smi(directory, outputs, status=0):
 class TestParseQueryGpu(testtools.TestCase):
 
     def test_recorded_h100_idle_and_load(self):
-        idle = nvidia_smi.parse_query_gpu(utils.load_text(
+        idle = nvidia_smi.parse_query_gpu(gpu_hosts.load_text(
             'nvsmi-h100-80gb-idle-query-gpu.csv'))
-        load = nvidia_smi.parse_query_gpu(utils.load_text(
+        load = nvidia_smi.parse_query_gpu(gpu_hosts.load_text(
             'nvsmi-h100-80gb-load-query-gpu.csv'))
         self.assertEqual([H100], list(idle))
         self.assertEqual((81559, 0, 0), (idle[H100].memory_total_mib,
@@ -64,7 +64,7 @@ class TestParseQueryGpu(testtools.TestCase):
         self.assertEqual([], load[H100].problems())
 
     def test_captured_h200(self):
-        gpus = nvidia_smi.parse_query_gpu(utils.load_text(
+        gpus = nvidia_smi.parse_query_gpu(gpu_hosts.load_text(
             'nvsmi-h200-580-idle-query-gpu.csv'))
         self.assertEqual([H200], list(gpus))
         self.assertEqual(('NVIDIA H200', 143771, 0, 0, 'Disabled'),
@@ -74,7 +74,7 @@ class TestParseQueryGpu(testtools.TestCase):
         self.assertEqual([], gpus[H200].problems())
 
     def test_ecc_retired_remap(self):
-        gpus = nvidia_smi.parse_query_gpu(utils.load_text(
+        gpus = nvidia_smi.parse_query_gpu(gpu_hosts.load_text(
             'handmade-nvsmi-query-gpu-ecc-retired-remap.csv'))
         self.assertEqual({
             '0000:17:00.0': [],
@@ -85,7 +85,7 @@ class TestParseQueryGpu(testtools.TestCase):
         }, {pci: facts.problems() for pci, facts in gpus.items()})
 
     def test_fallen_off_the_bus(self):
-        gpus = nvidia_smi.parse_query_gpu(utils.load_text(
+        gpus = nvidia_smi.parse_query_gpu(gpu_hosts.load_text(
             'handmade-nvsmi-query-gpu-gpu-lost.txt'))
         self.assertEqual([], gpus['0000:17:00.0'].problems())
         self.assertEqual(['fallen off the bus (Unknown Error)'],
@@ -104,7 +104,7 @@ class TestParseQueryGpu(testtools.TestCase):
 class TestParseComputeApps(testtools.TestCase):
 
     def test_recorded_load(self):
-        apps = nvidia_smi.parse_compute_apps(utils.load_text(
+        apps = nvidia_smi.parse_compute_apps(gpu_hosts.load_text(
             'nvsmi-h100-80gb-load-compute-apps.csv'))
         self.assertEqual([(11327, '/root/tools/memhog', 2566),
                           (11328, '/root/tools/memhog', 1542),
@@ -113,20 +113,20 @@ class TestParseComputeApps(testtools.TestCase):
                           for a in apps[H100]])
 
     def test_recorded_idle_has_header_only(self):
-        self.assertEqual({}, nvidia_smi.parse_compute_apps(utils.load_text(
+        self.assertEqual({}, nvidia_smi.parse_compute_apps(gpu_hosts.load_text(
             'nvsmi-h100-80gb-idle-compute-apps.csv')))
 
 
 class TestParseQuery(testtools.TestCase):
 
     def test_recorded_idle_and_load(self):
-        gpus, apps = nvidia_smi.parse_query(utils.load_text(
+        gpus, apps = nvidia_smi.parse_query(gpu_hosts.load_text(
             'nvsmi-h100-80gb-idle-q.txt'))
         self.assertEqual([], gpus[H100].problems())
         self.assertEqual((81559, 0), (gpus[H100].memory_total_mib,
                                       gpus[H100].memory_used_mib))
         self.assertEqual({}, apps)
-        gpus, apps = nvidia_smi.parse_query(utils.load_text(
+        gpus, apps = nvidia_smi.parse_query(gpu_hosts.load_text(
             'nvsmi-h100-80gb-load-q.txt'))
         self.assertEqual(19818, gpus[H100].memory_used_mib)
         self.assertEqual([11327, 11328, 11345],
@@ -134,7 +134,7 @@ class TestParseQuery(testtools.TestCase):
         self.assertEqual(15690, apps[H100][2].used_memory_mib)
 
     def test_captured_h200(self):
-        gpus, apps = nvidia_smi.parse_query(utils.load_text(
+        gpus, apps = nvidia_smi.parse_query(gpu_hosts.load_text(
             'nvsmi-h200-580-idle-q.txt'))
         self.assertEqual([H200], list(gpus))
         self.assertEqual((143771, 0), (gpus[H200].memory_total_mib,
@@ -143,7 +143,7 @@ class TestParseQuery(testtools.TestCase):
         self.assertEqual({}, apps)
 
     def test_errors(self):
-        gpus, _ = nvidia_smi.parse_query(utils.load_text(
+        gpus, _ = nvidia_smi.parse_query(gpu_hosts.load_text(
             'handmade-nvsmi-h100-q-ecc-retired-remap-pending.txt'))
         self.assertEqual(['3 uncorrectable ECC errors',
                           'retired pages pending', 'row remapping pending'],
@@ -158,9 +158,9 @@ class TestHostProbe(testtools.TestCase):
 
     def test_snapshot_runs_nvidia_smi(self):
         path = fake_smi(self.dir, {
-            '--query-gpu': utils.sample_path(
+            '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-load-query-gpu.csv'),
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-load-compute-apps.csv')})
         snap = probe.HostProbe(path, clock=lambda: 42.0).snapshot()
         self.assertTrue(snap.available)
@@ -210,8 +210,9 @@ def _ran(log):
 
 
 MIG_GPU = {
-    '--query-gpu': utils.sample_path('handmade-nvsmi-h100-mig-query-gpu.csv'),
-    '--query-compute-apps': utils.sample_path(
+    '--query-gpu': gpu_hosts.sample_path(
+        'handmade-nvsmi-h100-mig-query-gpu.csv'),
+    '--query-compute-apps': gpu_hosts.sample_path(
         'nvsmi-h100-80gb-idle-compute-apps.csv')}
 
 
@@ -252,7 +253,7 @@ class TestSnapshotDeadline(testtools.TestCase):
 
     def test_deadline_reached_before_mig_query(self):
         path, log = logged_smi(self.dir, dict(MIG_GPU, **{
-            '-q': utils.sample_path(
+            '-q': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
         snap = self._probe(path, 0.0, 0.0, 60.0).snapshot(deadline=50.0)
         self.assertEqual(['--query-gpu', '--query-compute-apps'], _ran(log))
@@ -265,7 +266,7 @@ class TestSnapshotDeadline(testtools.TestCase):
 
     def test_each_call_gets_what_is_left(self):
         path, log = logged_smi(self.dir, dict(MIG_GPU, **{
-            '-q': utils.sample_path(
+            '-q': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
         timeouts = []
         real = nvidia_smi.run
@@ -294,7 +295,7 @@ class TestMigError(testtools.TestCase):
 
     def test_mig_query_read(self):
         path = fake_smi(self.dir, dict(MIG_GPU, **{
-            '-q': utils.sample_path(
+            '-q': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
         snap = probe.HostProbe(path).snapshot()
         self.assertIsNone(snap.mig_error)
@@ -328,7 +329,7 @@ class TestMigError(testtools.TestCase):
     def test_mig_query_without_the_gpu(self):
         # -q answers, for another GPU only
         path = fake_smi(self.dir, dict(MIG_GPU, **{
-            '-q': utils.sample_path('nvsmi-h200-580-idle-q.txt')}))
+            '-q': gpu_hosts.sample_path('nvsmi-h200-580-idle-q.txt')}))
         snap = probe.HostProbe(path).snapshot()
         self.assertTrue(snap.available)
         self.assertFalse(snap.complete)
@@ -338,9 +339,9 @@ class TestMigError(testtools.TestCase):
 
     def test_no_mig_gpu_no_mig_query(self):
         path, log = logged_smi(self.dir, {
-            '--query-gpu': utils.sample_path(
+            '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-query-gpu.csv'),
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
         snap = probe.HostProbe(path).snapshot()
         self.assertEqual(['--query-gpu', '--query-compute-apps'], _ran(log))
@@ -357,14 +358,14 @@ class TestKernelLogXids(testtools.TestCase):
 
     def test_dmesg_lines(self):
         events = probe.parse_kernel_log(
-            utils.load_text('handmade-dmesg-nvrm-xid.txt'))
+            gpu_hosts.load_text('handmade-dmesg-nvrm-xid.txt'))
         self.assertEqual([(H100, 13, 3120.551204), (H100, 79, 5107.644338)],
                          [(e.pci_address, e.code, e.at) for e in events])
         self.assertIn('GPU has fallen off the bus', events[1].message)
 
     def test_kmsg_records_and_old_driver_address(self):
         events = probe.parse_kernel_log(
-            utils.load_text('handmade-kmsg-nvrm-xid.txt'))
+            gpu_hosts.load_text('handmade-kmsg-nvrm-xid.txt'))
         self.assertEqual([(H100, 13, 3120.551204), (H100, 48, 7200.1184),
                           ('0000:00:0a.0', 95, 7200.1189)],
                          [(e.pci_address, e.code, e.at) for e in events])
@@ -382,12 +383,13 @@ class TestKernelLogXids(testtools.TestCase):
     def test_probe_reads_the_kernel_log(self):
         directory = self.useFixture(fixtures.TempDir()).path
         path = fake_smi(directory, {
-            '--query-gpu': utils.sample_path(
+            '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-query-gpu.csv'),
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
         snap = probe.HostProbe(
-            path, kernel_log=utils.sample_path('handmade-dmesg-nvrm-xid.txt'),
+            path, kernel_log=gpu_hosts.sample_path(
+                'handmade-dmesg-nvrm-xid.txt'),
             uptime=lambda: 6000.0, boot_id=lambda: 'boot-1').snapshot()
         self.assertEqual([13, 79], [e.code for e in snap.xids_on(H100)])
         self.assertEqual((6000.0, 'boot-1'), (snap.uptime, snap.boot_id))
@@ -422,7 +424,7 @@ class TestMigQuery(testtools.TestCase):
 
     def test_recorded_idle_slices(self):
         mig = nvidia_smi.parse_mig_query(
-            utils.load_text('nvsmi-h100-80gb-mig-4slices-idle-q.txt'))
+            gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-idle-q.txt'))
         self.assertEqual(
             [(0, 2, 0, 26, 40448), (1, 3, 0, 17, 20096),
              (2, 9, 0, 9, 9984), (3, 10, 0, 9, 9984)],
@@ -432,7 +434,7 @@ class TestMigQuery(testtools.TestCase):
 
     def test_process_in_one_slice(self):
         mig = nvidia_smi.parse_mig_query(
-            utils.load_text('handmade-nvsmi-h100-mig-slice2-busy-q.txt'))
+            gpu_hosts.load_text('handmade-nvsmi-h100-mig-slice2-busy-q.txt'))
         self.assertEqual([(48211, 'python3', 4090)],
                          [(a.pid, a.name, a.used_memory_mib)
                           for a in mig[H100][2].apps])
@@ -441,4 +443,4 @@ class TestMigQuery(testtools.TestCase):
 
     def test_gpu_without_mig_devices_is_left_out(self):
         self.assertEqual({}, nvidia_smi.parse_mig_query(
-            utils.load_text('nvsmi-h100-80gb-idle-q.txt')))
+            gpu_hosts.load_text('nvsmi-h100-80gb-idle-q.txt')))

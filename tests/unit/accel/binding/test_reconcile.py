@@ -19,7 +19,7 @@ from oslotest import base
 
 from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.container import identity
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 
 GPU_RP = 'rp-gpu'
 
@@ -46,7 +46,7 @@ GPU8 = ('pgpu', 'pci:0000:85:00.0', 'PGPU',
 
 
 def _daemon(records):
-    """The shared fake daemon (tests/fake_lxd.py) holding ``records``."""
+    """The shared fake daemon (tests/fixtures/fake_lxd.py) with ``records``."""
     return fake_lxd.FakeLXDClient(*records)
 
 

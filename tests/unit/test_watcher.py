@@ -25,7 +25,7 @@ import testtools
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import watcher
-from tests import fake_lxd
+from tests.fixtures import fake_lxd
 
 HOST = 'cmp1'
 UUID = '0f6b5f0e-3a4e-4a43-9b49-4d1b9d8b3c11'
@@ -51,7 +51,7 @@ def _lifecycle(action, name, project='p1', **context):
 
 
 def _daemon(*records, unsupported=False):
-    """The shared fake daemon (tests/fake_lxd.py) holding ``records``.
+    """The shared fake daemon (tests/fixtures/fake_lxd.py) holding ``records``.
 
     Seen by a client of project p1, the watcher's (and the records').
     """

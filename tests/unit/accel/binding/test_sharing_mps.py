@@ -25,11 +25,11 @@ from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import release
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
-from tests.unit.accel import test_gpu_gate
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.unit.accel.health import test_gate
 
-H100 = test_gpu_gate.H100
-INSTANCE = test_gpu_gate.INSTANCE
+H100 = test_gate.H100
+INSTANCE = test_gate.INSTANCE
 SERVER_ONLY = ('handmade-nvsmi-h100-mps-server-query-gpu.csv',
                'handmade-nvsmi-h100-mps-server-compute-apps.csv')
 WITH_CLIENT = ('handmade-nvsmi-h100-mps-client-query-gpu.csv',
@@ -41,7 +41,8 @@ IDLE = ('nvsmi-h100-80gb-idle-query-gpu.csv',
 class TestParse(testtools.TestCase):
 
     def test_mps_server_is_known(self):
-        apps = nvidia_smi.parse_compute_apps(utils.load_text(WITH_CLIENT[1]))
+        apps = nvidia_smi.parse_compute_apps(
+            gpu_hosts.load_text(WITH_CLIENT[1]))
         self.assertEqual(
             [(11402, 'nvidia-cuda-mps-server', 30, True),
              (11433, '/usr/bin/python3', 4112, False)],
@@ -60,7 +61,7 @@ class TestParse(testtools.TestCase):
                                                    30).is_mps_server)
 
 
-class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
+class TestMpsServerIsNotATenant(test_gate.GateTestCase):
     """A slot of a shared H100 quota'd with MPS."""
 
     def setUp(self):
@@ -71,7 +72,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
         return self.gate.store.load()['dirty']
 
     def test_released_card_with_its_mps_server_is_clean(self):
-        self.containers = [test_gpu_gate.share_container(0, INSTANCE)]
+        self.containers = [test_gate.share_container(0, INSTANCE)]
         self.host(*WITH_CLIENT)
         self.now += 60
         self.gate.refresh()
@@ -85,7 +86,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
                          self.gate.store.load()['events'][-1]['event'])
 
     def test_a_client_left_behind_holds_the_card(self):
-        self.containers = [test_gpu_gate.share_container(0, INSTANCE)]
+        self.containers = [test_gate.share_container(0, INSTANCE)]
         self.host(*WITH_CLIENT)
         self.now += 60
         self.gate.refresh()
@@ -104,7 +105,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
     def test_memory_of_the_server_counts_beyond_the_tolerance(self):
         # its name sets no memory apart: above the tolerance it holds
         self.override('release_memory_tolerance_mib', 16)
-        self.containers = [test_gpu_gate.share_container(0, INSTANCE)]
+        self.containers = [test_gate.share_container(0, INSTANCE)]
         self.now += 60
         self.gate.refresh()
         self.containers = []
@@ -119,7 +120,7 @@ class TestMpsServerIsNotATenant(test_gpu_gate.GateTestCase):
 
     def test_only_the_mps_server_is_idle_not_busy(self):
         self.override('idle_report_after', 1800)
-        self.containers = [test_gpu_gate.share_container(0, INSTANCE)]
+        self.containers = [test_gate.share_container(0, INSTANCE)]
         self.host(*SERVER_ONLY)
         self.now += 1800
         self.gate.refresh()

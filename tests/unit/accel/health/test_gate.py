@@ -36,8 +36,8 @@ from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel import exception
-from tests.unit.accel import test_gpu_probe
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.unit.accel.health import test_probe
 
 H100 = '0000:00:09.0'
 INSTANCE = 'f0d1c2b3-0000-4000-8000-000000000001'
@@ -94,9 +94,9 @@ class GateTestCase(testtools.TestCase):
                         group='lxd_accelerators')
 
     def host(self, query_gpu, apps):
-        test_gpu_probe.fake_smi(self.smi_dir, {
-            '--query-gpu': utils.sample_path(query_gpu),
-            '--query-compute-apps': utils.sample_path(apps)})
+        test_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': gpu_hosts.sample_path(query_gpu),
+            '--query-compute-apps': gpu_hosts.sample_path(apps)})
 
     def desired(self):
         gpu = self.gpus[0]
@@ -121,7 +121,7 @@ class TestHealthGate(GateTestCase):
         # -q output is not --query-gpu CSV: the probe says "unknown"
         self.gate.refresh()
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
-        rows = utils.load_text('nvsmi-h100-80gb-idle-query-gpu.csv')
+        rows = gpu_hosts.load_text('nvsmi-h100-80gb-idle-query-gpu.csv')
         header, row = rows.splitlines()
         fields = [f.strip() for f in header.split(',')]
         values = [v.strip() for v in row.split(',')]
@@ -129,8 +129,8 @@ class TestHealthGate(GateTestCase):
         bad = os.path.join(self.dir, 'ecc.csv')
         with open(bad, 'w') as f:
             f.write(header + '\n' + ', '.join(values) + '\n')
-        test_gpu_probe.fake_smi(self.smi_dir, {
-            '--query-gpu': bad, '--query-compute-apps': utils.sample_path(
+        test_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': bad, '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
         self.gate.refresh()
         self.assertEqual(({'PGPU': 1}, True), self.reserved())
@@ -176,7 +176,7 @@ class TestHealthGate(GateTestCase):
 
     def test_cpu_only_host_writes_nothing(self):
         self.gpus = []
-        test_gpu_probe.fake_smi(self.smi_dir, {})
+        test_probe.fake_smi(self.smi_dir, {})
         self.gate.refresh()
         self.assertFalse(os.path.exists(self.gate.store.path))
 
@@ -214,7 +214,7 @@ class TestVerifiedRelease(GateTestCase):
 
     def test_unprobeable_gpu_stays_dirty(self):
         self.gate.note_destroy(container)
-        test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
+        test_probe.fake_smi(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
 
@@ -238,7 +238,7 @@ class TestXidGate(GateTestCase):
 
     def write_log(self, sample, extra=''):
         with open(self.log, 'w') as f:
-            f.write(utils.load_text(sample) + extra)
+            f.write(gpu_hosts.load_text(sample) + extra)
 
     def hold(self):
         return self.gate.store.load()['holds'].get(H100)
@@ -421,7 +421,7 @@ class TestUnprobeable(GateTestCase):
         self.assertNotIn(gate.TRAIT_UNPROBEABLE, self.traits())
 
     def test_failing_probe_holds_after_failures_in_a_row(self):
-        test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
+        test_probe.fake_smi(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.gate.refresh()
         self.assertIsNone(self.hold())
@@ -432,7 +432,7 @@ class TestUnprobeable(GateTestCase):
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
         self.gate.refresh()
-        test_gpu_probe.fake_smi(self.smi_dir, {}, status=3)
+        test_probe.fake_smi(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.assertIsNone(self.hold())
 
@@ -464,18 +464,18 @@ class TestMigRelease(GateTestCase):
     def setUp(self):
         super().setUp()
         listing = nvidia_smi.parse_list(
-            utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
+            gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
         self.gpus = [dataclasses.replace(
             h100(), mig_devices=tuple(listing[0].mig_devices))]
         self.mig_host('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
 
     def mig_host(self, query):
-        test_gpu_probe.fake_smi(self.smi_dir, {
-            '--query-gpu': utils.sample_path(
+        test_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv'),
-            '-q': utils.sample_path(query)})
+            '-q': gpu_hosts.sample_path(query)})
 
     def dirty(self):
         return self.gate.store.load()['dirty'].get('mig:' + self.SLICE2)
@@ -549,10 +549,10 @@ class TestMigRelease(GateTestCase):
         self.gate.refresh()
         self.gate.note_destroy(lambda: mig_container(self.SLICE2))
         # -q fails; --query-compute-apps shows a process on the GPU
-        test_gpu_probe.fake_smi(self.smi_dir, {
-            '--query-gpu': utils.sample_path(
+        test_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-load-compute-apps.csv')})
         self.now += 60
         self.gate.refresh()
@@ -562,10 +562,10 @@ class TestMigRelease(GateTestCase):
         # a failing -q counts toward the unprobeable hold
         self.assertEqual(1, self.gate.store.load()['probe']['failures'])
         # the process leaves: clean although -q still fails
-        test_gpu_probe.fake_smi(self.smi_dir, {
-            '--query-gpu': utils.sample_path(
+        test_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
-            '--query-compute-apps': utils.sample_path(
+            '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
         self.now += 60
         self.gate.refresh()

@@ -34,9 +34,9 @@ from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 from nova_lxd_accel.extra_specs import sharing_modes
 from nova_lxd_accel import flavor_proposals
-from tests.unit.accel import test_binding
-from tests.unit.accel import test_sharing
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.unit.accel.binding import test_pick
+from tests.unit.accel.binding import test_sharing
 
 A100_SHARED = test_sharing.A100_SHARED
 A100_WHOLE = test_sharing.A100_WHOLE
@@ -89,8 +89,8 @@ class ModeTraitTest(testtools.TestCase):
     """The mode as a trait of the shared GPU's provider only."""
 
     def traits(self, entries, tree=None):
-        conf = utils.make_conf(shared_gpus=entries)
-        _, tree = utils.report(test_binding._host(), utils.load_text(
+        conf = gpu_hosts.make_conf(shared_gpus=entries)
+        _, tree = gpu_hosts.report(test_pick._host(), gpu_hosts.load_text(
             'nvsmi-h100-80gb-mig-4slices-L.txt'), conf=conf, tree=tree)
         return tree, {rp: set(tree.data(rp).traits)
                       for rp in (SHARED_RP, WHOLE_RP)}
@@ -114,18 +114,18 @@ class ModeTraitTest(testtools.TestCase):
                          traits[SHARED_RP] & {QUOTA, TIMESLICE})
 
 
-class SpawnCheckTest(test_binding.BindingTestBase):
+class SpawnCheckTest(test_pick.BindingTestBase):
     """The last line of defence: the claim refuses the other mode."""
 
-    resources = staticmethod(test_binding._host)
-    mig_text = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+    resources = staticmethod(test_pick._host)
+    mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def setUp(self):
         super().setUp()
         self.entries = ('%s:2:quota' % A100_SHARED,)
-        conf = utils.make_conf(shared_gpus=list(self.entries))
-        self.inventory, self.tree = utils.report(
-            test_binding._host(), self.mig_text, conf=conf)
+        conf = gpu_hosts.make_conf(shared_gpus=list(self.entries))
+        self.inventory, self.tree = gpu_hosts.report(
+            test_pick._host(), self.mig_text, conf=conf)
 
     def bind(self, entries, memory_mb=None):
         share = pick.ShareRequest(project_id='p1', memory_mb=memory_mb,
@@ -162,7 +162,7 @@ class SpawnCheckTest(test_binding.BindingTestBase):
         objects.register_all()
         instance = objects.Instance(project_id='p1', flavor=objects.Flavor(
             name='g1.share', extra_specs={'resources:CUSTOM_GPU_SHARE': '1'}))
-        conf = utils.make_conf(shared_gpus=list(self.entries))
+        conf = gpu_hosts.make_conf(shared_gpus=list(self.entries))
         share = claims.share_request(conf, instance)
         self.assertEqual((self.entries, 'g1.share'),
                          (share.shared_gpus, share.flavor))
@@ -228,6 +228,6 @@ class ProposedFlavorsTest(testtools.TestCase):
 def _a100s():
     """The recorded host's two A100s, by PCI address."""
     gpus = reporter.discovered_gpus(
-        utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json'), '',
-        utils.make_conf(report_mig=False))
+        gpu_hosts.load_json('handmade-lxd-two-a100-no-nvidia-object.json'), '',
+        gpu_hosts.make_conf(report_mig=False))
     return {g.pci_address: g for g in gpus}

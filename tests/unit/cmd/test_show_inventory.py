@@ -27,13 +27,13 @@ from nova_lxd_accel.cmd import main
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon
 from nova_lxd_accel import exception
-from tests import fake_lxd
-from tests.unit.accel import utils
+from tests.fixtures import fake_lxd
+from tests.fixtures import gpu_hosts
 
-H100 = utils.sample_path('handmade-lxd-h100-mig-host.json')
-H100_L = utils.sample_path('nvsmi-h100-80gb-mig-4slices-L.txt')
-IB = utils.sample_path('maas-lp1939456-connectx3-infiniband.json')
-GT730 = utils.sample_path(
+H100 = gpu_hosts.sample_path('handmade-lxd-h100-mig-host.json')
+H100_L = gpu_hosts.sample_path('nvsmi-h100-80gb-mig-4slices-L.txt')
+IB = gpu_hosts.sample_path('maas-lp1939456-connectx3-infiniband.json')
+GT730 = gpu_hosts.sample_path(
     'lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json')
 TWO_A100 = 'handmade-lxd-two-a100-no-nvidia-object.json'
 
@@ -224,14 +224,14 @@ class TestSharedGpuHolders(base.BaseTestCase):
         self.conf_file = os.path.join(self.tmp, 'nova.conf')
         with open(self.conf_file, 'w') as f:
             f.write('[lxd_accelerators]\nshared_gpus = %s:2\n' % SHARED_PCI)
-        self.resources = utils.load_json(TWO_A100)
+        self.resources = gpu_hosts.load_json(TWO_A100)
         self.daemon = _Daemon(self.resources)
         self.useFixture(fixtures.MonkeyPatch(
             'nova_lxd_accel.client.LXDClient', lambda conf: self.daemon))
         # the devices nova-compute reports, to claim slots of as it does
-        conf = utils.make_conf(shared_gpus=['%s:2' % SHARED_PCI])
-        self.reported, self.tree = utils.report(self.resources, conf=conf,
-                                                nodename='c')
+        conf = gpu_hosts.make_conf(shared_gpus=['%s:2' % SHARED_PCI])
+        self.reported, self.tree = gpu_hosts.report(self.resources, conf=conf,
+                                                    nodename='c')
 
     def claim(self, name, instance_uuid, project_id, lxd_project='nova'):
         """A container holding a slot, written by the claim code.

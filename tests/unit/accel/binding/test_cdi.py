@@ -25,19 +25,19 @@ from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from tests.unit.accel import test_binding
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
+from tests.unit.accel.binding import test_pick
 
 CDI = cdi.NvidiaBinding(cdi=True)
 MIG_CDI = cdi.NvidiaBinding(cdi=True, mig_cdi=True)
-H100 = test_binding.H100
-A100_0 = test_binding.A100_0
+H100 = test_pick.H100
+A100_0 = test_pick.A100_0
 GPU_10 = 'cmp1_gpu_0000_10_00_0'
 
 
-class TestCdiWholeGpu(test_binding.BindingTestBase):
+class TestCdiWholeGpu(test_pick.BindingTestBase):
 
-    resources = staticmethod(test_binding._eight_gpus)
+    resources = staticmethod(test_pick._eight_gpus)
 
     def test_pinned_by_uuid(self):
         result = pick.bind(self.alloc((GPU_10, 'PGPU', 1)),
@@ -99,10 +99,10 @@ class TestCdiWholeGpu(test_binding.BindingTestBase):
         self.assertEqual('0000:10:00.0', result.devices['nova-gpu0']['pci'])
 
 
-class TestCdiMig(test_binding.BindingTestBase):
+class TestCdiMig(test_pick.BindingTestBase):
 
-    resources = staticmethod(test_binding._host)
-    mig_text = utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+    resources = staticmethod(test_pick._host)
+    mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def test_gpu_cdi_daemon(self):
         # LXD 5.21.3 .. 6.9: gputype=mig still needs nvidia.runtime, so the
@@ -169,10 +169,11 @@ class TestCdiMig(test_binding.BindingTestBase):
         self.assertNotIn('nvidia.runtime', result.config)
 
 
-class TestCdiLegacyMig(test_binding.BindingTestBase):
+class TestCdiLegacyMig(test_pick.BindingTestBase):
 
-    resources = staticmethod(test_binding.TestLegacyMig.resources)
-    mig_text = utils.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+    resources = staticmethod(test_pick.TestLegacyMig.resources)
+    mig_text = gpu_hosts.load_text(
+        'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
 
     def test_legacy_mig_refused_with_the_fix(self):
         error = self.assertRaises(

@@ -23,9 +23,9 @@ import copy
 import testtools
 
 from nova_lxd_accel.accel.inventory import reporter
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
-A100 = utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json')
+A100 = gpu_hosts.load_json('handmade-lxd-two-a100-no-nvidia-object.json')
 
 
 class Host(object):
@@ -56,11 +56,11 @@ class SnapshotTest(testtools.TestCase):
         self.host = Host()
         self.inventory = reporter.AcceleratorInventory(
             self.host.read_resources, self.host.list_mig,
-            conf=utils.make_conf(),
+            conf=gpu_hosts.make_conf(),
             provider_allocations=lambda rp: {},
             list_instances=self.host.list_instances,
             is_ours=lambda record: record.get('project') == 'nova')
-        self.tree = utils.new_tree()
+        self.tree = gpu_hosts.new_tree()
 
     def _no_reads(self):
         return {'resources': 0, 'mig': 0, 'instances': 0}
@@ -72,28 +72,28 @@ class SnapshotTest(testtools.TestCase):
         self.assertGreaterEqual(snapshot.age(), 0)
         self.host.reads = self._no_reads()
         for _ in range(3):
-            self.inventory.update_provider_tree(self.tree, utils.NODE, {})
+            self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
         self.assertEqual(self._no_reads(), self.host.reads)
-        self.assertEqual(2, len(utils.summary(self.tree)))
+        self.assertEqual(2, len(gpu_hosts.summary(self.tree)))
         # a change on the host shows after the next refresh only
         self.host.resources['gpu']['cards'] = []
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
-        self.assertEqual(2, len(utils.summary(self.tree)))
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
+        self.assertEqual(2, len(gpu_hosts.summary(self.tree)))
         self.inventory.refresh()
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
-        self.assertEqual(0, len(utils.summary(self.tree)))
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
+        self.assertEqual(0, len(gpu_hosts.summary(self.tree)))
 
     def test_without_a_refresher_every_update_reads(self):
         # the inventory command, or a caller that never refreshes
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
         self.assertEqual({'resources': 2, 'mig': 2, 'instances': 2},
                          self.host.reads)
 
     def test_vanished_held_device_stays_reserved(self):
         self.inventory.refresh()
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
-        name = '%s_gpu_0000_07_00_0' % utils.NODE
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
+        name = '%s_gpu_0000_07_00_0' % gpu_hosts.NODE
         rp_uuid = self.tree.data(name).uuid
         self.host.resources['gpu']['cards'] = [
             c for c in self.host.resources['gpu']['cards']
@@ -101,7 +101,7 @@ class SnapshotTest(testtools.TestCase):
         self.inventory.refresh()
         allocations = {'inst': {'allocations': {
             rp_uuid: {'resources': {'PGPU': 1}}}}}
-        self.inventory.update_provider_tree(self.tree, utils.NODE,
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE,
                                             allocations)
         inventory = self.tree.data(name).inventory['PGPU']
         self.assertEqual(inventory['total'], inventory['reserved'])
@@ -111,13 +111,13 @@ class SnapshotTest(testtools.TestCase):
                               'config': {}, 'devices': {'g': {
                                   'type': 'gpu', 'pci': '0000:07:00.0'}}}]
         self.inventory.refresh()
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
-        name = '%s_gpu_0000_07_00_0' % utils.NODE
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
+        name = '%s_gpu_0000_07_00_0' % gpu_hosts.NODE
         self.assertEqual(1, self.tree.data(name).inventory['PGPU'][
             'reserved'])
         # ours: accounted by its allocation, not reserved
         self.host.records[0]['project'] = 'nova'
         self.inventory.refresh()
-        self.inventory.update_provider_tree(self.tree, utils.NODE, {})
+        self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
         self.assertEqual(0, self.tree.data(name).inventory['PGPU'][
             'reserved'])

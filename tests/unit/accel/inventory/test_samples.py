@@ -18,7 +18,7 @@ The expected trees below were written by hand from the rules of the issue
 
 from oslotest import base
 
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 OWNER = 'OWNER_NOVA'
 NV = {'CUSTOM_GPU_VENDOR_10DE'}
@@ -28,10 +28,10 @@ MLX = {'CUSTOM_IB_VENDOR_15B3'}
 class TestSamples(base.BaseTestCase):
 
     def _tree(self, resources_file, mig_file=None, **conf):
-        resources = utils.load_json(resources_file)
-        mig = utils.load_text(mig_file) if mig_file else ''
-        _, tree = utils.report(resources, mig, utils.make_conf(**conf))
-        return utils.summary(tree)
+        resources = gpu_hosts.load_json(resources_file)
+        mig = gpu_hosts.load_text(mig_file) if mig_file else ''
+        _, tree = gpu_hosts.report(resources, mig, gpu_hosts.make_conf(**conf))
+        return gpu_hosts.summary(tree)
 
     def test_lxd_9201_virtio_and_gt730(self):
         self.assertEqual({
@@ -170,18 +170,19 @@ class TestSamples(base.BaseTestCase):
 
     def test_whole_host_gpu_and_network(self):
         resources = dict(
-            utils.load_json('handmade-lxd-h100-mig-host.json'),
-            network=utils.load_json(
+            gpu_hosts.load_json('handmade-lxd-h100-mig-host.json'),
+            network=gpu_hosts.load_json(
                 'maas-lp1939456-connectx3-infiniband.json')['network'])
-        _, tree = utils.report(
-            resources, utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
+        _, tree = gpu_hosts.report(
+            resources,
+            gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
         self.assertEqual(['cmp1_gpu_0000_00_09_0', 'cmp1_ib_0000_04_00_0'],
-                         sorted(utils.summary(tree)))
+                         sorted(gpu_hosts.summary(tree)))
 
     def test_full_inventory_records(self):
-        _, tree = utils.report(
-            utils.load_json('handmade-lxd-two-a100-no-nvidia-object.json'),
-            utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt'))
+        _, tree = gpu_hosts.report(
+            gpu_hosts.load_json('handmade-lxd-two-a100-no-nvidia-object.json'),
+            gpu_hosts.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt'))
         self.assertEqual(
             {'PGPU': {'total': 1, 'reserved': 0, 'min_unit': 1,
                       'max_unit': 1, 'step_size': 1,
@@ -193,5 +194,5 @@ class TestSamples(base.BaseTestCase):
                                     'step_size': 1,
                                     'allocation_ratio': 1.0}},
             tree.data('cmp1_gpu_0000_07_00_0').inventory)
-        self.assertEqual(utils.ROOT_UUID,
+        self.assertEqual(gpu_hosts.ROOT_UUID,
                          tree.data('cmp1_gpu_0000_85_00_0').parent_uuid)

@@ -20,7 +20,7 @@ from oslotest import base
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import reporter
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 H100 = 'handmade-lxd-h100-mig-host.json'
 H100_L = 'nvsmi-h100-80gb-mig-4slices-L.txt'
@@ -52,23 +52,23 @@ class TestApply(base.BaseTestCase):
     def setUp(self):
         super().setUp()
         self.log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
-        resources = utils.load_json(H100)
-        resources['network'] = utils.load_json(
+        resources = gpu_hosts.load_json(H100)
+        resources['network'] = gpu_hosts.load_json(
             'maas-lp1939456-connectx3-infiniband.json')['network']
-        self.host = Host(resources, utils.load_text(H100_L))
+        self.host = Host(resources, gpu_hosts.load_text(H100_L))
         self.inventory = self._inventory()
-        self.tree = utils.new_tree()
+        self.tree = gpu_hosts.new_tree()
 
     def _inventory(self, **conf):
         return reporter.AcceleratorInventory(
             self.host.read_resources, lambda: self.host.mig_text,
-            conf=utils.make_conf(**conf),
+            conf=gpu_hosts.make_conf(**conf),
             provider_allocations=self.host.provider_allocations)
 
     def _update(self, allocations=None, inventory=None):
         (inventory or self.inventory).update_provider_tree(
-            self.tree, utils.NODE, allocations)
-        return utils.summary(self.tree)
+            self.tree, gpu_hosts.NODE, allocations)
+        return gpu_hosts.summary(self.tree)
 
     @staticmethod
     def _allocs(rp_uuid, consumer='inst-1', **resources):
@@ -101,7 +101,7 @@ class TestApply(base.BaseTestCase):
             self.tree.data(GPU).traits)
 
     def test_restart_removes_own_family_traits_only(self):
-        uuid = self.tree.new_child(GPU, utils.NODE)
+        uuid = self.tree.new_child(GPU, gpu_hosts.NODE)
         self.tree.add_traits(uuid, 'CUSTOM_GPU_MODEL_TESLA_OLD',
                              'CUSTOM_CUDA_CC_1_0', 'CUSTOM_RACK_7')
         self._update()
@@ -113,8 +113,8 @@ class TestApply(base.BaseTestCase):
         self.assertEqual(uuid, self.tree.data(GPU).uuid)
 
     def test_other_children_untouched(self):
-        pci = self.tree.new_child('cmp1_0000:81:00.0', utils.NODE)
-        other = self.tree.new_child('cmp10_gpu_0000_01_00_0', utils.NODE)
+        pci = self.tree.new_child('cmp1_0000:81:00.0', gpu_hosts.NODE)
+        other = self.tree.new_child('cmp10_gpu_0000_01_00_0', gpu_hosts.NODE)
         self.tree.update_inventory(pci, {'CUSTOM_PCI_X': {'total': 1}})
         self._update(allocations={})
         self.assertEqual({'CUSTOM_PCI_X': {'total': 1}},
@@ -217,7 +217,7 @@ class TestApply(base.BaseTestCase):
         self.assertEqual(['ibp4s0', 'ibp4s0d1'],
                          [p.netdev for p in card.ports])
         self.assertIsNone(self.inventory.device_for_provider(
-            utils.ROOT_UUID))
+            gpu_hosts.ROOT_UUID))
 
     def test_excluding_a_device_later_removes_it(self):
         self._update()
@@ -227,21 +227,21 @@ class TestApply(base.BaseTestCase):
     def test_unchanged_host_leaves_tree_equal(self):
         first = self._update()
         before = {u: self.tree.data(u) for u in
-                  self.tree.get_provider_uuids(utils.NODE)}
+                  self.tree.get_provider_uuids(gpu_hosts.NODE)}
         self.assertEqual(first, self._update())
         after = {u: self.tree.data(u) for u in
-                 self.tree.get_provider_uuids(utils.NODE)}
+                 self.tree.get_provider_uuids(gpu_hosts.NODE)}
         self.assertEqual(before, after)
 
 
 class TestDescribe(base.BaseTestCase):
 
     def test_root_first_and_children_by_name(self):
-        resources = utils.load_json('handmade-lxd-connectx6-ib-vfs.json')
-        resources['gpu'] = utils.load_json(
+        resources = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')
+        resources['gpu'] = gpu_hosts.load_json(
             'handmade-lxd-amd-gpu-sriov-vfs.json')['gpu']
-        inventory, tree = utils.report(resources)
-        out = inventory.describe(tree, utils.NODE)
+        inventory, tree = gpu_hosts.report(resources)
+        out = inventory.describe(tree, gpu_hosts.NODE)
         self.assertEqual(
             [('cmp1', None), ('cmp1_gpu_0000_03_00_0', 'cmp1'),
              ('cmp1_gpu_0000_83_00_0', 'cmp1'),

@@ -15,7 +15,7 @@
 A Hypothesis ``RuleBasedStateMachine`` drives the real ledger code (the
 gate, the release checks, the claims, the binding, the state file, the
 lifecycle watcher and the probe's parsers) on a fake clock, against the
-project's fake daemon (:class:`tests.fake_lxd.FakeLXDClient`) and a
+project's fake daemon (:class:`tests.fixtures.fake_lxd.FakeLXDClient`) and a
 scriptable nvidia-smi at the probe's one boundary (:func:`.nvidia_smi.run`:
 the outputs of ``--query-gpu``, ``--query-compute-apps`` and ``-q`` made
 from the model's processes; a failure; a hang, which costs the caller its
@@ -77,8 +77,8 @@ from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import placement_names
 from nova_lxd_accel import watcher
-from tests import fake_lxd
-from tests import fake_nvidia_smi
+from tests.fixtures import fake_lxd
+from tests.fixtures import fake_nvidia_smi
 
 HOST = 'cmp1'
 WHOLE = '0000:00:01.0'

@@ -18,7 +18,7 @@ from oslotest import base
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import nvidia_smi
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 # Compute-instance sub-profiles: two MIG devices share GPU instance 1
 # (nvidia-smi -L of a GH200 split with 1c.3g.71gb, hand-written in the
@@ -36,7 +36,7 @@ class TestParseList(base.BaseTestCase):
 
     def test_new_format_padded(self):
         gpus = nvidia_smi.parse_list(
-            utils.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt'))
+            gpu_hosts.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt'))
         self.assertEqual(1, len(gpus))
         self.assertEqual('NVIDIA A100-SXM4-80GB', gpus[0].name)
         self.assertEqual('GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16',
@@ -51,7 +51,8 @@ class TestParseList(base.BaseTestCase):
 
     def test_legacy_format_gives_gi_and_ci(self):
         gpus = nvidia_smi.parse_list(
-            utils.load_text('mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt'))
+            gpu_hosts.load_text(
+                'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt'))
         self.assertEqual(1, len(gpus))
         migs = gpus[0].mig_devices
         self.assertEqual([7, 8, 9, 11, 12, 13, 14], [m.gi for m in migs])
@@ -62,13 +63,14 @@ class TestParseList(base.BaseTestCase):
 
     def test_h100_extract(self):
         gpus = nvidia_smi.parse_list(
-            utils.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
+            gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'))
         self.assertEqual(['3g.40gb', '2g.20gb', '1g.10gb', '1g.10gb'],
                          [m.profile for m in gpus[0].mig_devices])
         self.assertIsNone(gpus[0].mig_devices[0].gi)
 
     def test_captured_h200_whole_gpu(self):
-        gpus = nvidia_smi.parse_list(utils.load_text('nvsmi-h200-580-L.txt'))
+        gpus = nvidia_smi.parse_list(
+            gpu_hosts.load_text('nvsmi-h200-580-L.txt'))
         self.assertEqual(
             [(0, 'NVIDIA H200',
               'GPU-00000000-0000-0000-0000-0000000000c8', ())],

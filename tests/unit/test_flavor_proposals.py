@@ -26,7 +26,7 @@ from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel import flavor_proposals
-from tests.unit.accel import utils
+from tests.fixtures import gpu_hosts
 
 
 def _gpus(resources, mig_text):
@@ -34,8 +34,8 @@ def _gpus(resources, mig_text):
         config_file = ['/dev/null']
         state_dir = None
     conf = common.load_conf(Args())
-    return reporter.discovered_gpus(utils.load_json(resources),
-                                    utils.load_text(mig_text), conf)
+    return reporter.discovered_gpus(gpu_hosts.load_json(resources),
+                                    gpu_hosts.load_text(mig_text), conf)
 
 
 def _ratio(fraction):

@@ -30,6 +30,7 @@ from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import lxd_resources
+from nova_lxd_accel.accel.inventory import mps_partitioning
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel import daemon as lxd_daemon
@@ -420,9 +421,25 @@ def check_shared_gpus(view):
     return out
 
 
+def check_mps_partitioning(view):
+    """What MPS v3 memory partitioning this host could use, if it shares.
+
+    Reported, not used: the driver's memory quota is the MPS v2 client
+    limit (``lxd:gpu_memory_mb``) on every host today.
+    """
+    if not view.conf.lxd_accelerators.shared_gpus or \
+            not view.nvidia_gpus():
+        return []
+    level, reasons = mps_partitioning.probe(
+        lambda path: view.read(path))
+    return [Finding('mps-v3', INFO, 'MPS v3 memory partitioning: %s (%s); '
+                    'the driver uses the MPS v2 client limits' % (
+                        level, '; '.join(reasons)))]
+
+
 CHECKS = (check_daemon, check_nvidia, check_iommu_and_vfs, check_infiniband,
           check_cgroup, check_nova_conf, check_shared_gpus,
-          check_gpu_states)
+          check_mps_partitioning, check_gpu_states)
 
 
 def run(view):

@@ -155,6 +155,45 @@ class TestDoctor(RecordedHost):
             os.makedirs(os.path.join(path, 'root', 'run', sub))
         self.assertEqual(1, len(shared()))
 
+    def test_shared_host_reports_what_mps_v3_could_use(self):
+        path = self.host('a100-unhealthy-no-cdi')
+        conf = os.path.join(path, 'nova.conf')
+        with open(conf, 'w') as f:
+            f.write('[lxd_accelerators]\nshared_gpus = 0000:07:00.0:4\n')
+
+        def mps_v3():
+            rc, out, _ = run('doctor', '--recorded', path, '--format',
+                             'json', '--at', AT, '--config-file', conf)
+            return [(f['status'], f['message'])
+                    for f in json.loads(out)['findings']
+                    if f['check'] == 'mps-v3']
+
+        root = os.path.join(path, 'root')
+        for name, text in (
+                ('sys/fs/cgroup/cgroup.controllers', 'cpu memory dmem\n'),
+                ('sys/fs/cgroup/dmem.capacity',
+                 'nvidia/0000:07:00.0/vidmem 85899345920\n'),
+                ('proc/driver/nvidia/version', 'NVRM version: NVIDIA UNIX '
+                 'x86_64 Kernel Module  615.10  Sun Jan 1 2026\n')):
+            os.makedirs(os.path.dirname(os.path.join(root, name)),
+                        exist_ok=True)
+            with open(os.path.join(root, name), 'w') as f:
+                f.write(text)
+        [(status, message)] = mps_v3()
+        self.assertEqual('info', status)
+        self.assertIn('MPS v3 memory partitioning: kernel (dmem regions: '
+                      'nvidia/0000:07:00.0/vidmem)', message)
+        with open(os.path.join(root, 'proc/driver/nvidia/version'), 'w') as f:
+            f.write('NVRM version: NVIDIA UNIX x86_64 Kernel Module  '
+                    '570.133.20  Sun Jan 1 2026\n')
+        [(status, message)] = mps_v3()
+        self.assertIn('none (NVIDIA driver 570 is older than r615', message)
+        # a host that shares no GPU is told nothing of it
+        os.unlink(conf)
+        with open(conf, 'w') as f:
+            f.write('[lxd_accelerators]\n')
+        self.assertEqual([], mps_v3())
+
     def test_unreachable_daemon(self):
         path = self.host('cpu-only-lxd502')
         os.unlink(os.path.join(path, 'server.json'))

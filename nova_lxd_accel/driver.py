@@ -13,16 +13,18 @@
 """The Nova compute driver: a facade over the modules that do the work.
 
 Each ComputeDriver method is a few lines delegating to one part, all built
-once by :class:`nova_lxd_accel.parts.Parts`: ``host`` (host facts, root
-provider), ``guest`` (one container's power and console), ``lifecycle``
-(spawn/destroy/rescue/snapshot), ``migration`` (resize, cold migration),
-``image`` (Glance <-> LXD images), ``events`` (lifecycle events) and the
-accelerator inventory. Only ``client`` talks to LXD.
+once by :class:`nova_lxd_accel.parts.Parts`: ``host`` (the daemon's facts,
+the container policy, the lifecycle watcher, the root provider),
+``lifecycle`` (spawn, destroy, rescue, snapshot, power, console),
+``migration`` (resize, cold migration), ``images`` (Glance <-> LXD),
+``networking``, ``volumes`` and ``plumbing`` (the host side of an
+instance), and the accelerators: ``inventory`` (what is reported to
+Placement), ``claims`` (the one claim) and ``gate`` (GPU health and
+release). The driver itself keeps no host state; only ``client`` talks to
+LXD, and nova and Placement are asked through ``nova_lookups``.
 """
 
-from nova.compute import utils as compute_utils
 import nova.conf
-from nova import context as nova_context
 from nova import objects
 from nova.virt import driver
 from nova.virt import hardware
@@ -30,7 +32,6 @@ from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel import conf
-from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image_cache
@@ -39,7 +40,6 @@ from nova_lxd_accel import network
 from nova_lxd_accel import nova_lookups
 from nova_lxd_accel import parts
 from nova_lxd_accel import volumes
-from nova_lxd_accel import watcher
 
 LOG = logging.getLogger(__name__)
 CONF = nova.conf.CONF
@@ -66,11 +66,6 @@ class LXDDriver(driver.ComputeDriver):
         # nova-compute passes CONF.host to init_host; built again there if
         # it passes another name
         self._parts = parts.Parts.build(CONF, virtapi, CONF.host)
-        self._server_info = {}
-        self._resource = None
-        self._profile_masks = None
-        self._pool_driver = None
-        self._watcher = None
 
     @property
     def _nodename(self):
@@ -82,30 +77,16 @@ class LXDDriver(driver.ComputeDriver):
         if host != self._nodename:
             self._parts = parts.Parts.build(CONF, self.virtapi, host,
                                             client=self._parts.client)
-        self._server_info = lxd_host.check_lxd(self._parts.client, CONF)
-        self._profile_masks = lxd_host.check_profiles(self._parts.client, CONF)
-        self._pool_driver = lxd_host.pool_driver(self._parts.client, CONF)
+        self._parts.host.check()
         image_cache.clean_download_dir(CONF)
-        daemon = self._parts.client.daemon_info()
-        LOG.info('%s', lxd_host.startup_line(daemon, CONF))
         self._remove_interrupted_builds(host)
         self._reconcile_accelerators(host)
-        if self._watcher is not None:   # init_host called again
-            self._watcher.stop()
-        self._watcher = watcher.LifecycleWatcher(
-            self._parts.client, self._parts.owner,
-            CONF.lxd.lifecycle_poll_interval, self.emit_event,
-            use_events=CONF.lxd.lifecycle_events,
-            max_backoff=CONF.lxd.lifecycle_events_max_backoff,
-            on_gone=self._parts.gate.note_gone)
-        self._watcher.start()
+        self._parts.host.start_watcher(self.emit_event)
 
     def _remove_interrupted_builds(self, host):
         # Before the accelerator check: their containers hold devices.
-        context = nova_context.get_admin_context()
         try:
-            instances = objects.InstanceList.get_by_host(
-                context, host, expected_attrs=[])
+            instances = nova_lookups.host_instances(host)
         except Exception as exc:
             LOG.warning('Cannot list the instances nova has on %(host)s '
                         '(%(exc)s): containers of builds interrupted by '
@@ -115,8 +96,7 @@ class LXDDriver(driver.ComputeDriver):
         for instance, fault in self._parts.lifecycle.remove_interrupted_builds(
                 instances, host):
             try:
-                compute_utils.add_instance_fault_from_exc(
-                    context, instance, fault)
+                nova_lookups.record_fault(instance, fault)
             except Exception:
                 LOG.exception('Cannot record the fault of the interrupted '
                               'build', instance=instance)
@@ -142,16 +122,10 @@ class LXDDriver(driver.ComputeDriver):
 
     def cleanup_host(self, host):
         self._parts.gate.stop()
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
+        self._parts.host.stop_watcher()
 
     def _policy(self):
-        extensions = self._server_info.get('api_extensions', [])
-        return builder.HostPolicy.from_conf(
-            CONF, host=self._nodename,
-            cloud_init_keys='cloud_init' in extensions,
-            profile_masks=self._profile_masks)
+        return self._parts.host.policy()
 
     def get_available_nodes(self, refresh=False):
         return [self._nodename]
@@ -165,31 +139,16 @@ class LXDDriver(driver.ComputeDriver):
         # and read the host for update_provider_tree, which runs under
         # that lock (for every instance claim too) and reads nothing
         snapshot = self._parts.inventory.refresh()
-        self._resource = self._available_resource(nodename,
-                                                  snapshot.resources)
-        return self._resource
-
-    def _available_resource(self, nodename, resources):
-        return lxd_host.available_resource(
-            self._parts.client, CONF, nodename, self._server_info or
-            self._parts.client.server_info(), resources)
+        return self._parts.host.read_resource(snapshot.resources)
 
     def update_provider_tree(self, provider_tree, nodename, allocations=None):
         # Under nova's resource tracker lock: no read of the host here,
         # only what get_available_resource read last (accel.Snapshot).
         snapshot = self._parts.inventory.snapshot()
-        resource = self._resource or self._available_resource(
-            nodename, snapshot.resources)
-        inventory = lxd_host.root_inventory(
-            resource, self._get_reserved_host_disk_gb_from_config(),
-            self._get_allocation_ratios(provider_tree.data(
-                nodename).inventory), CONF)
-        merged = dict(provider_tree.data(nodename).inventory)
-        merged.update(inventory)
-        provider_tree.update_inventory(nodename, merged)
-        lxd_host.apply_daemon_traits(
-            provider_tree, nodename, self._parts.client.daemon_info(),
-            pool_driver=self._pool_driver)
+        self._parts.host.update_root_provider(
+            provider_tree, snapshot.resources,
+            self._get_reserved_host_disk_gb_from_config(),
+            self._get_allocation_ratios)
         self._parts.inventory.update_provider_tree(
             provider_tree, nodename, allocations, snapshot=snapshot)
 

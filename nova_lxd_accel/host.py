@@ -24,8 +24,10 @@ import os_resource_classes as orc
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
+from nova_lxd_accel import watcher
 
 LOG = logging.getLogger(__name__)
 
@@ -399,3 +401,97 @@ def uptime():
     hours, rest = divmod(rest, 3600)
     return 'up %d days, %d:%02d, load average: %s' % (
         days, hours, rest // 60, ', '.join(load))
+
+
+class Host(object):
+    """The host one nova-compute drives, as nova libvirt's ``host.Host``.
+
+    It holds what the driver learns of the host at ``init_host`` and keeps
+    between calls: the daemon's facts (its ``GET /1.0`` answer, the masks
+    of its profiles, the storage pool's driver), the policy containers are
+    built under, the lifecycle watcher, and the root provider's resources
+    as the last ``get_available_resource`` read them.
+
+    :param client: the daemon client.
+    :param conf: the configuration (nova's, with this driver's groups).
+    :param owner: the host's :class:`.identity.Owner`.
+    :param on_gone: callable(container name), told first when one of ours
+        is removed behind nova's back (the GPU gate's ``note_gone``).
+    """
+
+    def __init__(self, client, conf, owner, on_gone=None):
+        self._client = client
+        self._conf = conf
+        self._owner = owner
+        self._on_gone = on_gone
+        self._server_info = {}
+        self._profile_masks = None
+        self._pool_driver = None
+        self._resource = None
+        self.watcher = None
+
+    @property
+    def nodename(self):
+        return self._owner.host
+
+    def check(self):
+        """Check the daemon, its profiles and its storage pool.
+
+        :raises: the project's exceptions, saying what to fix.
+        """
+        self._server_info = check_lxd(self._client, self._conf)
+        self._profile_masks = check_profiles(self._client, self._conf)
+        self._pool_driver = pool_driver(self._client, self._conf)
+        LOG.info('%s', startup_line(self._client.daemon_info(), self._conf))
+
+    def start_watcher(self, emit):
+        """Start (or start again) the lifecycle watcher; it sends to emit."""
+        self.stop_watcher()
+        lxd = self._conf.lxd
+        self.watcher = watcher.LifecycleWatcher(
+            self._client, self._owner, lxd.lifecycle_poll_interval, emit,
+            use_events=lxd.lifecycle_events,
+            max_backoff=lxd.lifecycle_events_max_backoff,
+            on_gone=self._on_gone)
+        self.watcher.start()
+
+    def stop_watcher(self):
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+
+    def policy(self):
+        """The :class:`.builder.HostPolicy` containers are built under."""
+        extensions = self._server_info.get('api_extensions', [])
+        return builder.HostPolicy.from_conf(
+            self._conf, host=self.nodename,
+            cloud_init_keys='cloud_init' in extensions,
+            profile_masks=self._profile_masks)
+
+    def read_resource(self, resources):
+        """The root provider's resources from a fresh ``/1.0/resources``."""
+        self._resource = available_resource(
+            self._client, self._conf, self.nodename,
+            self._server_info or self._client.server_info(), resources)
+        return self._resource
+
+    def update_root_provider(self, provider_tree, resources,
+                             reserved_disk_gb, ratios):
+        """The root provider's inventory and the daemon's traits.
+
+        Under nova's resource tracker lock: it reads the daemon only when
+        no ``get_available_resource`` ran yet in this process.
+
+        :param ratios: callable(inventory) -> allocation ratio per class
+            (nova's ``_get_allocation_ratios``).
+        """
+        nodename = self.nodename
+        resource = self._resource or self.read_resource(resources)
+        current = provider_tree.data(nodename).inventory
+        merged = dict(current)
+        merged.update(root_inventory(resource, reserved_disk_gb,
+                                     ratios(current), self._conf))
+        provider_tree.update_inventory(nodename, merged)
+        apply_daemon_traits(provider_tree, nodename,
+                            self._client.daemon_info(),
+                            pool_driver=self._pool_driver)

@@ -59,3 +59,28 @@ def provider_allocations(rp_uuid):
     """Allocations against one provider, read from Placement."""
     return _report_client().get_allocations_for_resource_provider(
         _admin_context(), rp_uuid).allocations
+
+
+def host_instances(host):
+    """nova's instances on ``host``, without their extra fields."""
+    return _host_instances(host)
+
+
+def record_fault(instance, exc):
+    """Record ``exc`` as a fault of ``instance`` (shown by ``server show``)."""
+    from nova.compute import utils as compute_utils
+
+    compute_utils.add_instance_fault_from_exc(_admin_context(), instance, exc)
+
+
+def update_resources(virtapi, host):
+    """Run nova's resource update now, as its periodic task would.
+
+    A GPU unit released dirty turned clean after its delete ended
+    (:mod:`.accel.health.gate`'s re-check): Placement offers it at once.
+    nova's VirtAPI gives drivers no public way to ask for that update, so
+    this is the one place that reaches into the compute manager's tracker.
+    """
+    tracker = getattr(getattr(virtapi, '_compute', None), 'rt', None)
+    if tracker is not None:
+        tracker.update_available_resource(_admin_context(), host)

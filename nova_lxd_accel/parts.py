@@ -22,13 +22,12 @@ claim), and last the instance operations that use them all.
 import dataclasses
 import functools
 
-from nova import context as nova_context
-
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel.container import identity
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image_cache
 from nova_lxd_accel import lifecycle as lxd_lifecycle
 from nova_lxd_accel import migration as lxd_migration
@@ -38,25 +37,13 @@ from nova_lxd_accel import plumbing as lxd_plumbing
 from nova_lxd_accel import volumes as lxd_volumes
 
 
-def update_resources(virtapi, host):
-    """Run nova's resource update now, as its periodic task would.
-
-    A GPU unit released dirty turned clean after its delete ended
-    (:mod:`.accel.health.gate`'s re-check): Placement offers it at once.
-    nova's VirtAPI gives drivers no public way to ask for that update.
-    """
-    tracker = getattr(getattr(virtapi, '_compute', None), 'rt', None)
-    if tracker is not None:
-        tracker.update_available_resource(
-            nova_context.get_admin_context(), host)
-
-
 @dataclasses.dataclass(frozen=True)
 class Parts(object):
     """One host's parts, each built with the ones it uses."""
 
     owner: identity.Owner
     client: lxd_client.LXDClient
+    host: lxd_host.Host
     images: image_cache.ImageCache
     networking: network.Networking
     volumes: lxd_volumes.Volumes
@@ -84,7 +71,8 @@ class Parts(object):
         gpu_gate = gate.GpuGate(
             conf, client.list_containers, reported.gpus,
             functools.partial(nova_lookups.nova_instance_projects, host),
-            on_clean=functools.partial(update_resources, virtapi, host))
+            on_clean=functools.partial(nova_lookups.update_resources, virtapi,
+                                       host))
         inventory = reporter.AcceleratorInventory(
             client.resources, conf=conf,
             list_instances=client.list_all_instances,
@@ -100,7 +88,9 @@ class Parts(object):
             gpu_gate=gpu_gate)
         migration = lxd_migration.Migration(
             client, conf, owner, lifecycle, accel_claims, plumbing)
-        return cls(owner=owner, client=client, images=images,
+        host_part = lxd_host.Host(client, conf, owner,
+                                  on_gone=gpu_gate.note_gone)
+        return cls(owner=owner, client=client, host=host_part, images=images,
                    networking=networking, volumes=volumes,
                    plumbing=plumbing, gate=gpu_gate, inventory=inventory,
                    claims=accel_claims, lifecycle=lifecycle,

@@ -146,7 +146,7 @@ class EventsTestBase(base.DriverTestCase):
         client.list_containers = counting
         driver.register_event_listener(self.received.append)
         driver.init_host(self.host)
-        watcher = driver._watcher
+        watcher = driver._parts.host.watcher
         self.wait_for(lambda: watcher.mode == 'events' and
                       watcher.connections >= 1, 'the subscription')
         self.assertEqual(1, self.listings)

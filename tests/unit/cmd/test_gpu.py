@@ -133,18 +133,27 @@ class TestDoctor(RecordedHost):
         self.assertIn('nova_lxd_accel_gpu_state{pci="0000:07:00.0",'
                       'state="gone"} 1', text)
 
-    def test_shared_gpu_slots_and_mps_directories(self):
+    def shared_host(self, shared_gpus='0000:07:00.0:4'):
+        """A recorded A100 host and a nova.conf sharing its GPU."""
         path = self.host('a100-unhealthy-no-cdi')
         conf = os.path.join(path, 'nova.conf')
         with open(conf, 'w') as f:
-            f.write('[lxd_accelerators]\nshared_gpus = 0000:07:00.0:4\n')
+            f.write('[lxd_accelerators]\n%s' % (
+                'shared_gpus = %s\n' % shared_gpus if shared_gpus else ''))
+        return path, conf
+
+    def findings(self, path, conf, check):
+        """(status, message) of doctor's findings of ``check``."""
+        rc, out, _ = run('doctor', '--recorded', path, '--format', 'json',
+                         '--at', AT, '--config-file', conf)
+        return [(f['status'], f['message'])
+                for f in json.loads(out)['findings'] if f['check'] == check]
+
+    def test_shared_gpu_slots_and_mps_directories(self):
+        path, conf = self.shared_host()
 
         def shared():
-            rc, out, _ = run('doctor', '--recorded', path, '--format',
-                             'json', '--at', AT, '--config-file', conf)
-            return [(f['status'], f['message'])
-                    for f in json.loads(out)['findings']
-                    if f['check'] == 'gpu-shared']
+            return self.findings(path, conf, 'gpu-shared')
 
         found = shared()
         self.assertEqual(('info', 'GPU 0000:07:00.0 shared in 4 slots: '
@@ -156,17 +165,10 @@ class TestDoctor(RecordedHost):
         self.assertEqual(1, len(shared()))
 
     def test_shared_host_reports_what_mps_v3_could_use(self):
-        path = self.host('a100-unhealthy-no-cdi')
-        conf = os.path.join(path, 'nova.conf')
-        with open(conf, 'w') as f:
-            f.write('[lxd_accelerators]\nshared_gpus = 0000:07:00.0:4\n')
+        path, conf = self.shared_host()
 
         def mps_v3():
-            rc, out, _ = run('doctor', '--recorded', path, '--format',
-                             'json', '--at', AT, '--config-file', conf)
-            return [(f['status'], f['message'])
-                    for f in json.loads(out)['findings']
-                    if f['check'] == 'mps-v3']
+            return self.findings(path, conf, 'mps-v3')
 
         root = os.path.join(path, 'root')
         for name, text in (
@@ -189,10 +191,8 @@ class TestDoctor(RecordedHost):
         [(status, message)] = mps_v3()
         self.assertIn('none (NVIDIA driver 570 is older than r615', message)
         # a host that shares no GPU is told nothing of it
-        os.unlink(conf)
-        with open(conf, 'w') as f:
-            f.write('[lxd_accelerators]\n')
-        self.assertEqual([], mps_v3())
+        path, conf = self.shared_host(shared_gpus=None)
+        self.assertEqual([], self.findings(path, conf, 'mps-v3'))
 
     def test_unreachable_daemon(self):
         path = self.host('cpu-only-lxd502')

@@ -26,8 +26,7 @@ from oslo_log import log as logging
 from oslo_utils import excutils
 from oslo_utils import timeutils
 
-from nova_lxd_accel.accel.binding import mps_environment
-from nova_lxd_accel.accel import units
+from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon
@@ -50,14 +49,6 @@ _SETTLED_STATES = (vm_states.ACTIVE, vm_states.STOPPED, vm_states.PAUSED,
 #: btrfs, whose subvolumes stay mounted with the pool. zfs and lvm mount
 #: an instance's volume only while it runs.
 RESCUE_POOL_DRIVERS = ('dir', 'btrfs')
-
-
-def _wants_accelerators(allocations):
-    for alloc in (allocations or {}).values():
-        for rc, amount in ((alloc or {}).get('resources') or {}).items():
-            if amount and units.is_accelerator_class(rc):
-                return True
-    return False
 
 
 #: Words in LXD's answer that mark a failure of this host, not of the
@@ -212,10 +203,13 @@ class Lifecycle(object):
         if _has_root_volume(block_device_info):
             raise exception.BootFromVolumeNotSupported(
                 instance_uuid=instance.uuid)
-        # Pure and cheap: refuse a bad flavor or port before touching LXD.
-        builder.build_container(instance, instance.flavor,
-                                image_meta, policy,
-                                self._plumbing.planned(network_info))
+        # Pure and cheap: refuse a bad flavor or port before touching LXD;
+        # the container is built here once, its host's parts added below.
+        container = builder.build_container(
+            instance, instance.flavor, image_meta, policy,
+            builders=builder.GUEST_PARTS)
+        builder.host_fragment(instance, policy,
+                              self._plumbing.planned(network_info))
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
         profiles = list(self._conf.lxd.profiles)
@@ -223,7 +217,7 @@ class Lifecycle(object):
             self._create_with_host_side(context, instance, guest,
                                         image_meta, policy, alias, profiles,
                                         allocations, network_info,
-                                        block_device_info)
+                                        block_device_info, container)
             # User data byte for byte, as cloud-init's NoCloud seed.
             guest.push_files(builder.cloud_init_seed(instance) +
                              list(injected_files or []))
@@ -243,12 +237,12 @@ class Lifecycle(object):
 
     def _create_with_host_side(self, context, instance, guest, image_meta,
                                policy, alias, profiles, allocations,
-                               network_info, block_device_info):
+                               network_info, block_device_info, container):
         """Plug the host side (NICs, volumes), then create the container."""
         host_side = self._plumbing.connect(context, instance, network_info,
                                            block_device_info)
-        container = builder.build_container(
-            instance, instance.flavor, image_meta, policy, host_side)
+        container = builder.with_host_side(container, instance, policy,
+                                           host_side)
         started = timeutils.utcnow()
         try:
             guest.create(container, alias, profiles)
@@ -259,21 +253,16 @@ class Lifecycle(object):
             # image imported again.
             alias = self._images.replace_lost(context, image_meta, started)
             guest.create(container, alias, profiles)
-        mps_variables = {}
-        if _wants_accelerators(allocations):
-            # Read who holds what, pick, and record the pick in the stopped
-            # container, under one lock that covers nothing else.
-            if self._claims is None:
+        if self._claims is None:
+            if claims.wants_accelerators(allocations):
                 raise exception.AcceleratorNotBindable(
                     resource_class='accelerators', provider='-',
                     reason='this driver was set up without accelerators')
-            bound = self._claims.claim(guest.name, allocations, instance)
-            mps_variables = mps_environment.variables_in(bound.config)
-        # logins, cron and services get the MPS client limits too; an image
-        # snapshotted with another's loses them (nothing else: no request)
-        mps_environment.apply(
-            self._client, guest.name, mps_variables, instance,
-            clear=mps_environment.image_may_carry_files(instance))
+            return
+        # Read who holds what, pick, and record the pick in the stopped
+        # container, under one lock that covers nothing else; logins, cron
+        # and services get the MPS client limits too
+        self._claims.prepare(guest.name, allocations, instance)
 
     def _release_gpus(self, read_record, remove):
         """Run ``remove()``; verify the GPU units the container held.
@@ -535,5 +524,5 @@ class Lifecycle(object):
         record = guest.require_record()
         image_cache.snapshot_to_glance(
             self._client, context, guest.name, image_id, update_task_state,
-            properties=mps_environment.snapshot_properties(
+            properties=claims.snapshot_properties(
                 record.get('config') or {}))

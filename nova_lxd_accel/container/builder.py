@@ -317,10 +317,13 @@ FLAVOR_PARTS = (limits, root_disk, disk_quota, security, gpu_runtime)
 #: on each host a container moves to.
 HOST_PARTS = (nics, volumes)
 
+#: The parts made from the instance, its flavor and image, before this
+#: host plugged or connected anything.
+GUEST_PARTS = (profile_masks, ownership) + FLAVOR_PARTS + (boot, cloud_init)
+
 #: Every part of a new container, in the order they are merged (a later
 #: part wins on a key both set).
-BUILDERS = ((profile_masks, ownership) + FLAVOR_PARTS + (boot, cloud_init) +
-            HOST_PARTS)
+BUILDERS = GUEST_PARTS + HOST_PARTS
 
 
 def flavor_config_keys():
@@ -372,6 +375,20 @@ def host_fragment(instance, policy, host_side):
     """The devices this host made for the instance (NICs, volumes)."""
     return build_container(instance, instance.flavor, None, policy,
                            host_side=host_side, builders=HOST_PARTS)
+
+
+def with_host_side(container, instance, policy, host_side):
+    """``container`` (its :data:`GUEST_PARTS`) with its host's parts.
+
+    The same as :func:`build_container` with every part: the host's parts
+    come last, so they win on a key both set.
+    """
+    fragment = host_fragment(instance, policy, host_side)
+    config = dict(container['config'])
+    devices = dict(container['devices'])
+    config.update(fragment['config'])
+    devices.update(fragment['devices'])
+    return {'config': config, 'devices': devices}
 
 
 def rescue_container(instance, image_meta, policy, original, rootfs):

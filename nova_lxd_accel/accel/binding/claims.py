@@ -47,8 +47,10 @@ from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
@@ -216,18 +218,57 @@ class Claims(object):
     def claim(self, name, allocations, instance):
         """Bind and record ``instance``'s units in container ``name``.
 
-        :returns: the :class:`~nova_lxd_accel.accel.binding.pick.Binding`.
+        :returns: the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`.
         """
         return _recorded(self._client, name, instance,
                          self.holding(name, allocations, instance),
                          on_bound=self._on_bound)
 
+    def prepare(self, name, allocations, instance):
+        """The accelerators of a spawn, in stopped container ``name``.
+
+        Binds and records the units ``allocations`` name, then writes the
+        MPS client files the binding sets for logins, cron and services
+        (:mod:`.mps_environment`); without a quota it removes those a
+        snapshot image brought along.
+
+        :returns: the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`
+            (empty without accelerator allocations).
+        """
+        bound = ledger.Binding()
+        if wants_accelerators(allocations):
+            bound = self.claim(name, allocations, instance)
+        mps_environment.apply(
+            self._client, name, bound.mps_variables, instance,
+            clear=mps_environment.image_may_carry_files(instance))
+        return bound
+
+
+def wants_accelerators(allocations):
+    """Whether ``allocations`` hold a unit of an accelerator class."""
+    for alloc in (allocations or {}).values():
+        for rc, amount in ((alloc or {}).get('resources') or {}).items():
+            if amount and units.is_accelerator_class(rc):
+                return True
+    return False
+
+
+def snapshot_properties(config):
+    """Glance properties of a snapshot of a container with ``config``."""
+    return mps_environment.snapshot_properties(config)
+
 
 def record(client, name, bound, instance=None):
-    """Write a binding's devices and record into the container."""
+    """Write a binding's devices and record into the container.
+
+    Through :func:`.builder.with_accelerators`, as a resize or a migration
+    writes its new binding.
+    """
     def change(config, devices):
-        config.update(bound.config)
-        devices.update(bound.devices)
+        merged = builder.with_accelerators(
+            {'config': config, 'devices': devices}, bound)
+        config.update(merged['config'])
+        devices.update(merged['devices'])
 
     if client.modify_container(name, change) is None:
         raise exception.ContainerNotFound(

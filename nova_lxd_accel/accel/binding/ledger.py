@@ -20,6 +20,7 @@ import typing
 
 from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import sharing
+from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 
@@ -94,6 +95,22 @@ class Binding:
             config['nvidia.runtime'] = 'true'
         config.update(self._mps()[1])
         return config
+
+    @property
+    def mps_variables(self):
+        """``{name: value}`` of the MPS client; empty without a quota.
+
+        What the container's files for logins, cron and services carry
+        (see :mod:`.mps_environment`); its config has them too.
+        """
+        for unit in self.units:
+            if unit.kind == units.KIND_SHARE and unit.detail.get('mps_pipe'):
+                return sharing.mps_variables(
+                    devices.normalise_pci_address(unit.device_pci),
+                    unit.detail.get('gpu_memory_mb'),
+                    unit.detail.get('gpu_compute_percent'),
+                    pipe_template=unit.detail['mps_pipe'])
+        return {}
 
     def records(self):
         return [u.record() for u in self.units]

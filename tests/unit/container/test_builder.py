@@ -329,6 +329,12 @@ class SpecPartsTest(testtools.TestCase):
             {k: v for k, v in container['devices'].items() if k != 'root'},
             builder.host_fragment(_instance(), POLICY,
                                   host_side)['devices'])
+        # a spawn builds the guest's parts once and adds the host's: the
+        # same container as all parts built together
+        self.assertEqual(container, builder.with_host_side(
+            builder.build_container(_instance(), _flavor(), _image(), POLICY,
+                                    builders=builder.GUEST_PARTS),
+            _instance(), POLICY, host_side))
         # an unsupported port is refused by the pure assembly
         self.assertRaises(
             exception.VIFNotSupported, builder.build_container,

@@ -212,6 +212,13 @@ class SharedBindingTest(test_pick.BindingTestBase):
             (bound.config['environment.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'],
              bound.config['environment.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'],
              bound.config['environment.CUDA_MPS_PIPE_DIRECTORY']))
+        # the binding carries the variables its files are written from:
+        # the same as its config gives the container's init
+        self.assertEqual(
+            {'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '0=4096M',
+             'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '25',
+             'CUDA_MPS_PIPE_DIRECTORY': pipe}, bound.mps_variables)
+        self.assertEqual({}, self.bind_share(self.share()).mps_variables)
 
     def test_slots_then_unavailable_then_freed(self):
         first = self.container(self.bind_share(self.share()), 'a')

@@ -253,7 +253,7 @@ class LXDDriver(driver.ComputeDriver):
         return len(self.list_instances())
 
     def instance_exists(self, instance):
-        return self._parts.lifecycle.guest(instance).record() is not None
+        return self._parts.host.guest(instance).record() is not None
 
     def get_info(self, instance, use_cache=True):
         # use_cache=False (nova's _get_power_state, around its actions)
@@ -294,11 +294,11 @@ class LXDDriver(driver.ComputeDriver):
         if reboot_type == 'HARD':
             # A hard reboot also repairs the host side of the NICs.
             self._parts.networking.plug_vifs(instance, network_info)
-        self._parts.lifecycle.guest(instance).reboot(
+        self._parts.host.guest(instance).reboot(
             hard=reboot_type == 'HARD')
 
     def power_off(self, instance, timeout=0, retry_interval=0):
-        guest = self._parts.lifecycle.guest(instance)
+        guest = self._parts.host.guest(instance)
         # The next start empties LXD's console buffer (see Guest).
         guest.keep_console()
         guest.stop(timeout, retry_interval)
@@ -308,25 +308,25 @@ class LXDDriver(driver.ComputeDriver):
         # After a host reboot the per-port bridges are gone; LXD cannot
         # start a NIC whose parent is missing.
         self._parts.networking.plug_vifs(instance, network_info)
-        self._parts.lifecycle.guest(instance).ensure_running()
+        self._parts.host.guest(instance).ensure_running()
 
     def pause(self, instance):
-        self._parts.lifecycle.guest(instance).pause()
+        self._parts.host.guest(instance).pause()
 
     def unpause(self, instance):
-        self._parts.lifecycle.guest(instance).unpause()
+        self._parts.host.guest(instance).unpause()
 
     def suspend(self, context, instance):
-        self._parts.lifecycle.guest(instance).suspend()
+        self._parts.host.guest(instance).suspend()
 
     def resume(self, context, instance, network_info, block_device_info=None,
                share_info=None):
-        self._parts.lifecycle.guest(instance).resume()
+        self._parts.host.guest(instance).resume()
 
     def resume_state_on_host_boot(self, context, instance, network_info,
                                   share_info, block_device_info=None):
         self._parts.networking.plug_vifs(instance, network_info)
-        self._parts.lifecycle.guest(instance).ensure_running()
+        self._parts.host.guest(instance).ensure_running()
 
     def get_diagnostics(self, instance):
         """State, limits and the accelerators bound into the container.
@@ -336,7 +336,7 @@ class LXDDriver(driver.ComputeDriver):
         ``nova-gpu0: gpu pci=0000:07:00.0 (PGPU of provider ...)``. The
         2.48+ format (get_instance_diagnostics) has no field for devices.
         """
-        record = self._parts.lifecycle.guest(instance).require_record()
+        record = self._parts.host.guest(instance).require_record()
         config = record.get('config') or {}
         out = {'state': record.get('status'),
                'limits.cpu': config.get('limits.cpu'),
@@ -352,10 +352,10 @@ class LXDDriver(driver.ComputeDriver):
 
     def get_instance_diagnostics(self, instance):
         """API microversion 2.48+ diagnostics (see Guest.diagnostics)."""
-        return self._parts.lifecycle.guest(instance).diagnostics()
+        return self._parts.host.guest(instance).diagnostics()
 
     def get_console_output(self, context, instance):
-        return self._parts.lifecycle.guest(instance).console_tail(
+        return self._parts.host.guest(instance).console_tail(
             CONF.lxd.console_log_max_bytes)
 
     def manage_image_cache(self, context, all_instances):

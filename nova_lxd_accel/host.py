@@ -27,6 +27,7 @@ from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
+from nova_lxd_accel import guest
 from nova_lxd_accel import watcher
 
 LOG = logging.getLogger(__name__)
@@ -409,8 +410,9 @@ class Host(object):
     It holds what the driver learns of the host at ``init_host`` and keeps
     between calls: the daemon's facts (its ``GET /1.0`` answer, the masks
     of its profiles, the storage pool's driver), the policy containers are
-    built under, the lifecycle watcher, and the root provider's resources
-    as the last ``get_available_resource`` read them.
+    built under, each instance's :class:`.guest.Guest`, the lifecycle
+    watcher, and the root provider's resources as the last
+    ``get_available_resource`` read them.
 
     :param client: the daemon client.
     :param conf: the configuration (nova's, with this driver's groups).
@@ -459,6 +461,10 @@ class Host(object):
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
+
+    def guest(self, instance):
+        """The :class:`.guest.Guest` of ``instance`` on this host."""
+        return guest.Guest(self._client, self._conf, instance)
 
     def policy(self):
         """The :class:`.builder.HostPolicy` containers are built under."""

@@ -79,19 +79,27 @@ class LXDDriver(driver.ComputeDriver):
                                             client=self._parts.client)
         self._parts.host.check()
         image_cache.clean_download_dir(CONF)
-        self._remove_interrupted_builds(host)
-        self._reconcile_accelerators(host)
+        instances = self._instances_on(host)
+        self._remove_interrupted_builds(host, instances)
+        self._reconcile_accelerators(host, instances)
         self._parts.host.start_watcher(self.emit_event)
 
-    def _remove_interrupted_builds(self, host):
-        # Before the accelerator check: their containers hold devices.
+    @staticmethod
+    def _instances_on(host):
+        """nova's instances on ``host``, or None when nova cannot say."""
         try:
-            instances = nova_lookups.host_instances(host)
+            return nova_lookups.host_instances(host)
         except Exception as exc:
             LOG.warning('Cannot list the instances nova has on %(host)s '
-                        '(%(exc)s): containers of builds interrupted by '
-                        'a restart are not removed this time',
+                        '(%(exc)s): containers of builds interrupted by a '
+                        'restart are not removed and accelerator bindings '
+                        'of deleted instances not released this time',
                         {'host': host, 'exc': exc})
+            return None
+
+    def _remove_interrupted_builds(self, host, instances):
+        # Before the accelerator check: their containers hold devices.
+        if instances is None:
             return
         for instance, fault in self._parts.lifecycle.remove_interrupted_builds(
                 instances, host):
@@ -101,17 +109,10 @@ class LXDDriver(driver.ComputeDriver):
                 LOG.exception('Cannot record the fault of the interrupted '
                               'build', instance=instance)
 
-    def _reconcile_accelerators(self, host):
+    def _reconcile_accelerators(self, host, instances):
         # LXD's container configs say who holds which device; compare them
         # with nova and Placement after a restart (see accel.reconcile).
-        try:
-            uuids = nova_lookups.nova_instance_uuids(host)
-        except Exception as exc:
-            LOG.warning('Cannot list the instances nova has on %(host)s '
-                        '(%(exc)s): accelerator bindings of deleted '
-                        'instances are not released this time',
-                        {'host': host, 'exc': exc})
-            uuids = None
+        uuids = None if instances is None else {i.uuid for i in instances}
         try:
             reconcile.reconcile(
                 self._parts.client, host, uuids,

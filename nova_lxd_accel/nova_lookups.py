@@ -39,11 +39,6 @@ def _report_client():
     return report.report_client_singleton()
 
 
-def nova_instance_uuids(host):
-    """Uuids of nova's instances on ``host`` (through the conductor)."""
-    return {i.uuid for i in _host_instances(host)}
-
-
 def nova_instance_projects(host):
     """{instance uuid: project id} of the instances nova has on ``host``."""
     return {i.uuid: i.project_id for i in _host_instances(host)}

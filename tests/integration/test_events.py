@@ -304,4 +304,4 @@ class ReconnectTest(EventsTestBase):
         self.expect([(later.uuid, PAUSED)])
         self.assertEqual(2, self.listings)
         watching.cleanup_host(self.host)
-        self.assertIsNone(watching._watcher)
+        self.assertIsNone(watching._parts.host.watcher)

@@ -275,6 +275,7 @@ class GpuGate(object):
             with self._store.update() as state:
                 for key, unit in units.items():
                     state['bound'].pop(key, None)
+                    gate_state.note_released(state, key, now)
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
             self._view = GateView.of(state)
@@ -345,6 +346,7 @@ class GpuGate(object):
                         if u.get('container') == container]
                 for key in keys:
                     unit = state['bound'].pop(key)
+                    gate_state.note_released(state, key, now)
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
             self._view = GateView.of(state)
@@ -532,13 +534,18 @@ class GpuGate(object):
         last = state.get('accounted_at', (state.get('probe') or {}).get('at'))
         state['accounted_at'] = now
         previous = state['bound']
+        gate_state.forget_old_releases(state, now)
         bound = {}
         released = []
         for key, unit in current.items():
-            entry = state['dirty'].get(key)
-            if mark is not None and entry is not None and \
-                    (entry.get('seq') or 0) > mark:
-                # released after this listing was taken: not bound
+            entry = state['dirty'].get(key) or {}
+            if mark is not None and max(
+                    entry.get('seq') or 0,
+                    gate_state.released_seq(state, key)) > mark:
+                # released after this listing was taken, even if verified
+                # clean since: not bound (unless claimed again since)
+                if (previous.get(key, {}).get('seq') or 0) > mark:
+                    bound[key] = previous[key]
                 continue
             before = previous.get(key)
             if before and before.get('instance') == unit['instance']:

@@ -100,6 +100,34 @@ def next_seq(state):
     return state['seq']
 
 
+#: seconds a unit's release stays recorded (``state['released']``): longer
+#: than any refresh's listing stays in flight
+RELEASED_KEPT = 600.0
+
+
+def note_released(state, key, now):
+    """Record that unit ``key`` left its container, with a new ``seq``.
+
+    A refresh whose listing was taken before (its mark is lower) does not
+    bind the unit again to the gone container, even once the unit was
+    verified clean and its dirty entry dropped.
+    """
+    state.setdefault('released', {})[key] = {'seq': next_seq(state),
+                                             'at': now}
+
+
+def released_seq(state, key):
+    """The ``seq`` of unit ``key``'s last release (0: none recorded)."""
+    return int(((state.get('released') or {}).get(key) or {}).get('seq')
+               or 0)
+
+
+def forget_old_releases(state, now):
+    state['released'] = {
+        key: seen for key, seen in (state.get('released') or {}).items()
+        if now - (seen.get('at') or now) < RELEASED_KEPT}
+
+
 class StateStore(object):
     """The state file of one host."""
 

@@ -353,6 +353,32 @@ class TestReleaseAtRemoval(GateTestCase):
         self.assertEqual(('clean', 'pci:' + H100), (event['event'],
                                                     event['unit']))
 
+    def test_a_listing_taken_before_a_delete_binds_nothing_again(self):
+        # a periodic refresh lists the daemon; nova deletes the instance
+        # and its unit is verified clean; then the refresh writes: its
+        # listing must not bind the unit again to the gone container,
+        # where every claim would take it for deleted behind nova's back
+        self.containers = [container()]
+        self.gate.refresh()
+        listed = list(self.containers)
+        deleted = []
+
+        def listing_then_delete():
+            # the release's own listings (after the delete) see it gone
+            if deleted:
+                return self.containers
+            deleted.append(True)
+            keys = self.gate.note_destroy(container)
+            self.containers = []
+            self.assertEqual(set(), self.gate.verify_release(keys))
+            return listed
+
+        self.gate._list_containers = listing_then_delete
+        self.gate.refresh()
+        self.assertNotIn('pci:' + H100, self.gate.store.load()['bound'])
+        self.assertEqual({}, self.gate.unavailable_units([]))
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())
+
     def test_processes_leaving_within_the_wait(self):
         keys = self.gate.note_destroy(container)
         self.busy()

@@ -294,6 +294,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self.client, self.owner, 1, lambda event: None,
             on_gone=self.gate.note_gone)
         self.watcher.resync()
+        self.watched = set(getattr(self, 'live', {}).values())
 
     def device_for_provider(self, rp_uuid):
         return {RP[g.pci_address]: g for g in self.gpus}.get(rp_uuid)
@@ -484,8 +485,13 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     @stateful.rule()
     def watcher_polls(self):
+        # the watcher tells of a container gone since its last listing;
+        # one made and removed between two of its polls it never saw (the
+        # next refresh finds its units)
+        watched = set(self.watched)
         self.watcher.resync()
-        self.unseen_gone.clear()
+        self.unseen_gone -= watched
+        self.watched = set(self.live.values())
 
     @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data())
@@ -629,8 +635,11 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             if self.live:
                 self.delete(data, data.draw(st.booleans()))
         elif outer == 'refresh':
+            # a container removed after the refresh listed the daemon is
+            # not seen by this refresh
+            seen = set(self.unseen_gone)
             self.gate.refresh()
-            self.unseen_gone.clear()
+            self.unseen_gone -= seen
         else:
             self.recheck()
         self.pending = {}
@@ -751,6 +760,15 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             assert key not in state['dirty'], (
                 '%s clean and unbound since the last re-check but still '
                 'dirty: %s' % (key, state['dirty'][key].get('holding')))
+            # nor taken for bound to a container that is gone, unless the
+            # model removed it behind nova's back and no one looked since
+            gone = state['bound'].get(key, {}).get('container')
+            if gone in self.unseen_gone:
+                continue
+            why = self.gate.unavailable_units(
+                self.client.list_containers()).get(key)
+            assert not why, '%s clean and unbound since the last re-check ' \
+                'but unavailable to a claim: %s' % (key, why)
 
 
 def _settings(examples, steps):

@@ -275,7 +275,8 @@ class GpuGate(object):
             with self._store.update() as state:
                 for key, unit in units.items():
                     state['bound'].pop(key, None)
-                    gate_state.note_released(state, key, now)
+                    gate_state.note_released(state, key, now,
+                                             unit.get('container'))
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
             self._view = GateView.of(state)
@@ -346,7 +347,7 @@ class GpuGate(object):
                         if u.get('container') == container]
                 for key in keys:
                     unit = state['bound'].pop(key)
-                    gate_state.note_released(state, key, now)
+                    gate_state.note_released(state, key, now, container)
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
             self._view = GateView.of(state)
@@ -539,12 +540,16 @@ class GpuGate(object):
         released = []
         for key, unit in current.items():
             entry = state['dirty'].get(key) or {}
-            if mark is not None and max(
+            if (mark is not None and max(
                     entry.get('seq') or 0,
-                    gate_state.released_seq(state, key)) > mark:
-                # released after this listing was taken, even if verified
-                # clean since: not bound (unless claimed again since)
-                if (previous.get(key, {}).get('seq') or 0) > mark:
+                    gate_state.released_seq(state, key)) > mark) or \
+                    gate_state.stale_binding(
+                        state, key, unit['container'],
+                        previous.get(key, {}).get('seq')):
+                # released after this listing was taken, or listed while
+                # being deleted, even if verified clean since: not bound
+                # (unless claimed again since)
+                if (previous.get(key, {}).get('seq') or 0) > (mark or 0):
                     bound[key] = previous[key]
                 continue
             before = previous.get(key)

@@ -105,15 +105,27 @@ def next_seq(state):
 RELEASED_KEPT = 600.0
 
 
-def note_released(state, key, now):
-    """Record that unit ``key`` left its container, with a new ``seq``.
+def note_released(state, key, now, container=None):
+    """Record that unit ``key`` left ``container``, with a new ``seq``.
 
-    A refresh whose listing was taken before (its mark is lower) does not
-    bind the unit again to the gone container, even once the unit was
-    verified clean and its dirty entry dropped.
+    A refresh whose listing was taken before (its mark is lower), or that
+    still listed the container while it was being deleted, does not bind
+    the unit again to it, even once the unit was verified clean and its
+    dirty entry dropped (see :func:`stale_binding`).
     """
-    state.setdefault('released', {})[key] = {'seq': next_seq(state),
-                                             'at': now}
+    state.setdefault('released', {})[key] = {
+        'seq': next_seq(state), 'at': now, 'container': container}
+
+
+def stale_binding(state, key, container, entry_seq=0):
+    """Whether binding ``key`` to ``container`` predates its release.
+
+    True when ``container`` released the unit after the binding was
+    recorded (``entry_seq``, 0 when the listing alone says so).
+    """
+    gone = (state.get('released') or {}).get(key) or {}
+    return bool(gone) and gone.get('container') == container and \
+        int(entry_seq or 0) < int(gone.get('seq') or 0)
 
 
 def released_seq(state, key):

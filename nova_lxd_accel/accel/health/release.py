@@ -441,7 +441,9 @@ def _gone_bound(state, records):
         return {}
     alive = {r.get('name') for r in records}
     return {key: unit for key, unit in state['bound'].items()
-            if unit.get('container') not in alive}
+            if unit.get('container') not in alive and
+            not gate_state.stale_binding(state, key, unit.get('container'),
+                                         unit.get('seq'))}
 
 
 def unavailable(state, records=None):

@@ -379,6 +379,29 @@ class TestReleaseAtRemoval(GateTestCase):
         self.assertEqual({}, self.gate.unavailable_units([]))
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
 
+    def test_a_container_listed_while_deleted_is_not_bound_again(self):
+        # the refresh starts after the delete marked the unit (its mark is
+        # later) but lists the daemon while the container is still being
+        # deleted; the release is verified clean before the refresh writes
+        self.containers = [container()]
+        self.gate.refresh()
+        listed = list(self.containers)
+        keys = self.gate.note_destroy(container)
+        deleted = []
+
+        def listing_then_removed():
+            if deleted:
+                return self.containers
+            deleted.append(True)
+            self.containers = []
+            self.assertEqual(set(), self.gate.verify_release(keys))
+            return listed
+
+        self.gate._list_containers = listing_then_removed
+        self.gate.refresh()
+        self.assertNotIn('pci:' + H100, self.gate.store.load()['bound'])
+        self.assertEqual({}, self.gate.unavailable_units([]))
+
     def test_processes_leaving_within_the_wait(self):
         keys = self.gate.note_destroy(container)
         self.busy()

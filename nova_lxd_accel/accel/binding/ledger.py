@@ -65,19 +65,26 @@ class Binding:
         out.update(self._mps()[0])
         return out
 
-    def _mps(self):
-        """(devices, config) of the MPS quota of a shared GPU, if any."""
+    def _mps_unit(self):
+        """The slot of a shared GPU with an MPS quota, or None."""
         for unit in self.units:
             if unit.kind == units.KIND_SHARE and unit.detail.get('mps_pipe'):
-                devs, config = sharing.lxd_config(
-                    unit.device_pci, unit.detail.get('gpu_memory_mb'),
-                    unit.detail.get('gpu_compute_percent'),
-                    pipe_template=unit.detail['mps_pipe'],
-                    shm_template=unit.detail.get(
-                        'mps_shm', '/run/nvidia-mps-{pci}-shm'))
-                return ({k: v for k, v in devs.items()
-                         if v.get('type') != 'gpu'}, config)
-        return {}, {}
+                return unit
+        return None
+
+    def _mps(self):
+        """(devices, config) of the MPS quota of a shared GPU, if any."""
+        unit = self._mps_unit()
+        if unit is None:
+            return {}, {}
+        devs, config = sharing.lxd_config(
+            unit.device_pci, unit.detail.get('gpu_memory_mb'),
+            unit.detail.get('gpu_compute_percent'),
+            pipe_template=unit.detail['mps_pipe'],
+            shm_template=unit.detail.get(
+                'mps_shm', '/run/nvidia-mps-{pci}-shm'))
+        return ({k: v for k, v in devs.items()
+                 if v.get('type') != 'gpu'}, config)
 
     @property
     def config(self):
@@ -103,14 +110,14 @@ class Binding:
         What the container's files for logins, cron and services carry
         (see :mod:`.mps_environment`); its config has them too.
         """
-        for unit in self.units:
-            if unit.kind == units.KIND_SHARE and unit.detail.get('mps_pipe'):
-                return sharing.mps_variables(
-                    devices.normalise_pci_address(unit.device_pci),
-                    unit.detail.get('gpu_memory_mb'),
-                    unit.detail.get('gpu_compute_percent'),
-                    pipe_template=unit.detail['mps_pipe'])
-        return {}
+        unit = self._mps_unit()
+        if unit is None:
+            return {}
+        return sharing.mps_variables(
+            devices.normalise_pci_address(unit.device_pci),
+            unit.detail.get('gpu_memory_mb'),
+            unit.detail.get('gpu_compute_percent'),
+            pipe_template=unit.detail['mps_pipe'])
 
     def records(self):
         return [u.record() for u in self.units]

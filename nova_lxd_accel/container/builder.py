@@ -334,15 +334,20 @@ def flavor_config_keys():
 def with_accelerators(container, bound):
     """The container with the devices and config of an accelerator binding.
 
-    ``bound`` is a :class:`nova_lxd_accel.accel.binding.pick.Binding`; its
-    device names (``nova-gpu0``, ``nova-mig0``, ``nova-ib0``) never clash
-    with the driver's own (``root``).
+    ``bound`` is a :class:`nova_lxd_accel.accel.binding.ledger.Binding`;
+    its device names (``nova-gpu0``, ``nova-mig0``, ``nova-ib0``) never
+    clash with the driver's own (``root``).
     """
-    config = dict(container['config'])
-    devices = dict(container['devices'])
-    config.update(bound.config)
-    devices.update(bound.devices)
-    return {'config': config, 'devices': devices}
+    return _merged(container, bound.config, bound.devices)
+
+
+def _merged(container, config, devices):
+    """A copy of ``container`` with ``config`` and ``devices`` on top."""
+    out = {'config': dict(container['config']),
+           'devices': dict(container['devices'])}
+    out['config'].update(config)
+    out['devices'].update(devices)
+    return out
 
 
 def build_container(instance, flavor, image_meta, policy,
@@ -384,11 +389,7 @@ def with_host_side(container, instance, policy, host_side):
     come last, so they win on a key both set.
     """
     fragment = host_fragment(instance, policy, host_side)
-    config = dict(container['config'])
-    devices = dict(container['devices'])
-    config.update(fragment['config'])
-    devices.update(fragment['devices'])
-    return {'config': config, 'devices': devices}
+    return _merged(container, fragment['config'], fragment['devices'])
 
 
 def rescue_container(instance, image_meta, policy, original, rootfs):

@@ -353,28 +353,38 @@ class TestReleaseAtRemoval(GateTestCase):
         self.assertEqual(('clean', 'pci:' + H100), (event['event'],
                                                     event['unit']))
 
-    def test_a_listing_taken_before_a_delete_binds_nothing_again(self):
-        # a periodic refresh lists the daemon; nova deletes the instance
-        # and its unit is verified clean; then the refresh writes: its
-        # listing must not bind the unit again to the gone container,
-        # where every claim would take it for deleted behind nova's back
+    def refresh_across_a_delete(self, marked_before):
+        """A refresh whose listing still shows the bound container.
+
+        The delete is marked (``note_destroy``) before the refresh starts
+        when ``marked_before``, else right after its listing; either way
+        the container is removed and its unit verified clean before the
+        refresh writes what it listed.
+        """
         self.containers = [container()]
         self.gate.refresh()
         listed = list(self.containers)
+        keys = self.gate.note_destroy(container) if marked_before else None
         deleted = []
 
-        def listing_then_delete():
+        def listing_then_removed():
             # the release's own listings (after the delete) see it gone
             if deleted:
                 return self.containers
             deleted.append(True)
-            keys = self.gate.note_destroy(container)
+            released = keys or self.gate.note_destroy(container)
             self.containers = []
-            self.assertEqual(set(), self.gate.verify_release(keys))
+            self.assertEqual(set(), self.gate.verify_release(released))
             return listed
 
-        self.gate._list_containers = listing_then_delete
+        self.gate._list_containers = listing_then_removed
         self.gate.refresh()
+
+    def test_a_listing_taken_before_a_delete_binds_nothing_again(self):
+        # the refresh lists the daemon, then nova deletes the instance:
+        # its listing must not bind the unit again to the gone container,
+        # where every claim would take it for deleted behind nova's back
+        self.refresh_across_a_delete(marked_before=False)
         self.assertNotIn('pci:' + H100, self.gate.store.load()['bound'])
         self.assertEqual({}, self.gate.unavailable_units([]))
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
@@ -382,23 +392,8 @@ class TestReleaseAtRemoval(GateTestCase):
     def test_a_container_listed_while_deleted_is_not_bound_again(self):
         # the refresh starts after the delete marked the unit (its mark is
         # later) but lists the daemon while the container is still being
-        # deleted; the release is verified clean before the refresh writes
-        self.containers = [container()]
-        self.gate.refresh()
-        listed = list(self.containers)
-        keys = self.gate.note_destroy(container)
-        deleted = []
-
-        def listing_then_removed():
-            if deleted:
-                return self.containers
-            deleted.append(True)
-            self.containers = []
-            self.assertEqual(set(), self.gate.verify_release(keys))
-            return listed
-
-        self.gate._list_containers = listing_then_removed
-        self.gate.refresh()
+        # deleted
+        self.refresh_across_a_delete(marked_before=True)
         self.assertNotIn('pci:' + H100, self.gate.store.load()['bound'])
         self.assertEqual({}, self.gate.unavailable_units([]))
 

@@ -26,7 +26,8 @@ def _admin_context():
     return nova_context.get_admin_context()
 
 
-def _host_instances(host):
+def host_instances(host):
+    """nova's instances on ``host``, without their extra fields."""
     from nova import objects
 
     return objects.InstanceList.get_by_host(_admin_context(), host,
@@ -41,7 +42,7 @@ def _report_client():
 
 def nova_instance_projects(host):
     """{instance uuid: project id} of the instances nova has on ``host``."""
-    return {i.uuid: i.project_id for i in _host_instances(host)}
+    return {i.uuid: i.project_id for i in host_instances(host)}
 
 
 def placement_allocations(instance_uuid):
@@ -54,11 +55,6 @@ def provider_allocations(rp_uuid):
     """Allocations against one provider, read from Placement."""
     return _report_client().get_allocations_for_resource_provider(
         _admin_context(), rp_uuid).allocations
-
-
-def host_instances(host):
-    """nova's instances on ``host``, without their extra fields."""
-    return _host_instances(host)
 
 
 def record_fault(instance, exc):

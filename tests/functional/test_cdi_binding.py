@@ -25,9 +25,9 @@ import nova.conf
 
 from nova_lxd_accel import conf
 from nova_lxd_accel import exception
+from tests.fixtures import recorded_daemon as recorded
 from tests.functional import base
 from tests.functional import test_accel_binding as accel
-from tests.unit import test_client_discovery as recorded
 from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF

@@ -12,7 +12,7 @@
 
 """The seam against the run's real daemon (LXD or Incus).
 
-Discovery on recorded daemons is in tests/unit/test_client_discovery.py.
+Discovery on recorded daemons is in tests/unit/test_daemon.py.
 """
 
 import os
@@ -23,7 +23,9 @@ import testtools
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import daemon
 from tests.fixtures import lxd_fixtures
-from tests.unit.test_client_discovery import _conf
+from tests.fixtures import recorded_daemon
+
+_conf = recorded_daemon.lxd_options
 
 
 class RealDaemonTest(testtools.TestCase):

@@ -16,7 +16,7 @@ Needs both real daemons (tools/lxd-up.sh and tools/incus-up.sh; the
 sockets of $LXD_DIR and $INCUS_DIR), like test_lxd_to_incus: tox runs it in
 integration-incus only (integration leaves out ``test_lxd_to_incus*``).
 The discovery itself is tested on recorded daemons in
-tests/unit/test_client_discovery.py.
+tests/unit/test_daemon.py.
 """
 
 from oslo_config import cfg

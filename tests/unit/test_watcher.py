@@ -20,6 +20,7 @@ import threading
 import time
 
 import fixtures
+from nova.compute import power_state
 from nova.virt import event as virtevent
 import testtools
 
@@ -40,6 +41,10 @@ def _record(name, status, host=HOST, uuid=UUID, project='p1'):
         config['user.nova_lxd_accel.instance_uuid'] = uuid
     return {'name': name, 'status': status, 'type': 'container',
             'project': project, 'config': config}
+
+
+def _status(status, **config):
+    return {'status': status, 'config': config}
 
 
 def _lifecycle(action, name, project='p1', **context):
@@ -302,3 +307,63 @@ class WatcherTest(testtools.TestCase):
         watching, _ = self._watcher(client, interval=0)
         watching.start()
         self.assertIsNone(watching._thread)
+
+
+class LifecycleEventTest(testtools.TestCase):
+
+    def test_transitions(self):
+        cases = [
+            (power_state.SHUTDOWN, power_state.RUNNING,
+             virtevent.EVENT_LIFECYCLE_STARTED),
+            (power_state.RUNNING, power_state.SHUTDOWN,
+             virtevent.EVENT_LIFECYCLE_STOPPED),
+            (power_state.RUNNING, power_state.PAUSED,
+             virtevent.EVENT_LIFECYCLE_PAUSED),
+            (power_state.PAUSED, power_state.RUNNING,
+             virtevent.EVENT_LIFECYCLE_RESUMED),
+            (power_state.SUSPENDED, power_state.RUNNING,
+             virtevent.EVENT_LIFECYCLE_RESUMED),
+            (power_state.RUNNING, power_state.SUSPENDED,
+             virtevent.EVENT_LIFECYCLE_SUSPENDED),
+            (power_state.RUNNING, power_state.RUNNING, None),
+            (power_state.RUNNING, power_state.NOSTATE, None),
+        ]
+        for old, new, expected in cases:
+            self.assertEqual(expected, watcher.lifecycle_event(old, new),
+                             '%s -> %s' % (old, new))
+
+    def test_only_own_containers_count(self):
+        records = [
+            _status('Running', **{'user.nova_lxd_accel.instance_uuid': 'a',
+                                  'user.nova_lxd_accel.host': 'cmp1'}),
+            _status('Stopped', **{'user.nova_lxd_accel.instance_uuid': 'b',
+                                  'user.nova_lxd_accel.host': 'cmp2'}),
+            _status('Running'),
+            _status('Running', **{'user.nova_lxd_accel.instance_uuid': 'a',
+                                  'user.nova_lxd_accel.host': 'cmp1',
+                                  'user.nova_lxd_accel.rescue_of': 'x'}),
+        ]
+        self.assertEqual({'a': power_state.RUNNING},
+                         watcher.owned_states(records, 'cmp1'))
+
+    def test_watcher_emits_changes_after_first_look(self):
+        emitted = []
+        listing = [[_status('Running', **{
+            'user.nova_lxd_accel.instance_uuid': 'a',
+            'user.nova_lxd_accel.host': 'cmp1'})]]
+
+        class Client(object):
+            def list_containers(self):
+                return listing[0]
+
+        watching = watcher.LifecycleWatcher(
+            Client(), identity.Owner('cmp1', project=None), 1, emitted.append)
+        watching.poll_once()
+        self.assertEqual([], emitted)
+        listing[0] = [_status('Stopped', **{
+            'user.nova_lxd_accel.instance_uuid': 'a',
+            'user.nova_lxd_accel.host': 'cmp1'})]
+        watching.poll_once()
+        self.assertEqual([('a', virtevent.EVENT_LIFECYCLE_STOPPED)],
+                         [(e.get_instance_uuid(), e.get_transition())
+                          for e in emitted])

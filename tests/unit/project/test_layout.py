@@ -17,8 +17,9 @@ import os
 
 import testtools
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'nova_lxd_accel')
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+PACKAGE = os.path.join(REPO, 'nova_lxd_accel')
 
 
 def _modules():

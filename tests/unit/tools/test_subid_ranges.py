@@ -21,7 +21,7 @@ import fixtures
 import testtools
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'tools', 'subid-ranges.py')
+    os.path.dirname(os.path.abspath(__file__))))), 'tools', 'subid-ranges.py')
 
 # What the packages' maintainer scripts write (lxd.preinst, incus.postinst).
 LXD_THEN_INCUS = '_lxd:100000:10000001\nroot:100000:10000001\n'

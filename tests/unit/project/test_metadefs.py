@@ -26,8 +26,8 @@ import testtools
 
 from nova_lxd_accel.extra_specs import lxd_keys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 METADEFS = os.path.join(REPO, 'etc', 'glance', 'metadefs', 'compute-lxd.json')
 
 JSON_TYPES = {bool: 'boolean', int: 'integer', str: 'string'}

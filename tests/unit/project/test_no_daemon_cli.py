@@ -22,7 +22,8 @@ import os
 
 import testtools
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 CLIENTS = ('lxc', 'incus')
 
 

@@ -23,31 +23,19 @@ import os
 import threading
 
 import fixtures
-from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel import client as lxd_client
-from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from tests.fixtures import recorded_daemon
 
 RecordedDaemon = recorded_daemon.RecordedDaemon
 sample = recorded_daemon.sample
-LXD_502 = 'lxd-5.0.2-debian12.json'
-INCUS_604 = 'incus-6.0.4-bookworm-backports.json'
-LXD_62 = 'lxd-6.2-snap-recorded-api.json'
-
-
-def _conf(endpoint=None):
-    conf = cfg.ConfigOpts()
-    lxd_conf.register_opts(conf)
-    conf([])
-    # Overrides live on the shared option group: start from none.
-    conf.clear_override('endpoint', group='lxd')
-    if endpoint:
-        conf.set_override('endpoint', endpoint, group='lxd')
-    return conf
+LXD_502 = recorded_daemon.LXD_502
+INCUS_604 = recorded_daemon.INCUS_604
+LXD_62 = recorded_daemon.LXD_62
+_conf = recorded_daemon.lxd_options
 
 
 class CandidateSocketsTest(testtools.TestCase):

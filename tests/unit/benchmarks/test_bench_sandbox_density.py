@@ -18,8 +18,8 @@ import os
 
 import testtools
 
-_PATH = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks',
-                     'bench_sandbox_density.py')
+_PATH = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                     'benchmarks', 'bench_sandbox_density.py')
 _SPEC = importlib.util.spec_from_file_location('bench_sandbox_density',
                                                _PATH)
 density = importlib.util.module_from_spec(_SPEC)

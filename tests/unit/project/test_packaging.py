@@ -27,8 +27,8 @@ from nova_lxd_accel import driver as lxd_driver
 
 CONF = nova.conf.CONF
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 
 class DriverLoadingTest(testtools.TestCase):

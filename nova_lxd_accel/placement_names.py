@@ -33,8 +33,19 @@ TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
 #: (when it cannot remember what it set before) a trait of these families
 #: that the device no longer has is removed; any other trait an operator put
 #: on a provider is kept.
+#: Traits this driver sets and removes on its providers: whole names ...
+MANAGED_TRAITS = (TRAIT_UNHEALTHY, TRAIT_SHARED)
+#: ... and families, by prefix.
 MANAGED_TRAIT_PREFIXES = ('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_PRODUCT_',
                           'CUSTOM_GPU_MODEL_', 'CUSTOM_CUDA_CC_',
                           'CUSTOM_IB_VENDOR_', 'CUSTOM_IB_PRODUCT_',
-                          TRAIT_UNHEALTHY, TRAIT_SHARED,
                           SHARING_TRAIT_PREFIX)
+
+
+def is_managed_trait(name):
+    """Whether this driver owns the trait (so may remove it).
+
+    Whole names are matched exactly: an operator's ``CUSTOM_GPU_SHARED_LAB``
+    is not this driver's ``CUSTOM_GPU_SHARED``.
+    """
+    return name in MANAGED_TRAITS or name.startswith(MANAGED_TRAIT_PREFIXES)

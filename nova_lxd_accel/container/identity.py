@@ -92,6 +92,10 @@ def recorded_units(config):
         records = json.loads(raw)
     except ValueError:
         return []
+    if not isinstance(records, list):
+        # a hand-edited key (``lxc config set``) must not break the host's
+        # claims and reconcile: it reads as no record, like bad JSON
+        return []
     return [r for r in records if isinstance(r, dict) and r.get('unit')]
 
 

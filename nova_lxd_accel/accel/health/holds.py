@@ -12,7 +12,7 @@
 
 """The GPU health gate: what a probe says of each GPU's health.
 
-Functions over the GPU state (:mod:`.gpu_state`) and a probe's
+Functions over the GPU state (:mod:`.gate_state`) and a probe's
 :class:`.probe.Snapshot`, run by :class:`.gate.GpuGate` under the
 state file's lock:
 

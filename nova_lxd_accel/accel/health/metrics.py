@@ -16,7 +16,7 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
 
 ``nova_lxd_accel_gpu_state{pci, state}``
     1 for the GPU's current state, 0 for the others; states: free, bound,
-    reserved-dirty, held, unhealthy, idle.
+    reserved-dirty, held, unhealthy, idle, gone.
 ``nova_lxd_accel_gpu_dirty_units{pci}``
     released units of the GPU not yet verified clean.
 ``nova_lxd_accel_gpu_shared_slots_used{pci, project}``
@@ -62,7 +62,7 @@ def _number(value):
 def render(state, pcis, conf, now):
     """The metrics file's text.
 
-    :param state: the GPU state (:mod:`.gpu_state`).
+    :param state: the GPU state (:mod:`.gate_state`).
     :param pcis: PCI addresses of the host's GPUs.
     """
     lines = []

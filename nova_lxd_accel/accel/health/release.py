@@ -12,7 +12,7 @@
 
 """Verified release: whether a released GPU unit is clean yet.
 
-Functions over the GPU state (:mod:`.gpu_state`) and a probe's
+Functions over the GPU state (:mod:`.gate_state`) and a probe's
 :class:`.probe.Snapshot`, run by :class:`.gate.GpuGate` under the
 state file's lock. A released unit is *dirty* (``state['dirty']``) until
 :func:`verify_released` finds it clean: for a whole GPU no compute process

@@ -263,8 +263,8 @@ class TreeState(object):
         before = self._our_traits.get(want.name)
         if before is None:
             current = provider_tree.data(uuid).traits
-            stale = {t for t in current if t.startswith(
-                placement_names.MANAGED_TRAIT_PREFIXES)} - want.traits
+            stale = {t for t in current
+                     if placement_names.is_managed_trait(t)} - want.traits
         else:
             stale = before - want.traits
         if stale:

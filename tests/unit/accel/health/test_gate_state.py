@@ -1,0 +1,272 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The GPU state file and the pure functions over it (:mod:`.gate_state`).
+
+``test_gate`` drives the state through the gate (holds, releases, idle
+units); here the file itself (missing, old, broken, locked, atomic), the
+holds nova-compute makes, the operator's ``forget``, the release marks
+that keep a stale listing from binding a unit again, and the state each
+GPU is reported in, on a real file in a temporary directory.
+"""
+
+import fcntl
+import json
+import os
+import stat
+
+import fixtures
+import testtools
+
+from nova_lxd_accel.accel.health import gate_state
+from tests.fixtures import gpu_hosts
+
+GPU = '0000:00:09.0'
+INSTANCE = 'f0d1c2b3-0000-4000-8000-000000000001'
+
+
+class StoreTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.store = gate_state.StateStore(os.path.join(self.dir, 'state'))
+
+    def write(self, text):
+        os.makedirs(self.store.directory, exist_ok=True)
+        with open(self.store.path, 'w') as f:
+            f.write(text)
+
+
+class TestLoad(StoreTestCase):
+
+    def test_no_file_yet_is_an_empty_state_and_creates_nothing(self):
+        self.assertEqual(gate_state.empty_state(), self.store.load())
+        self.assertFalse(os.path.exists(self.store.directory))
+
+    def test_keys_missing_from_an_older_file_are_filled_in(self):
+        self.write(json.dumps({'holds': {GPU: {'kind': 'operator'}}}))
+        state = self.store.load()
+        self.assertEqual({GPU: {'kind': 'operator'}}, state['holds'])
+        self.assertEqual(({}, [], 0), (state['dirty'], state['events'],
+                                       state['seq']))
+
+    def test_a_broken_file_is_named_in_the_error(self):
+        self.write('{"holds": ')
+        error = self.assertRaises(ValueError, self.store.load)
+        self.assertIn('%s is not valid JSON' % self.store.path, str(error))
+
+    def test_json_that_is_not_an_object_is_ignored(self):
+        self.write('[1, 2]')
+        self.assertEqual(gate_state.empty_state(), self.store.load())
+
+    def test_from_conf_uses_the_state_dir(self):
+        conf = gpu_hosts.make_conf(state_dir=self.dir)
+        self.assertEqual(os.path.join(self.dir, 'gpu-state.json'),
+                         gate_state.StateStore.from_conf(conf).path)
+
+
+class TestUpdate(StoreTestCase):
+
+    def test_the_lock_is_held_for_the_whole_block(self):
+        lock_path = os.path.join(self.store.directory, gate_state.LOCK_FILE)
+        with self.store.update():
+            with open(lock_path, 'a') as other:
+                self.assertRaises(BlockingIOError, fcntl.flock, other,
+                                  fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with open(lock_path, 'a') as other:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(other, fcntl.LOCK_UN)
+
+    def test_only_the_last_events_are_kept(self):
+        with self.store.update() as state:
+            for n in range(gate_state.MAX_EVENTS + 5):
+                gate_state.add_event(state, 'hold', GPU, 'r%d' % n, now=n)
+        events = self.store.load()['events']
+        self.assertEqual(gate_state.MAX_EVENTS, len(events))
+        self.assertEqual(('r5', 'r%d' % (gate_state.MAX_EVENTS + 4)),
+                         (events[0]['reason'], events[-1]['reason']))
+
+    def test_writes_leave_no_temporary_file(self):
+        gate_state.hold(self.store, GPU, 'fan', now=1)
+        gate_state.release(self.store, GPU, 'fixed', now=2)
+        self.assertEqual(sorted([gate_state.STATE_FILE,
+                                 gate_state.LOCK_FILE]),
+                         sorted(os.listdir(self.store.directory)))
+
+
+class TestWriteAtomic(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.path = os.path.join(self.dir, 'gpu.prom')
+
+    def test_replaces_the_file_with_the_mode_asked(self):
+        gate_state.write_atomic(self.path, 'old\n', prefix='.t.')
+        gate_state.write_atomic(self.path, 'new\n', prefix='.t.',
+                                mode=0o644)
+        with open(self.path) as f:
+            self.assertEqual('new\n', f.read())
+        self.assertEqual(0o644, stat.S_IMODE(os.stat(self.path).st_mode))
+        self.assertEqual(['gpu.prom'], os.listdir(self.dir))
+
+    def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(self):
+        gate_state.write_atomic(self.path, 'old\n', prefix='.t.')
+        self.assertRaises(TypeError, gate_state.write_atomic, self.path,
+                          None, prefix='.t.')
+        with open(self.path) as f:
+            self.assertEqual('old\n', f.read())
+        self.assertEqual(['gpu.prom'], os.listdir(self.dir))
+
+
+class TestComputeHoldsAndForget(StoreTestCase):
+
+    def test_a_compute_hold_keeps_its_first_time_and_one_event(self):
+        state = gate_state.empty_state()
+        self.assertTrue(gate_state.hold_by_compute(
+            state, GPU, gate_state.KIND_UNHEALTHY, 'ecc', now=10))
+        self.assertFalse(gate_state.hold_by_compute(
+            state, GPU, gate_state.KIND_UNHEALTHY, 'ecc; xid 79', now=20))
+        self.assertEqual(
+            {'kind': 'unhealthy', 'reason': 'ecc; xid 79', 'since': 10,
+             'by': gate_state.BY_COMPUTE}, state['holds'][GPU])
+        self.assertEqual([('hold', 10)], [(e['event'], e['at'])
+                                          for e in state['events']])
+
+    def test_a_gone_gpu_stays_gone_while_held(self):
+        state = gate_state.empty_state()
+        gate_state.hold_by_compute(state, GPU, gate_state.KIND_UNHEALTHY,
+                                   'lost', now=10, gone=True)
+        gate_state.hold_by_compute(state, GPU, gate_state.KIND_UNHEALTHY,
+                                   'lost', now=20)
+        self.assertTrue(state['holds'][GPU]['gone'])
+
+    def test_forget_drops_a_dirty_unit_and_says_what_held_it(self):
+        with self.store.update() as state:
+            state['dirty']['pci:' + GPU] = {
+                'pci': GPU, 'instance': INSTANCE,
+                'holding': 'python3 (pid 7, 100 MiB)'}
+        entry = gate_state.forget(self.store, 'pci:' + GPU, 'checked',
+                                  by='admin', now=5)
+        self.assertEqual(INSTANCE, entry['instance'])
+        state = self.store.load()
+        self.assertEqual({}, state['dirty'])
+        self.assertEqual(
+            {'at': 5, 'event': 'forget', 'pci': GPU, 'reason': 'checked',
+             'unit': 'pci:' + GPU, 'by': 'admin',
+             'holding': 'python3 (pid 7, 100 MiB)'}, state['events'][-1])
+
+    def test_forget_of_a_unit_not_dirty_records_nothing(self):
+        self.assertIsNone(gate_state.forget(self.store, 'pci:' + GPU, 'x'))
+        self.assertEqual([], self.store.load()['events'])
+
+
+class TestReleaseMarks(testtools.TestCase):
+
+    KEY = 'pci:' + GPU
+
+    def test_a_binding_listed_before_the_release_is_stale(self):
+        state = gate_state.empty_state()
+        before = gate_state.next_seq(state)
+        gate_state.note_released(state, self.KEY, 100.0, container='nova-a')
+        self.assertEqual(before + 1, gate_state.released_seq(state,
+                                                             self.KEY))
+        self.assertTrue(gate_state.stale_binding(state, self.KEY, 'nova-a',
+                                                 before))
+        # the listing alone (no seq) predates any recorded release
+        self.assertTrue(gate_state.stale_binding(state, self.KEY, 'nova-a'))
+        after = gate_state.next_seq(state)
+        self.assertFalse(gate_state.stale_binding(state, self.KEY, 'nova-a',
+                                                  after))
+
+    def test_another_container_may_take_the_released_unit(self):
+        state = gate_state.empty_state()
+        gate_state.note_released(state, self.KEY, 100.0, container='nova-a')
+        self.assertFalse(gate_state.stale_binding(state, self.KEY,
+                                                  'nova-b'))
+
+    def test_a_unit_never_released_has_no_mark(self):
+        state = gate_state.empty_state()
+        self.assertEqual(0, gate_state.released_seq(state, self.KEY))
+        self.assertFalse(gate_state.stale_binding(state, self.KEY, 'nova-a'))
+
+    def test_old_marks_are_forgotten(self):
+        state = gate_state.empty_state()
+        gate_state.note_released(state, 'pci:old', 100.0, 'nova-a')
+        gate_state.note_released(state, self.KEY, 500.0, 'nova-b')
+        gate_state.forget_old_releases(
+            state, 100.0 + gate_state.RELEASED_KEPT)
+        self.assertEqual([self.KEY], list(state['released']))
+
+
+def bound(pci, since, last_busy=None, running=True, instance=INSTANCE):
+    return {'pci': pci, 'instance': instance, 'project': 'proj-a',
+            'resource_class': 'PGPU', 'since': since,
+            'last_busy': last_busy, 'running': running}
+
+
+class TestIdleUnits(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.conf = gpu_hosts.make_conf(idle_report_after=3600)
+
+    def test_idle_counted_from_the_last_use_else_the_binding(self):
+        state = gate_state.empty_state()
+        state['bound'] = {'pci:a': bound('a', since=1000, last_busy=5000),
+                          'pci:b': bound('b', since=1000)}
+        self.assertEqual(
+            [('pci:b', 1000, 7000)],
+            [(u['unit'], u['idle_since'], u['idle_s'])
+             for u in gate_state.idle_units(state, self.conf, 8000)])
+        self.assertEqual(['pci:a', 'pci:b'],
+                         [u['unit'] for u in gate_state.idle_units(
+                             state, self.conf, 8600)])
+
+    def test_a_stopped_instance_is_not_idle(self):
+        state = gate_state.empty_state()
+        state['bound'] = {'pci:a': bound('a', since=1000, running=False)}
+        self.assertEqual([], gate_state.idle_units(state, self.conf, 9999))
+
+    def test_zero_turns_the_report_off_and_after_overrides_it(self):
+        state = gate_state.empty_state()
+        state['bound'] = {'pci:a': bound('a', since=1000)}
+        conf = gpu_hosts.make_conf(idle_report_after=0)
+        self.assertEqual([], gate_state.idle_units(state, conf, 10 ** 6))
+        self.assertEqual(['pci:a'], [u['unit'] for u in gate_state.idle_units(
+            state, conf, 1060, after=60)])
+
+
+class TestGpuStates(testtools.TestCase):
+
+    def test_worst_state_wins(self):
+        conf = gpu_hosts.make_conf(idle_report_after=3600)
+        state = gate_state.empty_state()
+        state['holds'] = {
+            'gone': {'kind': 'unhealthy', 'gone': True},
+            'sick': {'kind': 'unhealthy'},
+            'held': {'kind': 'operator'},
+            'unprobeable': {'kind': 'unprobeable'}}
+        state['bound'] = {
+            'pci:sick': bound('sick', since=1000),
+            'pci:dirty': bound('dirty', since=1000),
+            'pci:idle': bound('idle', since=1000),
+            'pci:bound': bound('bound', since=9000)}
+        state['dirty'] = {'pci:dirty': {'pci': 'dirty'}}
+        pcis = ['gone', 'sick', 'held', 'unprobeable', 'dirty', 'idle',
+                'bound', 'free']
+        self.assertEqual(
+            {'gone': 'gone', 'sick': 'unhealthy', 'held': 'held',
+             'unprobeable': 'held', 'dirty': 'reserved-dirty',
+             'idle': 'idle', 'bound': 'bound', 'free': 'free'},
+            gate_state.gpu_states(state, pcis, conf, 10000))

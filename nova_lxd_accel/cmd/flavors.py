@@ -71,16 +71,12 @@ def _error(message):
 
 
 def _probe(args, conf):
-    """(PCI address -> memory MiB, PCI address -> name) from the probe."""
+    """PCI address -> the probe's facts of each GPU."""
     if args.query_gpu:
         with open(args.query_gpu, encoding='utf-8') as f:
             text = f.read()
-        gpus = nvidia_smi.parse_query_gpu(text) if text.strip() else {}
-    else:
-        gpus = probe.HostProbe.from_conf(conf).snapshot().gpus
-    return ({pci: g.memory_total_mib for pci, g in gpus.items()
-             if g.memory_total_mib},
-            {pci: g.name for pci, g in gpus.items() if g.name})
+        return nvidia_smi.parse_query_gpu(text) if text.strip() else {}
+    return probe.HostProbe.from_conf(conf).snapshot().gpus
 
 
 def format_table(proposals):
@@ -157,12 +153,18 @@ def _run(args):
             _error('cannot read /1.0/resources from the local daemon: %s; '
                    'give --resources-file' % exc)
             return common.EXIT_ERROR
-    gpus = reporter.discovered_gpus(resources, mig_text, conf)
     try:
-        memory, names = _probe(args, conf)
+        probed = _probe(args, conf)
     except (OSError, ValueError) as exc:
         _error(exc)
         return common.EXIT_BAD_INPUT
+    # the probe's names and memory reach discovery as they do in
+    # nova-compute, so a card LXD does not name gets its model trait
+    gpus = reporter.discovered_gpus(resources, mig_text, conf,
+                                    probed_gpus=probed)
+    memory = {pci: g.memory_total_mib for pci, g in probed.items()
+              if g.memory_total_mib}
+    names = {pci: g.name for pci, g in probed.items() if g.name}
     share_modes = {gpu.pci_address: shared_gpus.card_mode(
         conf.lxd_accelerators.shared_gpus, gpu)
         for gpu in gpus if gpu.shared_slots}

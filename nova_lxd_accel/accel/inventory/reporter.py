@@ -112,11 +112,14 @@ class AcceleratorInventory(object):
     :param gate: the host's :class:`.gate.GpuGate` (held, unhealthy and
         not yet verified units), or None.
     :param reported: the :class:`ReportedGpus` the gate reads.
+    :param probed_gpus: PCI address -> the probe's facts of each GPU
+        (:class:`.nvidia_smi.GpuFacts`), for a caller without a gate (the
+        command line); default: the gate's last snapshot.
     """
 
     def __init__(self, read_resources, list_mig_devices=None, *, conf,
                  provider_allocations=None, list_instances=None,
-                 is_ours=None, gate=None, reported=None):
+                 is_ours=None, gate=None, reported=None, probed_gpus=None):
         self._conf = conf
         self._read_resources = read_resources
         self._list_mig_devices = list_mig_devices or self._run_nvidia_smi
@@ -127,6 +130,7 @@ class AcceleratorInventory(object):
         self._last_desired = None
         self._last_mig_text = ''
         self._gate = gate
+        self._probed_gpus = probed_gpus
         self._reported = reported or ReportedGpus()
         self._list_instances = list_instances
         self._is_ours = is_ours or (lambda record: False)
@@ -228,12 +232,14 @@ class AcceleratorInventory(object):
         From the GPU probe's last snapshot, read from memory: the probe runs
         outside nova's lock (``gate``). GPUs without the fact are left out.
         """
-        snapshot = getattr(self._gate, 'last_snapshot', None)
-        if snapshot is None:
-            return {}
+        gpus = self._probed_gpus
+        if gpus is None:
+            snapshot = getattr(self._gate, 'last_snapshot', None)
+            if snapshot is None:
+                return {}
+            gpus = snapshot.gpus
         return {pci: getattr(facts, fact)
-                for pci, facts in snapshot.gpus.items()
-                if getattr(facts, fact)}
+                for pci, facts in gpus.items() if getattr(facts, fact)}
 
     def update_provider_tree(self, nova_tree, nodename,
                              allocations=None, resources=None,
@@ -405,20 +411,26 @@ def scratch_tree(nodename):
     return tree
 
 
-def _scratch_inventory(tree, nodename, resources, mig_text, conf):
+def _scratch_inventory(tree, nodename, resources, mig_text, conf,
+                       probed_gpus=None):
     """The driver's code path on ``tree``, never asking Placement."""
     list_mig = None if mig_text is None else (lambda: mig_text)
     inventory = AcceleratorInventory(
         lambda: resources, list_mig, conf=conf,
-        provider_allocations=lambda rp_uuid: {})
+        provider_allocations=lambda rp_uuid: {}, probed_gpus=probed_gpus)
     inventory.update_provider_tree(tree, nodename, allocations={})
     return inventory
 
 
-def discovered_gpus(resources, mig_text, conf):
-    """The GPUs the driver reports for these inputs."""
+def discovered_gpus(resources, mig_text, conf, probed_gpus=None):
+    """The GPUs the driver reports for these inputs.
+
+    :param probed_gpus: the probe's facts by PCI address (names and memory
+        nova-compute would read from its own probe).
+    """
     return _scratch_inventory(scratch_tree('host'), 'host', resources,
-                              mig_text, conf).reported_gpus()
+                              mig_text, conf,
+                              probed_gpus=probed_gpus).reported_gpus()
 
 
 def describe_host(tree, nodename, resources, mig_text, conf,

@@ -1,0 +1,238 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""``nova-lxd-accel doctor``: its table, its inputs and its exit statuses.
+
+The checks themselves are :mod:`nova_lxd_accel.diagnosis`'s (see
+``tests/unit/test_diagnosis.py``; ``test_gpu`` runs them on the recorded
+hosts of ``samples/doctor``). Here: what the operator reads (the table and
+its ``fix:`` lines, the JSON), unusable inputs (exit 2, one error line),
+``--at``, and the live host view, whose daemon answers are the recorded
+LXD 5.0.2 answers of ``tests/unit/samples`` served at the HTTP boundary.
+"""
+
+import argparse
+import json
+import os
+import shutil
+
+import fixtures
+from requests_mock.contrib import fixture as requests_mock_fixture
+import testtools
+
+from nova_lxd_accel.cmd import common
+from nova_lxd_accel.cmd import doctor
+from nova_lxd_accel import diagnosis
+from tests.fixtures import seam_helpers
+from tests.unit.cmd import test_gpu
+
+AT = test_gpu.AT
+
+
+def _conf(test):
+    """This package's options from an empty nova.conf."""
+    path = os.path.join(test.useFixture(fixtures.TempDir()).path,
+                        'nova.conf')
+    with open(path, 'w') as f:
+        f.write('[DEFAULT]\n')
+    return common.load_conf(argparse.Namespace(config_file=[path],
+                                               state_dir=None))
+
+
+class TestFormatTable(testtools.TestCase):
+
+    def test_fix_lines_follow_what_is_not_ok(self):
+        findings = [
+            diagnosis.Finding('daemon', diagnosis.OK, 'LXD 5.0.2 reachable',
+                              'never shown'),
+            diagnosis.Finding('nvidia-cdi', diagnosis.WARN, 'no CDI spec',
+                              'run nvidia-ctk'),
+            diagnosis.Finding('gpu-held', diagnosis.INFO, 'GPU held',
+                              'release it'),
+            diagnosis.Finding('gpu-health', diagnosis.ERROR, 'GPU unhealthy',
+                              'reset it'),
+            diagnosis.Finding('cgroup', diagnosis.WARN, 'cgroup v1')]
+        self.assertEqual([
+            'CHECK       STATUS   FINDING',
+            'daemon      OK       LXD 5.0.2 reachable',
+            'nvidia-cdi  WARNING  no CDI spec',
+            '                     fix: run nvidia-ctk',
+            'gpu-held    INFO     GPU held',
+            '                     fix: release it',
+            'gpu-health  ERROR    GPU unhealthy',
+            '                     fix: reset it',
+            'cgroup      WARNING  cgroup v1'],
+            doctor.format_table(findings).splitlines())
+
+    def test_short_check_names_keep_the_header_width(self):
+        lines = doctor.format_table([diagnosis.Finding(
+            'mig', diagnosis.OK, 'fine')]).splitlines()
+        self.assertEqual(['CHECK  STATUS   FINDING',
+                          'mig    OK       fine'], lines)
+
+
+class TestRecorded(test_gpu.RecordedHost):
+
+    def test_table_of_an_unhealthy_host_exits_1(self):
+        rc, out, err = test_gpu.run('doctor', '--recorded', self.host(
+            'a100-unhealthy-no-cdi'), '--at', AT)
+        self.assertEqual((1, ''), (rc, err))
+        lines = out.splitlines()
+        self.assertEqual(['CHECK', 'STATUS', 'FINDING'], lines[0].split())
+        [health] = [i for i, line in enumerate(lines)
+                    if line.startswith('gpu-health ')]
+        self.assertIn('ERROR    GPU 0000:07:00.0 is unhealthy: 2 '
+                      'uncorrectable ECC errors', lines[health])
+        self.assertIn('fix: repair or reset it (nvidia-smi -r -i '
+                      '0000:07:00.0)', lines[health + 1])
+
+    def test_json_status_is_the_worst_finding(self):
+        rc, status, found, data = self.doctor(self.host('h100-mig-cdi'))
+        self.assertEqual((0, diagnosis.WARN), (rc, status))
+        self.assertEqual(diagnosis.worst(
+            [diagnosis.Finding(**f) for f in data['findings']]), status)
+        for finding in data['findings']:
+            self.assertEqual({'check', 'status', 'message', 'fix'},
+                             set(finding))
+
+    def test_at_decides_what_is_idle(self):
+        # the bound slice was last busy at 1784007200; idle after a day
+        path = self.host('h100-mig-cdi')
+        for at, idle in (('1784050000', False), ('1784093600', True)):
+            rc, out, _ = test_gpu.run('doctor', '--recorded', path,
+                                      '--format', 'json', '--at', at)
+            checks = {f['check'] for f in json.loads(out)['findings']}
+            self.assertEqual(idle, 'gpu-idle' in checks, at)
+
+    def test_server_json_that_is_not_json_is_bad_input(self):
+        path = self.host('cpu-only-lxd502')
+        with open(os.path.join(path, 'server.json'), 'w') as f:
+            f.write('{"environment": ')
+        rc, out, err = test_gpu.run('doctor', '--recorded', path)
+        self.assertEqual((2, ''), (rc, out))
+        self.assertEqual(1, err.count('\n'), err)
+        self.assertTrue(err.startswith('nova-lxd-accel doctor: error: '), err)
+
+    def test_state_file_that_is_not_json_is_bad_input(self):
+        path = self.host('h100-mig-cdi')
+        state = os.path.join(path, 'state', 'gpu-state.json')
+        with open(state, 'w') as f:
+            f.write('{"holds": {')
+        rc, out, err = test_gpu.run('doctor', '--recorded', path)
+        self.assertEqual((2, ''), (rc, out))
+        self.assertIn(state + ' is not valid JSON', err)
+
+    def test_host_without_nvidia_smi_answers_has_no_gpu_facts(self):
+        path = self.host('a100-unhealthy-no-cdi')
+        for name in ('query-gpu.csv', 'compute-apps.csv'):
+            os.unlink(os.path.join(path, name))
+        view = doctor.recorded_view(_conf(self), path, float(AT))
+        self.assertEqual((False, {}), (view.snapshot.available,
+                                       view.snapshot.gpus))
+        self.assertEqual('no nvidia-smi: no GPU', view.snapshot.error)
+        self.assertEqual(['0000:07:00.0'], sorted(view.state['holds']))
+
+    def test_bad_configuration_exits_2_before_looking(self):
+        conf = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                            'nova.conf')
+        with open(conf, 'w') as f:
+            f.write('[lxd_accelerators]\nreport_mig = perhaps\n')
+        rc, out, err = test_gpu.run('doctor', '--recorded',
+                                    self.host('cpu-only-lxd502'),
+                                    '--config-file', conf)
+        self.assertEqual((2, ''), (rc, out))
+        self.assertIn('nova-lxd-accel doctor: error: %s' % conf, err)
+        self.assertIn('report_mig', err)
+
+
+class TestLiveHost(testtools.TestCase):
+    """The live view: the daemon's answers are recorded LXD 5.0.2 ones."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.socket = seam_helpers.SocketFile()
+        self.addCleanup(self.socket.close)
+        self.useFixture(fixtures.FakeLogger(name='nova_lxd_accel'))
+
+    def serve(self, *steps):
+        mock = self.useFixture(requests_mock_fixture.Fixture())
+        exchanges = []
+        for step in steps:
+            exchanges += seam_helpers.load('lxd-5.0.2', step)['exchanges']
+        mock.add_matcher(seam_helpers.Replay(exchanges))
+
+    def conf(self, pool='default', endpoint=None):
+        path = os.path.join(self.tmp, 'nova.conf')
+        with open(path, 'w') as f:
+            f.write('[lxd]\nendpoint = %s\nproject = %s\ntimeout = %d\n'
+                    'storage_pool = %s\n[lxd_accelerators]\n'
+                    'nvidia_smi_path = %s\nstate_dir = %s\nkernel_log =\n' % (
+                        endpoint or self.socket.path, seam_helpers.PROJECT,
+                        seam_helpers.TIMEOUT, pool,
+                        os.path.join(self.tmp, 'no-nvidia-smi'),
+                        os.path.join(self.tmp, 'state')))
+        return path
+
+    def doctor(self, conf):
+        rc, out, err = test_gpu.run('doctor', '--format', 'json',
+                                    '--config-file', conf)
+        data = json.loads(out)
+        return rc, {f['check']: f for f in data['findings']}
+
+    def test_reachable_daemon_and_its_storage_pool(self):
+        self.serve('server_info', 'host_reads')
+        rc, found = self.doctor(self.conf())
+        self.assertEqual(('ok', 'LXD 5.0.2 reachable'),
+                         (found['daemon']['status'],
+                          found['daemon']['message']))
+        self.assertEqual('ok', found['daemon-extensions']['status'])
+        self.assertEqual(('ok', 'storage pool "default" exists'),
+                         (found['storage-pool']['status'],
+                          found['storage-pool']['message']))
+        # the recorded daemon's host has no GPU
+        self.assertEqual('info', found['gpu']['status'])
+
+    def test_missing_storage_pool_is_an_error_with_its_fix(self):
+        self.serve('server_info', 'host_reads')
+        rc, found = self.doctor(self.conf(pool='gpu-pool'))
+        self.assertEqual(1, rc)
+        pool = found['storage-pool']
+        self.assertEqual('error', pool['status'])
+        self.assertTrue(pool['message'].startswith(
+            'storage pool "gpu-pool": '), pool['message'])
+        self.assertEqual('create the pool or set [lxd] storage_pool',
+                         pool['fix'])
+
+    def test_unreachable_daemon_is_an_error_and_the_pool_is_not_asked(self):
+        gone = os.path.join(self.tmp, 'unix.socket')
+        rc, found = self.doctor(self.conf(endpoint=gone))
+        self.assertEqual(1, rc)
+        self.assertEqual('error', found['daemon']['status'])
+        self.assertIn('the LXD daemon is not reachable: ',
+                      found['daemon']['message'])
+        self.assertIn(gone, found['daemon']['message'])
+        self.assertIn('set [lxd] endpoint', found['daemon']['fix'])
+        self.assertNotIn('storage-pool', found)
+        self.assertNotIn('daemon-extensions', found)
+
+    def test_live_view_reads_the_state_directory(self):
+        self.serve('server_info', 'host_reads')
+        state = os.path.join(self.tmp, 'state')
+        shutil.copytree(os.path.join(test_gpu.SAMPLES,
+                                     'a100-unhealthy-no-cdi', 'state'),
+                        state)
+        rc, found = self.doctor(self.conf())
+        # a hold on a GPU the host does not show is still reported
+        self.assertEqual(1, rc)
+        self.assertIn('GPU 0000:07:00.0 is unhealthy',
+                      found['gpu-health']['message'])

@@ -22,7 +22,7 @@ Its modules, each importing only those before it:
 
 - :mod:`.connection`: finding and opening the daemon, the error mapping,
   operations, the daemon's identity and host resources;
-- :mod:`.watcher`: the event websocket (:class:`EventStream`);
+- :mod:`.events`: the event websocket (:class:`EventStream`);
 - :mod:`.images`: images and aliases;
 - :mod:`.instances`: :class:`LXDClient`, the whole seam (containers,
   config, devices, state, snapshots, files, migration) and

@@ -334,8 +334,9 @@ class LXDDriver(driver.ComputeDriver):
 
         This is the free-form diagnostics of API microversions < 2.48; the
         bound devices appear as ``<device name>: <what it is>``, e.g.
-        ``nova-gpu0: gpu pci=0000:07:00.0 (PGPU of provider ...)``. The
-        2.48+ format (get_instance_diagnostics) has no field for devices.
+        ``nova-gpu0: pgpu pci=0000:07:00.0 (PGPU of resource provider
+        ...)``; the 2.48+ format (get_instance_diagnostics) has no field for
+        devices.
         """
         record = self._parts.host.guest(instance).require_record()
         config = record.get('config') or {}

@@ -72,22 +72,29 @@ class HostPlumbing(object):
                 quiet=False):
         """Unplug the ports and disconnect the volumes.
 
+        Every step runs, whatever an earlier one raised: a port that fails
+        to unplug must not leave the volumes connected to this host (the
+        source of a migration).
+
         :param quiet: log a failing step and go on (the undo of a failed
-            spawn, which must raise its own error); else raise.
+            spawn, which must raise its own error); else raise the first
+            error once every step ran.
         """
         steps = []
         if self.networking is not None:
             steps.append((self.networking.unplug_vifs, network_info))
         if self._volumes is not None:
             steps.append((self._volumes.disconnect_all, block_device_info))
+        failure = None
         for undo, info in steps:
             try:
                 undo(instance, info)
-            except Exception:
-                if not quiet:
-                    raise
+            except Exception as exc:
                 LOG.exception('Releasing the host side (ports, volumes) '
                               'failed', instance=instance)
+                failure = failure or exc
+        if failure is not None and not quiet:
+            raise failure
 
     def wait_for_plugged(self, instance, network_info, start):
         """Call ``start()`` and wait for Neutron's plugged events."""

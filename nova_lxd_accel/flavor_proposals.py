@@ -66,14 +66,6 @@ KEYS = ('Accelerator:Type', 'Accelerator:Vendor', 'Accelerator:Model',
 
 _PROFILE = re.compile(r'^(?P<compute>\d+)g\.(?P<mem>\d+)gb', re.I)
 _MODEL_MEMORY = re.compile(r'(\d+)\s*GB', re.I)
-#: compute slices of a profile: ``1g.10gb`` -> 1; a compute instance
-#: inside a GPU instance, ``1c.3g.71gb`` -> 1 (its own ``c``)
-_PROFILE_SLICES = re.compile(r'^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.', re.I)
-#: compute slices of a whole MIG-capable GPU; A100, H100, H200, B200 and
-#: their relatives have 7 (NVIDIA's MIG user guide, "Supported Profiles")
-_MIG_SLICES_DEFAULT = 7
-_MIG_SLICES = ((re.compile(r'\bA30\b', re.I), 4),
-               (re.compile(r'\bRTX PRO\b', re.I), 4))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,24 +133,6 @@ def _model_trait(gpu):
     if not gpu.model:
         return None
     return 'CUSTOM_GPU_MODEL_%s' % devices.normalise_name(gpu.model)
-
-
-def mig_gpu_share(profile, model):
-    """The part of its GPU one MIG slice is, by compute slices.
-
-    :param profile: the slice's profile, ``1g.10gb`` or ``1c.3g.71gb``.
-    :param model: the GPU's model (``H100 80GB HBM3``): an A30 has 4
-        compute slices, an A100 or H100 7.
-    :returns: a :class:`fractions.Fraction` (``1/7``), or None for a
-        profile of another form.
-    """
-    match = _PROFILE_SLICES.match(profile)
-    if not match:
-        return None
-    slices = int(match.group('ci') or match.group('gi'))
-    total = next((n for pattern, n in _MIG_SLICES if pattern.search(model)),
-                 _MIG_SLICES_DEFAULT)
-    return min(fractions.Fraction(1), fractions.Fraction(slices, total))
 
 
 def _accounting_specs(count, gpu_share):
@@ -289,7 +263,7 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
                         gpu, mig.resource_class, count,
                         '%s MIG %s' % (model, mig.profile), memory,
                         VIRT_MIG,
-                        gpu_share=mig_gpu_share(mig.profile, model)),
+                        gpu_share=devices.mig_gpu_share(mig.profile, model)),
                     gpus=(gpu.pci_address,))
             continue
         name = '%s.%s' % (prefix, _slug(model))

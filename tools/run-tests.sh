@@ -52,7 +52,7 @@ step() {
 
 step "Debian packages"
 need=()
-for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch zstd xz-utils bzip2 squashfs-tools btrfs-progs; do
+for pkg in lxd lxd-client busybox-static shellcheck openvswitch-switch zstd xz-utils bzip2 squashfs-tools btrfs-progs prometheus prometheus-node-exporter; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 need_incus=0
@@ -72,6 +72,16 @@ fi
 if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
         --no-install-recommends "${need[@]}"
+    # tests/federation/test_energy_chain.py starts its own prometheus and
+    # node exporter on free loopback ports: the services the packages just
+    # enabled (where systemd runs) are stopped and left disabled
+    if [ -d /run/systemd/system ]; then
+        for unit in prometheus prometheus-node-exporter; do
+            case " ${need[*]} " in
+                *" $unit "*) systemctl disable --now "$unit" || true ;;
+            esac
+        done
+    fi
 fi
 if [ "$need_incus" = 1 ]; then
     # incus-base and incus-client are enough for containers (the incus

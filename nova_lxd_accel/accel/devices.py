@@ -21,6 +21,7 @@ unchanged host gives equal objects from one period to the next.
 """
 
 import dataclasses
+import fractions
 import re
 import typing
 
@@ -48,6 +49,34 @@ def mig_resource_class(profile):
 def pci_slug(pci_address):
     """``0000:3b:00.0`` -> ``0000_3b_00_0`` (the provider name suffix)."""
     return pci_address.replace(':', '_').replace('.', '_')
+
+
+#: compute slices of a profile: ``1g.10gb`` -> 1; a compute instance
+#: inside a GPU instance, ``1c.3g.71gb`` -> 1 (its own ``c``)
+_PROFILE_SLICES = re.compile(r'^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.', re.I)
+#: compute slices of a whole MIG-capable GPU; A100, H100, H200, B200 and
+#: their relatives have 7 (NVIDIA's MIG user guide, "Supported Profiles")
+_MIG_SLICES_DEFAULT = 7
+_MIG_SLICES = ((re.compile(r'\bA30\b', re.I), 4),
+               (re.compile(r'\bRTX PRO\b', re.I), 4))
+
+
+def mig_gpu_share(profile, model):
+    """The part of its GPU one MIG slice is, by compute slices.
+
+    :param profile: the slice's profile, ``1g.10gb`` or ``1c.3g.71gb``.
+    :param model: the GPU's model (``H100 80GB HBM3``): an A30 has 4
+        compute slices, an A100 or H100 7.
+    :returns: a :class:`fractions.Fraction` (``1/7``), or None for a
+        profile of another form.
+    """
+    match = _PROFILE_SLICES.match(profile)
+    if not match:
+        return None
+    slices = int(match.group('ci') or match.group('gi'))
+    total = next((n for pattern, n in _MIG_SLICES if pattern.search(model)),
+                 _MIG_SLICES_DEFAULT)
+    return min(fractions.Fraction(1), fractions.Fraction(slices, total))
 
 
 def normalise_pci_address(address):

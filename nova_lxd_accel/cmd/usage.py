@@ -15,7 +15,8 @@
 All three read the GPU state file nova-compute's probe keeps
 (:mod:`nova_lxd_accel.accel.health.gate_state`); none talks to a service.
 
-* ``usage``: GPU-hours allocated against GPU-hours busy, per instance or
+* ``usage``: GPU-hours allocated against GPU-hours busy, and the GPU
+  energy in Wh where the probe reads the boards' power, per instance or
   per project (``--by``), as a table or JSON; ``--export FILE`` writes
   the busy seconds per instance and unit for the project's cASO extractor
   (:mod:`nova_lxd_accel.accounting.caso_extractor`), which sends them as
@@ -32,6 +33,7 @@ import socket
 import sys
 import time
 
+from nova_lxd_accel.accel.health import energy
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import metrics
 from nova_lxd_accel.accounting import apel
@@ -103,19 +105,31 @@ def _reading_state(name):
 
 
 def usage_rows(state, by='instance'):
-    """Rows of GPU-hours, sorted by key."""
+    """Rows of GPU-hours (and GPU energy), sorted by key.
+
+    When the probe ever read a GPU's power (a usage record has
+    ``energy_j``, see :mod:`nova_lxd_accel.accel.health.energy`), each row
+    also has ``gpu_energy_wh``: the energy of its units in Wh, or None
+    when none of them had a power reading.
+    """
     rows = {}
+    measured = False
     for instance, usage in state.get('usage', {}).items():
         project = usage.get('project') or '-'
         key = instance if by == 'instance' else project
         row = rows.setdefault(key, {
             by: key, 'project': project, 'instances': set(),
-            'gpus': set(), 'allocated_h': 0.0, 'busy_h': 0.0})
+            'gpus': set(), 'allocated_h': 0.0, 'busy_h': 0.0,
+            'energy_j': None})
         row['instances'].add(instance)
         for unit in usage.get('units', {}).values():
             row['gpus'].add(unit.get('pci'))
             row['allocated_h'] += unit.get('allocated_s', 0) / 3600.0
             row['busy_h'] += unit.get('busy_s', 0) / 3600.0
+            if energy.ENERGY_J in unit:
+                measured = True
+                row['energy_j'] = (row['energy_j'] or 0.0) + float(
+                    unit[energy.ENERGY_J])
     out = []
     for key in sorted(rows):
         row = rows[key]
@@ -127,22 +141,31 @@ def usage_rows(state, by='instance'):
                     'busy_gpu_hours': round(row['busy_h'], 3),
                     'busy_percent': round(100.0 * row['busy_h'] / alloc, 1)
                     if alloc else None})
+        if measured:
+            out[-1]['gpu_energy_wh'] = None if row['energy_j'] is None \
+                else round(row['energy_j'] / 3600.0, 3)
     return out
 
 
 def format_usage(rows, by):
     if not rows:
         return 'No GPU usage recorded (no GPU, or no instance held one).'
+    energy_column = any('gpu_energy_wh' in row for row in rows)
     lines = ['%-38s %-34s %9s %9s %6s' % (by.upper(), 'PROJECT' if by ==
                                           'instance' else 'INSTANCES',
                                           'ALLOC GPU-h', 'BUSY GPU-h',
                                           'BUSY%')]
+    if energy_column:
+        lines[0] += ' %12s' % 'GPU Wh'
     for row in rows:
         lines.append('%-38s %-34s %11.2f %10.2f %6s' % (
             row[by], row['project'] if by == 'instance'
             else row['instances'], row['allocated_gpu_hours'],
             row['busy_gpu_hours'], '-' if row['busy_percent'] is None
             else '%.1f' % row['busy_percent']))
+        if energy_column:
+            wh = row.get('gpu_energy_wh')
+            lines[-1] += ' %12s' % ('-' if wh is None else '%.1f' % wh)
     return '\n'.join(lines)
 
 

@@ -301,7 +301,25 @@ node_exporter's textfile collector (for instance
 
 Related options:
 
-* ``probe_interval``
+* ``probe_interval``, ``energy_uuid_label``
+"""),
+    cfg.StrOpt('energy_uuid_label',
+               default='uuid',
+               regex=r'^(?!(?:instance|job|pci|project|unit)$)(?!__)'
+                     r'[a-zA-Z_][a-zA-Z0-9_]*$',
+               help="""
+Name of the label that carries the instance UUID in the per-instance GPU
+power and energy metrics of ``metrics_file``
+(``nova_lxd_accel_gpu_power_microwatts`` and
+``nova_lxd_accel_gpu_energy_joules_total``). It must be what the
+accounting reads: cASO's ``[prometheus] vm_uuid_label_name`` (whose default
+is ``uuid``, the default here too). A Prometheus label name; not
+``instance`` or ``job`` (Prometheus sets those on every scraped series) nor
+``pci``, ``project`` or ``unit`` (the metrics' other labels).
+
+Related options:
+
+* ``metrics_file``
 """),
     cfg.StrOpt('kernel_log',
                default='/dev/kmsg',

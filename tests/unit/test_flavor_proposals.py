@@ -38,10 +38,6 @@ def _gpus(resources, mig_text):
                                     gpu_hosts.load_text(mig_text), conf)
 
 
-def _ratio(fraction):
-    return fraction.numerator, fraction.denominator
-
-
 class TestPropose(testtools.TestCase):
 
     def test_a100_mig_host(self):
@@ -151,22 +147,6 @@ class TestPropose(testtools.TestCase):
             resources, mig_text, discovery.Options.from_conf(conf),
             probed_names={'0000:00:09.0': 'Something else'})
         self.assertEqual('NVIDIA H100 80GB HBM3', gpus[0].model)
-
-    def test_mig_slice_counts_its_compute_slices(self):
-        self.assertEqual((1, 7), _ratio(flavor_proposals.mig_gpu_share(
-            '1g.10gb', 'H100 80GB HBM3')))
-        self.assertEqual((3, 7), _ratio(flavor_proposals.mig_gpu_share(
-            '3g.40gb', 'A100-SXM4-80GB')))
-        self.assertEqual((1, 1), _ratio(flavor_proposals.mig_gpu_share(
-            '7g.80gb', 'H100 80GB HBM3')))
-        # an A30 has 4 compute slices
-        self.assertEqual((1, 4), _ratio(flavor_proposals.mig_gpu_share(
-            '1g.6gb', 'A30')))
-        # a compute instance in a GPU instance counts its own slices
-        self.assertEqual((1, 7), _ratio(flavor_proposals.mig_gpu_share(
-            '1c.3g.71gb', 'H100 80GB HBM3')))
-        self.assertIsNone(
-            flavor_proposals.mig_gpu_share('weird', 'H100 80GB HBM3'))
 
     def test_mig_flavor_with_two_slices_counts_two_sevenths(self):
         gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',

@@ -56,6 +56,7 @@ import time
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel.health import energy
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import holds
 from nova_lxd_accel.accel.health import probe
@@ -162,6 +163,8 @@ class GpuGate(object):
         self.on_clean = on_clean
         self._view = None
         self._warned = {}
+        #: GPUs whose missing power.draw was logged (once until it returns)
+        self._no_power = set()
         self.last_snapshot = None
         self._recheck_lock = threading.Lock()
         self._rechecker = None
@@ -578,6 +581,8 @@ class GpuGate(object):
             if busy:
                 record['busy_s'] += elapsed_here
             record['last'] = now
+            energy.account(record, energy.unit_power(unit, snapshot, known),
+                           last, now, elapsed_here)
         for key, before in previous.items():
             if key not in current and mark is not None and \
                     (before.get('seq') or 0) > mark:
@@ -600,6 +605,7 @@ class GpuGate(object):
                          {'unit': key, 'pci': before.get('pci'),
                           'instance': before.get('instance')})
         state['bound'] = bound
+        energy.log_missing_power(self._no_power, current, snapshot)
         return released
 
     # -- what update_provider_tree and binding ask ---------------------

@@ -25,6 +25,14 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
 ``nova_lxd_accel_gpu_busy_seconds_total{instance, project, pci, unit}``
     seconds a unit was bound to the instance / had compute use, as observed
     by the probe.
+``nova_lxd_accel_gpu_power_microwatts{uuid, project, pci, unit}``
+    the power of each bound unit at the last probe, in microwatts (the
+    unit cASO's energy extractor integrates): its board's ``power.draw``
+    apportioned (:mod:`.energy`). No sample when the power was not read.
+``nova_lxd_accel_gpu_energy_joules_total{uuid, project, pci, unit}``
+    the energy of each unit an instance held, in joules (:mod:`.energy`).
+    ``uuid`` is ``[lxd_accelerators] energy_uuid_label``: cASO's
+    ``vm_uuid_label_name``.
 ``nova_lxd_accel_gpu_idle_seconds{instance, project, pci, unit}``
     for each idle unit (``[lxd_accelerators] idle_report_after``), seconds
     since its last compute use.
@@ -35,6 +43,7 @@ Metric names (documented in ``doc/source/admin/gpu-operations.rst``):
     when the probe last ran, and whether nvidia-smi answered.
 """
 
+from nova_lxd_accel.accel.health import energy
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel import placement_names
 
@@ -57,6 +66,22 @@ def _number(value):
     if isinstance(value, float) and value.is_integer():
         return '%d' % value
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def _energy_samples(state, conf):
+    """(power samples in microwatts, energy samples in joules)."""
+    label = conf.lxd_accelerators.energy_uuid_label
+    power, joules = [], []
+    for instance, usage in sorted(state.get('usage', {}).items()):
+        for key, rec in sorted(usage.get('units', {}).items()):
+            labels = {label: instance, 'project': usage.get('project'),
+                      'pci': rec.get('pci'), 'unit': key}
+            watts = energy.current_power(state, instance, key, rec)
+            if watts is not None:
+                power.append((labels, int(round(watts * 1e6))))
+            if energy.ENERGY_J in rec:
+                joules.append((labels, float(rec[energy.ENERGY_J])))
+    return power, joules
 
 
 def render(state, pcis, conf, now):
@@ -106,6 +131,12 @@ def render(state, pcis, conf, now):
            'Seconds a GPU unit was bound to the instance.', allocated)
     family('busy_seconds_total', 'counter',
            'Seconds a bound GPU unit showed compute use.', busy)
+    power, joules = _energy_samples(state, conf)
+    family('power_microwatts', 'gauge',
+           'Power of a bound GPU unit at the last probe (its board\'s '
+           'draw apportioned).', power)
+    family('energy_joules_total', 'counter',
+           'Energy of a GPU unit while bound to the instance.', joules)
     family('idle_seconds', 'gauge',
            'Seconds since an idle bound unit last showed compute use.',
            [({'instance': u['instance'], 'project': u['project'],

@@ -16,7 +16,7 @@ This is the one module that asks the GPUs about their state (MIG devices
 are listed by :mod:`.nvidia_smi`). Through :func:`.nvidia_smi.run` it runs
 
 * ``nvidia-smi --query-gpu=<FIELDS> --format=csv`` (health, memory,
-  utilisation) and
+  utilisation, power draw) and
 * ``nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv`` (the
   compute processes on each GPU),
 
@@ -53,11 +53,13 @@ LOG = logging.getLogger(__name__)
 
 #: ``--query-gpu`` fields the probe asks for. The last three are missing
 #: on drivers before R450 (no row remapper): see :data:`OPTIONAL_FIELDS`.
+#: ``power.draw`` and ``power.limit`` are the board's, in watts (``[N/A]``
+#: on boards without power readings: no power sample then).
 FIELDS = ('index', 'pci.bus_id', 'uuid', 'name', 'memory.total',
           'memory.used', 'utilization.gpu',
           'ecc.errors.uncorrected.volatile.total', 'retired_pages.pending',
-          'mig.mode.current', 'remapped_rows.pending',
-          'remapped_rows.failure')
+          'mig.mode.current', 'power.draw', 'power.limit',
+          'remapped_rows.pending', 'remapped_rows.failure')
 OPTIONAL_FIELDS = ('remapped_rows.pending', 'remapped_rows.failure')
 APP_FIELDS = ('gpu_bus_id', 'gpu_uuid', 'pid', 'process_name',
               'used_gpu_memory')

@@ -25,7 +25,7 @@ inventory's :func:`run_list` go through it); the parsers are pure:
   and ``--query-compute-apps=...`` (:func:`parse_compute_apps`): driven by
   the header line, so the output of any field list (recorded captures with
   two hundred columns, or the probe's) parses the same way; units
-  (``81559 MiB``, ``100 %``) and ``[N/A]`` are understood;
+  (``81559 MiB``, ``100 %``, ``78.34 W``) and ``[N/A]`` are understood;
 * ``nvidia-smi -q``: the same signals (:func:`parse_query`) and each MIG
   device's memory and processes (:func:`parse_mig_query`).
 
@@ -143,6 +143,11 @@ class GpuFacts:
     mig_mode: typing.Optional[str] = None
     #: why the GPU is lost (fallen off the bus), or None
     lost: typing.Optional[str] = None
+    #: the board's power draw (``power.draw``) and limit (``power.limit``)
+    #: in watts; None when nvidia-smi has no value (``[N/A]`` on boards
+    #: without power readings) or was not asked
+    power_draw_w: typing.Optional[float] = None
+    power_limit_w: typing.Optional[float] = None
 
     def problems(self):
         """Why this GPU must not be used (empty: healthy)."""
@@ -222,6 +227,12 @@ def _int(value):
     if not match:
         return None
     return int(float(match.group(1)))
+
+
+def _float(value):
+    """``78.34 W`` -> 78.34; None for ``[N/A]``, ``[Unknown Error]``."""
+    match = _NUMBER.match(_plain(value))
+    return float(match.group(1)) if match else None
 
 
 def _yes(value):
@@ -311,7 +322,9 @@ def parse_query_gpu(text):
             remap_pending=_yes(row.get('remapped_rows.pending')),
             remap_failure=_yes(row.get('remapped_rows.failure')),
             mig_mode=_plain(row.get('mig.mode.current')) or None,
-            lost=_lost_text(row.values()))
+            lost=_lost_text(row.values()),
+            power_draw_w=_float(row.get('power.draw')),
+            power_limit_w=_float(row.get('power.limit')))
     for pci, error in _lost_from_lines(others).items():
         gpus[pci] = GpuFacts(pci_address=pci, lost=error)
     return gpus

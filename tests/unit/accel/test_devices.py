@@ -104,3 +104,26 @@ class TestValueSemantics(testtools.TestCase):
         gpu = devices.Gpu(pci_address='0000:07:00.0')
         self.assertRaises(dataclasses.FrozenInstanceError, setattr, gpu,
                           'shared_slots', 4)
+
+
+def _ratio(fraction):
+    return fraction.numerator, fraction.denominator
+
+
+class MigGpuShareTest(testtools.TestCase):
+
+    def test_mig_slice_counts_its_compute_slices(self):
+        self.assertEqual((1, 7), _ratio(devices.mig_gpu_share(
+            '1g.10gb', 'H100 80GB HBM3')))
+        self.assertEqual((3, 7), _ratio(devices.mig_gpu_share(
+            '3g.40gb', 'A100-SXM4-80GB')))
+        self.assertEqual((1, 1), _ratio(devices.mig_gpu_share(
+            '7g.80gb', 'H100 80GB HBM3')))
+        # an A30 has 4 compute slices
+        self.assertEqual((1, 4), _ratio(devices.mig_gpu_share(
+            '1g.6gb', 'A30')))
+        # a compute instance in a GPU instance counts its own slices
+        self.assertEqual((1, 7), _ratio(devices.mig_gpu_share(
+            '1c.3g.71gb', 'H100 80GB HBM3')))
+        self.assertIsNone(
+            devices.mig_gpu_share('weird', 'H100 80GB HBM3'))

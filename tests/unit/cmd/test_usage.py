@@ -262,3 +262,40 @@ class TestMetrics(CommandTest):
         self.assertEqual((1, ''), (rc, out))
         self.assertIn('nova-lxd-accel metrics: error: ', err)
         self.assertIn(os.path.join(self.tmp, 'no', 'such'), err)
+
+
+class TestUsageEnergy(CommandTest):
+    """GPU energy beside GPU-hours, once the probe read any power."""
+
+    def energy_state(self):
+        state = json.loads(json.dumps(STATE))
+        units = state['usage']['inst-a']['units']
+        units['mig:A'].update(energy_j=3600.0 * 100, energy_s=3600.0)
+        units['mig:B'].update(energy_j=3600.0 * 50, energy_s=3600.0)
+        return state
+
+    def test_rows_have_the_energy_in_wh(self):
+        rows = {r['instance']: r for r in usage.usage_rows(
+            self.energy_state())}
+        self.assertEqual(150.0, rows['inst-a']['gpu_energy_wh'])
+        # no power reading ever: unknown, not 0 Wh
+        self.assertIsNone(rows['inst-b']['gpu_energy_wh'])
+        [_, row, _] = usage.usage_rows(self.energy_state(), by='project')
+        self.assertEqual(('proj-1', 150.0),
+                         (row['project'], row['gpu_energy_wh']))
+
+    def test_table_shows_the_energy_column(self):
+        rc, out, err = test_gpu.run('usage', '--state-dir',
+                                    self.state_dir(self.energy_state()))
+        self.assertEqual((0, ''), (rc, err))
+        lines = out.splitlines()
+        self.assertEqual(['GPU', 'Wh'], lines[0].split()[-2:])
+        self.assertEqual(['inst-a', 'proj-1', '2.00', '1.00', '50.0',
+                          '150.0'], lines[1].split())
+        self.assertEqual('-', lines[2].split()[-1])
+
+    def test_no_energy_column_without_power_readings(self):
+        rc, out, _ = test_gpu.run('usage', '--state-dir',
+                                  self.state_dir(STATE))
+        self.assertNotIn('Wh', out)
+        self.assertNotIn('gpu_energy_wh', usage.usage_rows(STATE)[0])

@@ -146,3 +146,32 @@ class AcceleratorOptionsTest(testtools.TestCase):
             self.assertIn('\n#%s =' % opt.name, section)
         self.assertIn('\n#nvidia_binding = auto\n', section)
         self.assertIn('\n# cdi - always CDI', section)
+
+
+class EnergyUuidLabelTest(testtools.TestCase):
+    """``energy_uuid_label``: cASO's label name, and nothing that clashes."""
+
+    def conf(self, value=None):
+        conf = cfg.ConfigOpts()
+        accelerators.register_opts(conf)
+        conf([], default_config_files=[])
+        if value is not None:
+            conf.set_override('energy_uuid_label', value,
+                              group='lxd_accelerators')
+            self.addCleanup(conf.clear_override, 'energy_uuid_label',
+                            group='lxd_accelerators')
+        return conf
+
+    def test_default_is_casos_vm_uuid_label_name_default(self):
+        self.assertEqual('uuid',
+                         self.conf().lxd_accelerators.energy_uuid_label)
+
+    def test_a_prometheus_label_name_is_accepted(self):
+        self.assertEqual(
+            'vm_uuid',
+            self.conf('vm_uuid').lxd_accelerators.energy_uuid_label)
+
+    def test_clashing_or_invalid_names_are_refused(self):
+        for bad in ('instance', 'job', 'pci', 'project', 'unit',
+                    '__name__', 'vm-uuid', '1uuid', ''):
+            self.assertRaises(ValueError, self.conf, bad)

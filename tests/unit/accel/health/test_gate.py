@@ -863,3 +863,103 @@ class TestStateStore(testtools.TestCase):
                 raise RuntimeError('boom')
         self.assertRaises(RuntimeError, fail)
         self.assertIn(H100, store.load()['holds'])
+
+
+class TestEnergy(GateTestCase):
+    """Power and energy per instance through the gate's refresh."""
+
+    def setUp(self):
+        super().setUp()
+        # INFO and above, of the gate and the energy accounting it runs
+        self.log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.health'))
+        self.containers = [container()]
+
+    def rows(self, power):
+        """The recorded idle H100 with ``power.draw`` replaced."""
+        rows = gpu_hosts.load_text('nvsmi-h100-80gb-idle-query-gpu.csv')
+        header, row = rows.splitlines()
+        fields = [f.split('[')[0].strip() for f in header.split(',')]
+        values = [v.strip() for v in row.split(',')]
+        values[fields.index('power.draw')] = power
+        path = os.path.join(self.dir, 'power.csv')
+        with open(path, 'w') as f:
+            f.write(header + '\n' + ', '.join(values) + '\n')
+        test_probe.fake_smi(self.smi_dir, {
+            '--query-gpu': path, '--query-compute-apps':
+            gpu_hosts.sample_path('nvsmi-h100-80gb-idle-compute-apps.csv')})
+
+    def record(self):
+        return self.gate.store.load()['usage'][INSTANCE]['units'][
+            'pci:' + H100]
+
+    def test_energy_is_the_mean_power_times_the_interval(self):
+        self.gate.refresh()                     # 69.85 W, recorded
+        self.now += 60
+        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
+                  'nvsmi-h100-80gb-load-compute-apps.csv')
+        self.gate.refresh()                     # 631.95 W, recorded
+        record = self.record()
+        self.assertAlmostEqual((69.85 + 631.95) / 2 * 60, record['energy_j'])
+        self.assertEqual((631.95, 60.0), (record['power_w'],
+                                          record['energy_s']))
+
+    def test_missing_power_draw_gives_no_sample_and_a_log_line(self):
+        path = os.path.join(self.dir, 'gpu.prom')
+        self.override('metrics_file', path)
+        self.rows('250.00 W')
+        self.gate.refresh()
+        self.now += 60
+        self.rows('[N/A]')
+        self.gate.refresh()
+        record = self.record()
+        self.assertEqual(0.0, record['energy_j'])
+        self.assertNotIn('power_w', record)
+        with open(path) as f:
+            text = f.read()
+        self.assertNotIn('nova_lxd_accel_gpu_power_microwatts{', text)
+        self.assertIn('GPU %s gives no power.draw' % H100, self.log.output)
+        # logged once, not at every probe
+        self.now += 60
+        self.gate.refresh()
+        self.assertEqual(1, self.log.output.count('gives no power.draw'))
+
+    def test_a_failing_probe_gives_no_sample(self):
+        path = os.path.join(self.dir, 'gpu.prom')
+        self.override('metrics_file', path)
+        self.gate.refresh()
+        with open(path) as f:
+            self.assertIn('nova_lxd_accel_gpu_power_microwatts{', f.read())
+        self.now += 60
+        test_probe.fake_smi(self.smi_dir, {}, status=9)
+        self.gate.refresh()
+        with open(path) as f:
+            self.assertNotIn('nova_lxd_accel_gpu_power_microwatts{',
+                             f.read())
+        self.now += 60
+        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
+                  'nvsmi-h100-80gb-idle-compute-apps.csv')
+        self.gate.refresh()
+        # neither interval next to the failed probe is guessed
+        record = self.record()
+        self.assertEqual((0.0, 0.0), (record['energy_j'],
+                                      record['energy_s']))
+        self.assertEqual(180.0 - 60.0, record['allocated_s'])
+
+    def test_the_counter_survives_a_restart(self):
+        self.gate.refresh()
+        self.now += 60
+        self.gate.refresh()
+        first = self.record()['energy_j']
+        self.assertAlmostEqual(69.85 * 60, first)
+        # nova-compute restarts: a new gate on the same state file
+        again = gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            instance_projects=lambda: {INSTANCE: 'proj-a'},
+            host_probe=probe.HostProbe(
+                os.path.join(self.smi_dir, 'nvidia-smi'),
+                clock=lambda: self.now),
+            clock=lambda: self.now, attribute=self.pids.get)
+        self.now += 60
+        again.refresh()
+        self.assertAlmostEqual(2 * first, self.record()['energy_j'])

@@ -165,3 +165,66 @@ class TestWriteTextfile(testtools.TestCase):
             self.assertEqual('new\n', f.read())
         self.assertEqual(0o644, stat.S_IMODE(os.stat(path).st_mode))
         self.assertEqual(['nova_lxd_accel.prom'], os.listdir(directory))
+
+
+class TestPowerAndEnergy(testtools.TestCase):
+    """The per-instance power gauge (microwatts) and energy counter."""
+
+    UUID = 'f0d1c2b3-0000-4000-8000-000000000001'
+
+    def setUp(self):
+        super().setUp()
+        self.conf = gpu_hosts.make_conf()
+        self.state = gate_state.empty_state()
+        self.state['accounted_at'] = 2000.0
+        self.state['bound'] = {'pci:' + A: unit(A, instance=self.UUID)}
+        self.record = {'pci': A, 'allocated_s': 60.0, 'busy_s': 0.0,
+                       'power_w': 250.5, 'power_at': 2000.0,
+                       'energy_j': 15030.0, 'energy_s': 60.0}
+        self.state['usage'] = {self.UUID: {'project': 'proj-a', 'units': {
+            'pci:' + A: self.record}}}
+
+    def render(self, conf=None):
+        return metrics.render(self.state, [A], conf or self.conf, 2000.0)
+
+    def test_power_in_microwatts_with_the_uuid_label(self):
+        labels = '{pci="%s",project="proj-a",unit="pci:%s",uuid="%s"}' % (
+            A, A, self.UUID)
+        text = self.render()
+        self.assertEqual({labels: '250500000'},
+                         samples(text, 'power_microwatts'))
+        self.assertEqual({labels: '15030'},
+                         samples(text, 'energy_joules_total'))
+        self.assertIn('# TYPE nova_lxd_accel_gpu_power_microwatts gauge',
+                      text)
+        self.assertIn('# TYPE nova_lxd_accel_gpu_energy_joules_total '
+                      'counter', text)
+
+    def test_the_uuid_label_is_configurable(self):
+        text = self.render(gpu_hosts.make_conf(energy_uuid_label='vm'))
+        [labels] = samples(text, 'power_microwatts')
+        self.assertIn('vm="%s"' % self.UUID, labels)
+        self.assertNotIn('uuid=', labels)
+
+    def test_no_reading_at_the_last_probe_is_no_sample(self):
+        # a reading of an earlier probe is never reported again
+        self.record['power_at'] = 1940.0
+        self.assertEqual({}, samples(self.render(), 'power_microwatts'))
+        # none at all
+        del self.record['power_w'], self.record['power_at']
+        text = self.render()
+        self.assertEqual({}, samples(text, 'power_microwatts'))
+        # the energy counted so far stays
+        self.assertEqual(['15030'],
+                         list(samples(text, 'energy_joules_total').values()))
+
+    def test_a_released_unit_has_no_power(self):
+        self.state['bound'] = {}
+        self.assertEqual({}, samples(self.render(), 'power_microwatts'))
+
+    def test_unmeasured_units_have_no_energy_sample(self):
+        for key in ('power_w', 'power_at', 'energy_j', 'energy_s'):
+            del self.record[key]
+        text = self.render()
+        self.assertEqual({}, samples(text, 'energy_joules_total'))
+        self.assertEqual({}, samples(text, 'power_microwatts'))

@@ -444,3 +444,37 @@ class TestMigQuery(testtools.TestCase):
     def test_gpu_without_mig_devices_is_left_out(self):
         self.assertEqual({}, nvidia_smi.parse_mig_query(
             gpu_hosts.load_text('nvsmi-h100-80gb-idle-q.txt')))
+
+
+class TestProbePower(testtools.TestCase):
+    """The probe asks each board's power draw and limit."""
+
+    def test_power_fields_are_asked_and_kept_on_old_drivers(self):
+        self.assertIn('power.draw', probe.FIELDS)
+        self.assertIn('power.limit', probe.FIELDS)
+        # the fallback for drivers without the row remapper keeps them
+        fallback = probe.FIELDS[:-len(probe.OPTIONAL_FIELDS)]
+        self.assertIn('power.draw', fallback)
+        self.assertIn('power.limit', fallback)
+
+    def test_snapshot_has_the_power_draw(self):
+        directory = self.useFixture(fixtures.TempDir()).path
+        log = os.path.join(directory, 'args.log')
+        path = os.path.join(directory, 'nvidia-smi')
+        with open(path, 'w') as f:
+            f.write('#!/bin/sh\necho "$@" >> %s\ncase "$1" in\n'
+                    '  --query-gpu=*) cat %s ;;\n'
+                    '  --query-compute-apps=*) cat %s ;;\n'
+                    '  *) exit 9 ;;\nesac\n' % (
+                        log,
+                        gpu_hosts.sample_path(
+                            'nvsmi-h100-80gb-idle-query-gpu.csv'),
+                        gpu_hosts.sample_path(
+                            'nvsmi-h100-80gb-idle-compute-apps.csv')))
+        os.chmod(path, stat.S_IRWXU)
+        snap = probe.HostProbe(path).snapshot()
+        [facts] = snap.gpus.values()
+        self.assertEqual(69.85, facts.power_draw_w)
+        with open(log) as f:
+            asked = f.readline().split()[0]
+        self.assertIn('power.draw', asked.split('=', 1)[1].split(','))

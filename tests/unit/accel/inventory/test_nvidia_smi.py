@@ -383,3 +383,36 @@ class TestAbandonWithoutFreezer(base.BaseTestCase):
     def test_reset(self):
         nvidia_smi.reset_abandoned()
         self.assertEqual(0, nvidia_smi.abandoned_children())
+
+
+class TestPowerFields(base.BaseTestCase):
+    """``power.draw`` and ``power.limit`` of ``--query-gpu``, in watts."""
+
+    HEADER = 'index, pci.bus_id, power.draw [W], power.limit [W]'
+
+    def test_watts_are_read(self):
+        gpus = nvidia_smi.parse_query_gpu(
+            self.HEADER + '\n0, 00000000:07:00.0, 78.34 W, 700.00 W\n')
+        facts = gpus['0000:07:00.0']
+        self.assertEqual((78.34, 700.0),
+                         (facts.power_draw_w, facts.power_limit_w))
+
+    def test_not_available_is_no_value_not_zero(self):
+        gpus = nvidia_smi.parse_query_gpu(
+            self.HEADER + '\n0, 00000000:07:00.0, [N/A], [N/A]\n'
+            '1, 00000000:85:00.0, [Unknown Error], N/A\n')
+        self.assertEqual([(None, None), (None, None)],
+                         [(g.power_draw_w, g.power_limit_w)
+                          for _, g in sorted(gpus.items())])
+
+    def test_output_without_the_fields_has_no_power(self):
+        gpus = nvidia_smi.parse_query_gpu(
+            'index, pci.bus_id\n0, 00000000:07:00.0\n')
+        self.assertIsNone(gpus['0000:07:00.0'].power_draw_w)
+
+    def test_recorded_h100(self):
+        gpus = nvidia_smi.parse_query_gpu(gpu_hosts.load_text(
+            'nvsmi-h100-80gb-load-query-gpu.csv'))
+        [facts] = gpus.values()
+        self.assertEqual((631.95, 700.0),
+                         (facts.power_draw_w, facts.power_limit_w))

@@ -5,6 +5,7 @@ import setuptools
 # not own (nova.virt.lxd_accel, the shim nova loads the driver through).
 setuptools.setup(
     pbr=True,
-    packages=setuptools.find_packages(include=['nova_lxd_accel',
-                                               'nova_lxd_accel.*']) +
+    packages=setuptools.find_packages(include=[
+        'nova_lxd_accel', 'nova_lxd_accel.*',
+        'nova_lxd_accel_dashboard', 'nova_lxd_accel_dashboard.*']) +
     ['nova.virt.lxd_accel'])

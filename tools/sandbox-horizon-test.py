@@ -25,6 +25,21 @@ with Debian's ``chromium`` and ``chromium-driver``. As a cloud user would:
    keys, namespace "LXD Container Options") are offered with their
    readable labels.
 
+On a simulated GPU host (``--gpu-flavor`` given), nova-lxd-accel's plugin
+too, between steps 3 and 4:
+
+* ``demo`` also launches a whole-GPU server; the MIG server's
+  Accelerators tab says in words what its flavor asked for, and that
+  which device it got is for those allowed to read diagnostics;
+* ``demo`` gets no fleet data from Admin > Compute > GPUs;
+* ``admin``'s GPUs panel shows each server on a unit of the right class,
+  with the host's counts; the MIG server's page, as admin, names the
+  device it got;
+* a process left on the whole GPU (written into the simulated host's
+  ``compute-apps.csv``) holds it after its server is deleted: the panel
+  shows it "release pending"; once the process is gone it is healthy and
+  free again.
+
 A screenshot of each step is written to ``--screenshots``. Exit status 0
 when every step passed; otherwise 1 with the step that failed.
 """
@@ -198,6 +213,7 @@ class HorizonTest(object):
                    % (name, status, timeout, seen, path))
 
     def open_instance(self, name):
+        self.open('/project/instances/')
         self.click(self.row(name) + '//a[normalize-space(.)="%s"]' % name,
                    'the link to %s' % name)
         self.visible('//*[contains(normalize-space(.), "Overview")]',
@@ -252,6 +268,169 @@ class HorizonTest(object):
         self.say('flavor %s: metadata dialog offers "%s" with %s'
                  % (flavor, LXD_NAMESPACE, ', '.join(LXD_LABELS)))
 
+    # -- nova-lxd-accel's plugin ---------------------------------------------
+
+    def instance_id(self, name):
+        link = self.visible(self.row(name) + '//a[normalize-space(.)="%s"]'
+                            % name, 'the link to %s' % name)
+        return link.get_attribute('href').rstrip('/').split('/')[-1]
+
+    def accelerators_tab(self, page, name, asked, device):
+        """A server's page: its Accelerators tab says ``asked``.
+
+        Then the device line (``device`` True), or the note for those who
+        may not see it.
+        """
+        # the tab by its URL (Horizon's ?tab=), as a bookmark would
+        self.open(page + '?tab=instance_details__accelerators')
+        self.visible('//div[@id="nla-accelerators"]//div[@class="nla-asked"'
+                     ' and contains(normalize-space(.), "%s")]' % asked,
+                     '"%s" in the Accelerators tab of %s' % (asked, name))
+        if device:
+            self.visible('//div[@id="nla-accelerators"]//div[@class='
+                         '"nla-device"]', 'the device %s got' % name)
+        else:
+            self.visible('//div[@id="nla-accelerators"]//div[@class='
+                         '"nla-device-note" and contains(., "diagnostics")]',
+                         'the note on who may see the device')
+            if self.browser.find_elements(
+                    By.XPATH, '//div[@class="nla-device"]'):
+                raise Step('a user without the diagnostics policy was shown '
+                           'the device %s got' % name)
+        self.screenshot('accelerators-%s' % ('admin' if device else 'user'))
+        self.say('%s: Accelerators tab says "%s"%s' % (
+            name, asked, ' and names its device' if device else ''))
+
+    def gpus_refused(self):
+        """A user without admin rights gets no fleet data."""
+        self.open('/admin/gpus/')
+        self.wait(lambda b: b.execute_script(
+            'return document.readyState') == 'complete', 'the page')
+        time.sleep(1)
+        self.screenshot('gpus-as-user')
+        leaked = self.browser.find_elements(
+            By.XPATH, '//*[contains(@class, "nla-card") or contains(@class, '
+                      '"nla-host")]')
+        refused = self.browser.find_elements(
+            By.XPATH, '//*[contains(normalize-space(.), "not authorized")]')
+        if leaked or not (refused or '/admin/gpus' not in
+                          self.browser.current_url):
+            raise Step('demo, without admin rights, was not refused the GPUs '
+                       'panel (%s, %d fleet elements)'
+                       % (self.browser.current_url, len(leaked)))
+        self.say('demo gets no GPU fleet (%s)' % self.browser.current_url)
+
+    def card_of(self, server_id):
+        return ('//tr[contains(@class, "nla-card")][.//div[@data-server="%s"]]'
+                % server_id)
+
+    def gpus_panel(self, servers):
+        """Each server on a card whose class of its prefix counts it.
+
+        :param servers: id -> (name, resource class prefix).
+        :returns: id -> PCI address of its card.
+        """
+        self.open('/admin/gpus/')
+        found = {}
+        for server_id, (name, rc_prefix) in servers.items():
+            row = self.visible(self.card_of(server_id),
+                               'the card holding %s in the GPUs panel' % name)
+            used = [c for c in row.find_elements(
+                By.XPATH, './/div[contains(@class, "nla-class")]')
+                if c.get_attribute('data-rc').startswith(rc_prefix) and
+                int(c.get_attribute('data-used')) >= 1]
+            if not used:
+                path = self.screenshot('failed')
+                raise Step('%s is on %s but no %s* class counts it used '
+                           '(screenshot %s)' % (
+                               name, row.get_attribute('data-provider'),
+                               rc_prefix, path))
+            found[server_id] = row.get_attribute('data-pci')
+        in_use = self.browser.find_elements(
+            By.XPATH, '//div[contains(@class, "nla-bar")]/div[@data-kind='
+                      '"in_use"]')
+        if sum(int(e.get_attribute('data-count')) for e in in_use) < len(
+                servers):
+            raise Step('the hosts\' bars count fewer units in use than '
+                       'the %d servers' % len(servers))
+        self.screenshot('gpus-panel')
+        self.say('GPUs panel: %s' % ', '.join(
+            '%s on %s' % (servers[i][0], pci) for i, pci in found.items()))
+        return found
+
+    def leave_process(self, pci):
+        """A compute process on GPU ``pci`` in the simulated answers.
+
+        As if one outlived its container.
+        """
+        path = os.path.join(self.args.hardware_dir, 'compute-apps.csv')
+        with open(path) as handle:
+            self.apps_before = handle.read()
+        bus_id = '0000' + pci if len(pci.split(':')[0]) == 4 else pci
+        line = ('2026/11/27 12:00:00.000, NVIDIA A100-SXM4-80GB, %s, '
+                '1320921000001, GPU-leftover, 4242, python3, 1024 MiB\n'
+                % bus_id)
+        with open(path, 'w') as handle:
+            handle.write(self.apps_before.rstrip('\n') + '\n' + line)
+        self.say('left a process on %s (%s)' % (pci, path))
+
+    def clear_processes(self):
+        path = os.path.join(self.args.hardware_dir, 'compute-apps.csv')
+        with open(path, 'w') as handle:
+            handle.write(self.apps_before)
+
+    def card_state(self, pci, state, timeout=180):
+        xpath = ('//tr[contains(@class, "nla-card") and @data-pci="%s" and '
+                 '@data-state="%s"]' % (pci, state))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.open('/admin/gpus/')
+            if self.browser.find_elements(By.XPATH, xpath):
+                return
+            time.sleep(3)
+        path = self.screenshot('failed')
+        raise Step('GPU %s not "%s" in the GPUs panel within %ss '
+                   '(screenshot %s)' % (pci, state, timeout, path))
+
+    def gpu_plugin(self, mig_name):
+        """The plugin's steps (see the module help)."""
+        whole = 'horizon-gpu-%d' % os.getpid()
+        flavor = self.args.flavor
+        self.args.flavor = self.args.gpu_flavor
+        try:
+            self.launch(whole)
+        finally:
+            self.args.flavor = flavor
+        self.wait_status(whole, 'Active')
+        self.open('/project/instances/')
+        ids = {self.instance_id(mig_name): (mig_name, 'CUSTOM_MIG_'),
+               self.instance_id(whole): (whole, 'PGPU')}
+        mig_id = [i for i, v in ids.items() if v[0] == mig_name][0]
+        whole_id = [i for i, v in ids.items() if v[0] == whole][0]
+        self.accelerators_tab('/project/instances/%s/' % mig_id, mig_name,
+                              self.args.mig_words, device=False)
+        self.gpus_refused()
+        self.login('admin', os.environ['SANDBOX_ADMIN_PASSWORD'])
+        pcis = self.gpus_panel(ids)
+        self.accelerators_tab('/admin/instances/%s/detail' % mig_id,
+                              mig_name, self.args.mig_words, device=True)
+        self.leave_process(pcis[whole_id])
+        try:
+            self.login('demo', os.environ['SANDBOX_DEMO_PASSWORD'])
+            self.delete(whole)
+            self.login('admin', os.environ['SANDBOX_ADMIN_PASSWORD'])
+            self.card_state(pcis[whole_id], 'release pending')
+            self.screenshot('gpus-release-pending')
+            self.say('GPU %s is release pending while a process is left on '
+                     'it' % pcis[whole_id])
+        finally:
+            self.clear_processes()
+        self.card_state(pcis[whole_id], 'healthy')
+        self.screenshot('gpus-released')
+        self.say('GPU %s is healthy and free again once the process is '
+                 'gone' % pcis[whole_id])
+        self.login('demo', os.environ['SANDBOX_DEMO_PASSWORD'])
+
     def run(self):
         name = 'horizon-%d' % os.getpid()
         self.login('demo', os.environ['SANDBOX_DEMO_PASSWORD'])
@@ -259,6 +438,8 @@ class HorizonTest(object):
         self.wait_status(name, 'Active')
         self.screenshot('active')
         self.say('%s is Active' % name)
+        if self.args.gpu_flavor:
+            self.gpu_plugin(name)
         self.open_instance(name)
         self.delete(name)
         self.login('admin', os.environ['SANDBOX_ADMIN_PASSWORD'])
@@ -273,6 +454,13 @@ def main(argv=None):
     parser.add_argument('--screenshots', required=True)
     parser.add_argument('--chromium', default='/usr/bin/chromium')
     parser.add_argument('--chromedriver', default='/usr/bin/chromedriver')
+    parser.add_argument('--gpu-flavor',
+                        help='a whole-GPU flavor: run the GPU plugin steps')
+    parser.add_argument('--mig-words',
+                        help='what the MIG flavor\'s Accelerators tab must '
+                             'say, e.g. "MIG 1g.10gb"')
+    parser.add_argument('--hardware-dir',
+                        help='the simulated host\'s nvidia-smi answers')
     args = parser.parse_args(argv)
     test = HorizonTest(args)
     started = time.monotonic()

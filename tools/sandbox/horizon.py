@@ -30,6 +30,10 @@ from . import catalogue
 from . import layout as layout_module
 
 VERSION = '27.0.0'
+#: nova-lxd-accel's plugin (nova_lxd_accel_dashboard) and its enabled file
+PLUGIN_ENABLED = os.path.join(layout_module.REPO_DIR,
+                              'nova_lxd_accel_dashboard', 'enabled',
+                              '_9010_nova_lxd_accel_gpus.py')
 BROWSER_TEST = os.path.join(layout_module.REPO_DIR, 'tools',
                             'sandbox-horizon-test.py')
 
@@ -55,7 +59,9 @@ def install(layout, environ):
     open(os.path.join(layout.horizon_data, 'enabled'), 'a').close()
     constraints = environ['SANDBOX_CONSTRAINTS']
     # the same text as the shell kept: version, then the constraints' hash
-    want = '%s\n%s\n' % (VERSION, layout_module.digest_files([constraints]))
+    want = '%s\n%s\nplugin %s\n' % (
+        VERSION, layout_module.digest_files([constraints]),
+        layout_module.REPO_DIR)
     if layout_module.read_text(_stamp_path(layout)) == want:
         print('Horizon %s already installed' % VERSION)
         return
@@ -68,6 +74,11 @@ def install(layout, environ):
     subprocess.run([pip, 'install', '-q', '-c', constraints,
                     'horizon==%s' % VERSION, 'cheroot', 'selenium'],
                    check=True)
+    # the plugin from this checkout, editable: Horizon needs nothing else
+    # of it (an operator's Horizon: pip install nova-lxd-accel[dashboard],
+    # doc/source/admin/dashboard.rst)
+    subprocess.run([pip, 'install', '-q', '--no-deps', '-e',
+                    layout_module.REPO_DIR], check=True)
     with open(_stamp_path(layout), 'w') as handle:
         handle.write(want)
 
@@ -88,7 +99,13 @@ def configure(layout):
     if os.path.lexists(link):
         os.remove(link)
     os.symlink(settings, link)
-    stamp = layout_module.digest_files([settings, _stamp_path(layout)])
+    enabled = os.path.join(package, 'local', 'enabled',
+                           os.path.basename(PLUGIN_ENABLED))
+    if os.path.lexists(enabled):
+        os.remove(enabled)
+    os.symlink(PLUGIN_ENABLED, enabled)
+    stamp = layout_module.digest_files([settings, _stamp_path(layout),
+                                        PLUGIN_ENABLED])
     stamp_file = os.path.join(layout.horizon_data, 'static.stamp')
     if (layout_module.read_text(stamp_file) or '').strip() == stamp:
         print('static files up to date')
@@ -114,23 +131,50 @@ def turn_off(layout, stop):
         os.remove(pid_file)
 
 
+def _proposals(layout):
+    try:
+        with open(os.path.join(layout.data, 'gpu-flavors.json')) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return []
+
+
+def _asking(proposals, prefix):
+    return [p for p in proposals
+            if any(key.startswith('resources:' + prefix)
+                   for key in p['extra_specs'])]
+
+
 def test_flavor(layout):
     """The flavor the browser test boots.
 
     A MIG slice when nova-lxd-accel flavors proposed one, else its first;
     the small flavor on a host without GPUs.
     """
-    try:
-        with open(os.path.join(layout.data, 'gpu-flavors.json')) as handle:
-            proposals = json.load(handle)
-    except (OSError, ValueError):
-        proposals = []
-    mig = [p for p in proposals
-           if any(key.startswith('resources:CUSTOM_MIG_')
-                  for key in p['extra_specs'])]
+    proposals = _proposals(layout)
+    mig = _asking(proposals, 'CUSTOM_MIG_')
     if mig or proposals:
         return (mig or proposals)[0]['name']
     return catalogue.PLAIN_FLAVOR
+
+
+def gpu_plugin_arguments(layout):
+    """The browser test's arguments for the GPU plugin's steps, or [].
+
+    On a simulated host with a MIG flavor and a whole-GPU flavor: the
+    whole-GPU flavor, the words the MIG flavor's Accelerators tab must say
+    (its profile, as the flavor's EGI key ``Accelerator:Model`` ends:
+    ``... MIG 1g.10gb``), and the simulated nvidia-smi's folder.
+    """
+    proposals = _proposals(layout)
+    mig = _asking(proposals, 'CUSTOM_MIG_')
+    whole = _asking(proposals, 'PGPU')
+    if not (mig and whole) or not os.path.isdir(layout.hardware):
+        return []
+    model = mig[0]['extra_specs'].get('Accelerator:Model', '')
+    words = ' '.join(model.split()[-2:])
+    return ['--gpu-flavor', whole[0]['name'], '--mig-words', words,
+            '--hardware-dir', layout.hardware]
 
 
 def browser_test(layout, secrets):
@@ -144,4 +188,5 @@ def browser_test(layout, secrets):
          '--url', 'http://127.0.0.1:%d' % layout.ports['HORIZON'],
          '--flavor', test_flavor(layout),
          '--image', catalogue.IMAGE_NAME,
-         '--screenshots', screenshots], env=env).returncode
+         '--screenshots', screenshots] + gpu_plugin_arguments(layout),
+        env=env).returncode

@@ -20,7 +20,8 @@ scriptable nvidia-smi at the probe's one boundary (:func:`.nvidia_smi.run`:
 the outputs of ``--query-gpu``, ``--query-compute-apps`` and ``-q`` made
 from the model's processes; a failure; a hang, which costs the caller its
 whole timeout plus :data:`.nvidia_smi.KILL_GRACE`, as the real ``run``
-does: ``tests/unit/accel/inventory/test_nvidia_smi.py`` proves that on a frozen process).
+does: ``tests/unit/accel/inventory/test_nvidia_smi.py`` proves that on a
+frozen process).
 
 The host: a whole GPU, a GPU in MIG mode with two slices, a GPU shared in
 two slots. Processes live in containers; a container removed while its

@@ -258,6 +258,25 @@ class HelpersTest(testtools.TestCase):
                                             '1'}}], f)
             self.assertEqual('sandbox.mig', horizon.test_flavor(lay))
 
+    def test_horizon_gpu_plugin_steps_only_with_both_gpu_flavors(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            lay = layout.Layout(tmp, 27100)
+            os.makedirs(lay.hardware)
+            flavors = os.path.join(lay.data, 'gpu-flavors.json')
+            mig = {'name': 'sandbox.mig', 'extra_specs': {
+                'resources:CUSTOM_MIG_1G_10GB': '1',
+                'Accelerator:Model': 'H100 80GB HBM3 MIG 1g.10gb'}}
+            with open(flavors, 'w') as f:
+                json.dump([mig], f)
+            self.assertEqual([], horizon.gpu_plugin_arguments(lay))
+            with open(flavors, 'w') as f:
+                json.dump([{'name': 'sandbox.a100',
+                            'extra_specs': {'resources:PGPU': '1'}}, mig], f)
+            self.assertEqual(
+                ['--gpu-flavor', 'sandbox.a100', '--mig-words',
+                 'MIG 1g.10gb', '--hardware-dir', lay.hardware],
+                horizon.gpu_plugin_arguments(lay))
+
     def test_horizon_choice_is_kept(self):
         with tempfile.TemporaryDirectory() as tmp:
             lay = layout.Layout(tmp, 27100)

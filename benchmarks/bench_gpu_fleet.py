@@ -1,0 +1,369 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The GPU panel's read against a real Placement, served over HTTP.
+
+Starts Placement's own WSGI application (noauth2, sqlite in a temporary
+directory, configured as Placement's PlacementFixture configures it) on
+127.0.0.1 in a thread, fills it through Placement's REST API with
+``--hosts`` compute nodes (default 20) of ``--gpus`` GPUs each (default 8),
+named, inventoried and traited as the driver reports them (whole GPUs and
+MIG-split ones, one GPU held unhealthy) beside a Neutron agent's nested
+provider, with about half of the units allocated to servers; then times,
+over ``--iterations`` runs (default 5), what the panel does per page:
+``placement.read`` (the listing, then each GPU provider's inventories,
+traits and allocations) and ``fleet.build``, beside the baseline of one
+``GET /resource_providers``. The reads are answered by ``--workers``
+Placement processes (default: one per CPU, as DevStack runs Placement's
+uWSGI) forked on one listening socket, so the panel's client does not share
+Python's lock with the server. Prints the counts, the median and max of the
+full read, the baseline's median and the ratio of the two, measured in this
+one run (nothing asserted). Usage::
+
+    .tox/py3/bin/python benchmarks/bench_gpu_fleet.py [--hosts 20]
+        [--gpus 8] [--iterations 5] [--workers N]
+"""
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import signal
+import socketserver
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from wsgiref import simple_server
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+
+from keystoneauth1 import session as ks_session  # noqa: E402
+from keystoneauth1 import token_endpoint  # noqa: E402
+from placement import db_api  # noqa: E402
+from placement import deploy  # noqa: E402
+from placement.tests.functional.fixtures import (  # noqa: E402
+    placement as placement_fixture)
+import requests  # noqa: E402
+
+from nova_lxd_accel.accel.health import gate  # noqa: E402
+from nova_lxd_accel.accel.inventory import provider_tree  # noqa: E402
+from nova_lxd_accel_dashboard import fleet  # noqa: E402
+from nova_lxd_accel_dashboard import placement  # noqa: E402
+
+#: the microversion the bench fills Placement at (as Nova 2023.1+ does:
+#: consumer generations and types)
+FILL_VERSION = 'placement 1.39'
+PROJECTS = ['%032x' % (0xa11ce + n) for n in range(4)]
+USER = '%032x' % 0xb0b
+
+#: (model trait suffix, product id, CUDA cc, resource class -> total)
+GPU_KINDS = [
+    ('NVIDIA_H100_80GB_HBM3', '2330', '9_0', {'CUSTOM_MIG_1G_10GB': 7}),
+    ('NVIDIA_H100_80GB_HBM3', '2330', '9_0', {
+        'CUSTOM_MIG_3G_40GB': 1, 'CUSTOM_MIG_2G_20GB': 1,
+        'CUSTOM_MIG_1G_10GB': 2}),
+    ('NVIDIA_A100_SXM4_80GB', '20B2', '8_0', {'PGPU': 1}),
+    ('NVIDIA_H100_80GB_HBM3', '2330', '9_0', {'PGPU': 1}),
+]
+
+
+class _Placement(placement_fixture.PlacementFixture):
+    """Placement's configuration and schema, on a sqlite file."""
+
+    def __init__(self, db_path):
+        super().__init__(use_intercept=False)
+        self.db_path = db_path
+
+    def _configure_placement(self, conf_fixture):
+        # a file, not sqlite://: the server answers from several threads
+        conf_fixture.config(connection='sqlite:///%s' % self.db_path,
+                            group='placement_database')
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn,
+                       simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+
+    def log_message(self, *args):
+        pass
+
+
+class _Counting(object):
+    """WSGI middleware counting the requests Placement answers.
+
+    The count is shared memory: forked workers add to it too.
+    """
+
+    def __init__(self, app):
+        self.app = app
+        self._count = multiprocessing.Value('q', 0)
+
+    @property
+    def count(self):
+        return self._count.value
+
+    def __call__(self, environ, start_response):
+        with self._count.get_lock():
+            self._count.value += 1
+        return self.app(environ, start_response)
+
+
+def serve(app):
+    server = simple_server.make_server(
+        '127.0.0.1', 0, app, server_class=_ThreadingServer,
+        handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, 'http://127.0.0.1:%d' % server.server_port
+
+
+def fork_workers(server, count):
+    """``count`` processes answering on ``server``'s socket; their pids.
+
+    The parent's serving thread is stopped first, so only the workers
+    answer; each drops the database connections it inherited.
+    """
+    server.shutdown()
+    pids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                db_api.placement_context_manager.writer.get_engine().dispose(
+                    close=False)
+                server.serve_forever()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    return pids
+
+
+def stop_workers(pids):
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+class _Filler(object):
+    """Placement's REST API, as an admin, at :data:`FILL_VERSION`."""
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+        self.http = requests.Session()
+        self.http.headers.update({'x-auth-token': 'admin',
+                                  'OpenStack-API-Version': FILL_VERSION})
+        self.generations = {}
+
+    def _call(self, method, path, body=None):
+        response = self.http.request(method, self.endpoint + path, json=body)
+        if response.status_code >= 400:
+            raise RuntimeError('%s %s: %s %s' % (
+                method, path, response.status_code, response.text))
+        return response.json() if response.content else None
+
+    def ensure(self, kind, name):
+        self._call('PUT', '/%s/%s' % (kind, name))
+
+    def provider(self, name, parent=None):
+        body = {'name': name, 'uuid': str(uuid.uuid4())}
+        if parent:
+            body['parent_provider_uuid'] = parent
+        made = self._call('POST', '/resource_providers', body)
+        self.generations[made['uuid']] = made['generation']
+        return made['uuid']
+
+    def _put(self, rp, what, key, value):
+        answer = self._call(
+            'PUT', '/resource_providers/%s/%s' % (rp, what),
+            {'resource_provider_generation': self.generations[rp],
+             key: value})
+        self.generations[rp] = answer['resource_provider_generation']
+
+    def refresh(self, rp):
+        """Read the generation again (allocations change it)."""
+        self.generations[rp] = self._call(
+            'GET', '/resource_providers/%s' % rp)['generation']
+
+    def inventories(self, rp, inventories):
+        self._put(rp, 'inventories', 'inventories', inventories)
+
+    def traits(self, rp, traits):
+        self._put(rp, 'traits', 'traits', sorted(traits))
+
+    def allocate(self, consumer, project, allocations):
+        self._call('PUT', '/allocations/%s' % consumer, {
+            'allocations': {rp: {'resources': res}
+                            for rp, res in allocations.items()},
+            'project_id': project, 'user_id': USER,
+            'consumer_generation': None, 'consumer_type': 'INSTANCE'})
+
+
+def fill(endpoint, hosts, gpus):
+    """The fleet, through the REST API.
+
+    :returns: (servers as the panel maps them, GPU providers made).
+    """
+    filler = _Filler(endpoint)
+    classes = {rc for kind in GPU_KINDS for rc in kind[3]
+               if rc.startswith('CUSTOM_')}
+    for rc in sorted(classes):
+        filler.ensure('resource_classes', rc)
+    for trait in sorted({'CUSTOM_GPU_MODEL_%s' % k[0] for k in GPU_KINDS} |
+                        {'CUSTOM_GPU_PRODUCT_10DE_%s' % k[1]
+                         for k in GPU_KINDS} |
+                        {'CUSTOM_CUDA_CC_%s' % k[2] for k in GPU_KINDS} |
+                        {'CUSTOM_GPU_VENDOR_10DE', gate.TRAIT_UNHEALTHY}):
+        filler.ensure('traits', trait)
+    servers, made, n = {}, 0, 0
+    for h in range(hosts):
+        host = 'cn-gpu-%03d' % h
+        root = filler.provider(host)
+        filler.inventories(root, {
+            'VCPU': provider_tree.inventory_record(128),
+            'MEMORY_MB': provider_tree.inventory_record(1024 * 1024),
+            'DISK_GB': provider_tree.inventory_record(7000)})
+        # another service's nested provider, which the panel never reads
+        agent = filler.provider(host + ':Open vSwitch agent', root)
+        filler.inventories(agent, {'NET_BW_EGR_KILOBIT_PER_SEC':
+                                   provider_tree.inventory_record(10000000)})
+        for g in range(gpus):
+            model, product, cuda, totals = GPU_KINDS[g % len(GPU_KINDS)]
+            pci = '0000:%02x:00.0' % (0x07 + g * 0x10)
+            rp = filler.provider(provider_tree.gpu_provider_name(host, pci),
+                                 root)
+            made += 1
+            inventory = {rc: provider_tree.inventory_record(total)
+                         for rc, total in totals.items()}
+            filler.inventories(rp, inventory)
+            traits = {'OWNER_NOVA', 'CUSTOM_GPU_VENDOR_10DE',
+                      'CUSTOM_GPU_MODEL_%s' % model,
+                      'CUSTOM_GPU_PRODUCT_10DE_%s' % product,
+                      'CUSTOM_CUDA_CC_%s' % cuda}
+            filler.traits(rp, traits)
+            # about half of the units, one server each
+            for rc, total in sorted(totals.items()):
+                for unit in range(total):
+                    n += 1
+                    if n % 2:
+                        continue
+                    server = str(uuid.uuid4())
+                    project = PROJECTS[n % len(PROJECTS)]
+                    filler.allocate(server, project, {
+                        root: {'VCPU': 4, 'MEMORY_MB': 16384,
+                               'DISK_GB': 20},
+                        rp: {rc: 1}})
+                    servers[server] = {'name': 'srv-%05d' % n,
+                                       'project_id': project,
+                                       'project_name': 'project-%s'
+                                       % project[-2:]}
+            if h == 0 and g == 0:
+                # held by the health check, its servers still on it
+                filler.refresh(rp)
+                filler.inventories(rp, {
+                    rc: dict(rec, reserved=rec['total'])
+                    for rc, rec in inventory.items()})
+                filler.traits(rp, traits | {gate.TRAIT_UNHEALTHY})
+    return servers, made
+
+
+def _timed(function):
+    start = time.perf_counter()
+    result = function()
+    return time.perf_counter() - start, result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--hosts', type=int, default=20)
+    parser.add_argument('--gpus', type=int, default=8)
+    parser.add_argument('--iterations', type=int, default=5)
+    parser.add_argument('--workers', type=int,
+                        default=os.cpu_count() or 1)
+    args = parser.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix='bench-gpu-fleet-')
+    fixture = _Placement(os.path.join(tmp, 'placement.sqlite'))
+    fixture.setUp()
+    server = None
+    workers = []
+    try:
+        counting = _Counting(deploy.loadapp(fixture.conf_fixture.conf))
+        server, endpoint = serve(counting)
+        start = time.perf_counter()
+        servers, gpu_providers = fill(endpoint, args.hosts, args.gpus)
+        filled = time.perf_counter() - start
+        filled_requests = counting.count
+        workers = fork_workers(server, args.workers)
+
+        auth = token_endpoint.Token(endpoint, 'admin')
+        get = placement.keystone_get(ks_session.Session(auth=auth), endpoint)
+
+        def full():
+            providers, details = placement.read(get)
+            return fleet.build(providers, details, servers)
+
+        full_times, base_times, requests_per_read = [], [], set()
+        hosts = []
+        for _ in range(args.iterations):
+            before = counting.count
+            took, hosts = _timed(full)
+            full_times.append(took)
+            requests_per_read.add(counting.count - before)
+            took, _listing = _timed(lambda: get('/resource_providers'))
+            base_times.append(took)
+
+        cards = [c for h in hosts for c in h['cards']]
+        totals = fleet.Counts(0, 0, 0, 0)
+        for view in hosts:
+            totals = fleet.Counts(*(a + b for a, b in zip(
+                totals, view['counts'])))
+        full_median = statistics.median(full_times)
+        base_median = statistics.median(base_times)
+        print('Placement %s (sqlite file, %d worker processes), %d '
+              'requests to fill it in %.1f s' % (
+                  endpoint, args.workers, filled_requests, filled))
+        print('hosts: %d, GPU providers: %d (built: %d on %d hosts; '
+              'units %d free, %d in use, %d pending, %d held; '
+              '%d unhealthy)' % (
+                  args.hosts, gpu_providers, len(cards), len(hosts),
+                  totals.free, totals.in_use, totals.pending, totals.held,
+                  sum(1 for c in cards
+                      if c['state'] == fleet.STATE_UNHEALTHY)))
+        print('requests per read: %s' % ', '.join(
+            str(n) for n in sorted(requests_per_read)))
+        print('full read (placement.read + fleet.build), %d runs: median '
+              '%.3f s, max %.3f s' % (args.iterations, full_median,
+                                      max(full_times)))
+        print('baseline (one GET /resource_providers): median %.4f s' %
+              base_median)
+        print('full / baseline: x%.1f' % (full_median / base_median))
+    finally:
+        stop_workers(workers)
+        if server is not None:
+            if not workers:
+                server.shutdown()
+            server.server_close()
+        fixture.cleanUp()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -33,18 +33,13 @@ SEGMENT_WORDS = {'free': _('free'), 'in_use': _('in use'),
 def placement_get(request):
     """``get(path)`` on Placement with the user's token.
 
-    Horizon's own adapter: its identity, TLS settings and endpoint.
+    Through the keystoneauth session of Horizon's own adapter (its
+    identity and TLS settings), at :data:`placement.MICROVERSION`: the
+    adapter itself would pin its own older microversion.
     """
-    adapter = horizon_placement.make_adapter(request)
-    base = api.base.url_for(request, 'placement').rstrip('/')
-
-    def get(path):
-        _response, body = adapter.get(
-            base + path,
-            headers={'OpenStack-API-Version':
-                     'placement ' + placement.MICROVERSION})
-        return body
-    return get
+    session = horizon_placement.make_adapter(request).session
+    return placement.keystone_get(session,
+                                  api.base.url_for(request, 'placement'))
 
 
 def servers_by_id(request):

@@ -19,40 +19,23 @@ when the option is read. The sample configuration comes from
 entry point.
 """
 
-import io
-import os
 
 import fixtures
 from oslo_config import cfg
-from oslo_config import generator
 import testtools
 
 from nova_lxd_accel.conf import accelerators
-
-
-def sample_section(group):
-    """The ``[group]`` section of the generated sample configuration."""
-    conf = cfg.ConfigOpts()
-    generator.register_cli_opts(conf)
-    conf(['--namespace', 'nova_lxd_accel'])
-    out = io.StringIO()
-    generator.generate(conf, output_file=out)
-    return out.getvalue().split('\n[%s]\n' % group, 1)[1].split('\n[')[0]
+from tests.fixtures import nova_conf
 
 
 class AcceleratorOptionsTest(testtools.TestCase):
 
     def load(self, *lines):
         """[lxd_accelerators] of a nova.conf holding ``lines``."""
-        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                            'nova.conf')
-        with open(path, 'w') as handle:
-            handle.write('[lxd_accelerators]\n%s\n' % '\n'.join(lines))
-        conf = cfg.ConfigOpts()
-        accelerators.register_opts(conf)
-        conf(['--config-file', path], default_config_files=[],
-             default_config_dirs=[])
-        return conf.lxd_accelerators
+        return nova_conf.read(
+            self.useFixture(fixtures.TempDir()).path,
+            nova_conf.section('lxd_accelerators', *lines),
+            accelerators.register_opts).lxd_accelerators
 
     def assertRefused(self, name, value):
         group = self.load('%s = %s' % (name, value))
@@ -141,7 +124,7 @@ class AcceleratorOptionsTest(testtools.TestCase):
         ((group, opts),) = accelerators.list_opts()
         self.assertEqual('lxd_accelerators', group.name)
         self.assertIs(accelerators.ALL_OPTS, opts)
-        section = sample_section('lxd_accelerators')
+        section = nova_conf.sample_section('lxd_accelerators')
         for opt in opts:
             self.assertIn('\n#%s =' % opt.name, section)
         self.assertIn('\n#nvidia_binding = auto\n', section)

@@ -19,41 +19,23 @@ when the option is read. The sample configuration comes from
 entry point.
 """
 
-import io
 import logging
-import os
 
 import fixtures
 from oslo_config import cfg
-from oslo_config import generator
 import testtools
 
 from nova_lxd_accel.conf import lxd
-
-
-def sample_section(group):
-    """The ``[group]`` section of the generated sample configuration."""
-    conf = cfg.ConfigOpts()
-    generator.register_cli_opts(conf)
-    conf(['--namespace', 'nova_lxd_accel'])
-    out = io.StringIO()
-    generator.generate(conf, output_file=out)
-    return out.getvalue().split('\n[%s]\n' % group, 1)[1].split('\n[')[0]
+from tests.fixtures import nova_conf
 
 
 class LXDOptionsTest(testtools.TestCase):
 
     def conf(self, *lines):
         """A ConfigOpts with [lxd] of a nova.conf holding ``lines``."""
-        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                            'nova.conf')
-        with open(path, 'w') as handle:
-            handle.write('[lxd]\n%s\n' % '\n'.join(lines))
-        conf = cfg.ConfigOpts()
-        lxd.register_opts(conf)
-        conf(['--config-file', path], default_config_files=[],
-             default_config_dirs=[])
-        return conf
+        return nova_conf.read(self.useFixture(fixtures.TempDir()).path,
+                              nova_conf.section('lxd', *lines),
+                              lxd.register_opts)
 
     def load(self, *lines):
         return self.conf(*lines).lxd
@@ -135,7 +117,7 @@ class LXDOptionsTest(testtools.TestCase):
         names = [opt.name for opt in opts]
         self.assertEqual(len(names), len(set(names)))
         self.assertEqual(lxd.connection_opts + lxd.instance_opts, opts)
-        section = sample_section('lxd')
+        section = nova_conf.sample_section('lxd')
         for name in names:
             self.assertIn('\n#%s =' % name, section)
         self.assertIn('\n#container_name_prefix = nova-\n', section)

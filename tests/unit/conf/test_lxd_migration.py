@@ -19,43 +19,23 @@ The sample configuration comes from ``oslo-config-generator`` through the
 package's ``oslo.config.opts`` entry point.
 """
 
-import io
 import logging
-import os
 
 import fixtures
 from oslo_config import cfg
-from oslo_config import generator
 import testtools
 
 from nova_lxd_accel.conf import lxd
 from nova_lxd_accel.conf import lxd_migration
-
-
-def sample_section(group):
-    """The ``[group]`` section of the generated sample configuration."""
-    conf = cfg.ConfigOpts()
-    generator.register_cli_opts(conf)
-    conf(['--namespace', 'nova_lxd_accel'])
-    out = io.StringIO()
-    generator.generate(conf, output_file=out)
-    return out.getvalue().split('\n[%s]\n' % group, 1)[1].split('\n[')[0]
+from tests.fixtures import nova_conf
 
 
 class MigrationOptionsTest(testtools.TestCase):
 
     def conf(self, text):
         """A ConfigOpts reading a nova.conf holding ``text``."""
-        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                            'nova.conf')
-        with open(path, 'w') as handle:
-            handle.write(text)
-        conf = cfg.ConfigOpts()
-        lxd.register_opts(conf)
-        lxd_migration.register_opts(conf)
-        conf(['--config-file', path], default_config_files=[],
-             default_config_dirs=[])
-        return conf
+        return nova_conf.read(self.useFixture(fixtures.TempDir()).path, text,
+                              lxd.register_opts, lxd_migration.register_opts)
 
     def load(self, *lines):
         return self.conf('[lxd_migration]\n%s\n' % '\n'.join(
@@ -133,7 +113,7 @@ class MigrationOptionsTest(testtools.TestCase):
         ((group, opts),) = lxd_migration.list_opts()
         self.assertEqual('lxd_migration', group.name)
         self.assertIs(lxd_migration.ALL_OPTS, opts)
-        section = sample_section('lxd_migration')
+        section = nova_conf.sample_section('lxd_migration')
         for opt in opts:
             self.assertIn('\n#%s =' % opt.name, section)
         self.assertIn('\n#endpoint_template = https://{ip}:8443\n', section)

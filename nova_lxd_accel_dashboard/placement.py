@@ -16,8 +16,10 @@ Placement has no bulk read of inventories or allocations, so those are one
 request per card provider (never per unit, never for the hosts' other
 nested providers). Traits are not: the few the panel reads (the two hold
 traits and the model traits) come from one filtered listing each
-(``GET /resource_providers?required=<trait>``). For N cards and M GPU
-models that is 2N + M + 4 requests, a few at a time. :func:`read` takes a
+(``GET /resource_providers?required=<trait>``), asked only for the traits
+Placement has (it refuses an unknown one with 400; the hold traits exist
+only once a GPU was held). For N cards, M GPU models and H hold traits in
+use that is 2N + M + H + 2 requests, a few at a time. :func:`read` takes a
 ``get(path)`` that returns Placement's JSON, so the panel passes one bound
 to the user's token (keystoneauth) and the tests and the bench one bound
 to their own Placement.
@@ -33,6 +35,8 @@ MICROVERSION = '1.18'
 CONCURRENCY = 8
 #: the traits the panel reads, besides the model traits
 HOLD_TRAITS = (fleet.TRAIT_UNHEALTHY, fleet.TRAIT_UNPROBEABLE)
+#: what every trait the panel reads begins with
+TRAIT_PREFIX = 'CUSTOM_GPU_'
 
 
 def _details(get, uuid):
@@ -59,10 +63,12 @@ def read(get, concurrency=CONCURRENCY):
     if not cards:
         return providers, {}
     with futures.ThreadPoolExecutor(max(1, concurrency)) as pool:
-        models = pool.submit(get, '/traits?name=startswith:%s'
-                             % fleet.MODEL_TRAIT_PREFIX)
+        known = pool.submit(get, '/traits?name=startswith:%s'
+                            % TRAIT_PREFIX)
         answers = pool.map(lambda uuid: _details(get, uuid), cards)
-        traits = list(HOLD_TRAITS) + sorted(models.result()['traits'])
+        known = set(known.result()['traits'])
+        traits = [t for t in HOLD_TRAITS if t in known] + sorted(
+            t for t in known if t.startswith(fleet.MODEL_TRAIT_PREFIX))
         having = list(pool.map(lambda trait: _having(get, trait), traits))
         answers = list(answers)
     details = {}

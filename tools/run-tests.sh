@@ -35,9 +35,9 @@ state=$repo/.ci/state
 mkdir -p "$state"
 
 # Longest first: tox starts them in this order, $TOX_PARALLEL at a time.
-envs=functional,functional-incus,integration,integration-incus,functional-btrfs,functional-incus-btrfs,integration-btrfs,integration-incus-btrfs,py3,pep8,genconfig,releasenotes,docs,devstack,federation
+envs=functional,functional-incus,integration,integration-incus,functional-btrfs,functional-incus-btrfs,integration-btrfs,integration-incus-btrfs,py3,pep8,genconfig,releasenotes,docs,devstack,federation,dashboard
 if [ "${SKIP_INCUS:-0}" = 1 ]; then
-    envs=functional,integration,functional-btrfs,integration-btrfs,py3,pep8,genconfig,releasenotes,docs,devstack,federation
+    envs=functional,integration,functional-btrfs,integration-btrfs,py3,pep8,genconfig,releasenotes,docs,devstack,federation,dashboard
 fi
 if [ "${1:-}" = "-e" ]; then
     envs=${2:?usage: run-tests.sh [-e ENV[,ENV...]]}

@@ -60,12 +60,14 @@ class ReadTest(testtools.TestCase):
                 'resource_provider_generation': 7, 'inventories': inv})
             self.http.get(base + '/allocations', json={
                 'resource_provider_generation': 7, 'allocations': alloc})
-        # traits: one filtered listing per trait the panel reads
-        self.models = sorted({t for _i, traits, _a in self.answers.values()
-                              for t in traits
-                              if t.startswith(fleet.MODEL_TRAIT_PREFIX)})
-        self.http.get(ENDPOINT + '/traits?name=startswith:'
-                      'CUSTOM_GPU_MODEL_', json={'traits': self.models})
+        # traits: Placement's CUSTOM_GPU_* ones, then one filtered listing
+        # per trait the panel reads
+        self.known = sorted({t for _i, traits, _a in self.answers.values()
+                             for t in traits if t.startswith('CUSTOM_GPU_')})
+        self.models = [t for t in self.known
+                       if t.startswith(fleet.MODEL_TRAIT_PREFIX)]
+        self.http.get(ENDPOINT + '/traits?name=startswith:CUSTOM_GPU_',
+                      json={'traits': self.known})
         for trait in list(placement.HOLD_TRAITS) + self.models:
             self.http.get(
                 ENDPOINT + '/resource_providers?required=' + trait,
@@ -89,7 +91,7 @@ class ReadTest(testtools.TestCase):
         # never the roots, the OVS agent, its bridge or the sharing pool;
         # no trait request per card
         expected = ['/placement/resource_providers',
-                    '/placement/traits?name=startswith:CUSTOM_GPU_MODEL_'] + [
+                    '/placement/traits?name=startswith:CUSTOM_GPU_'] + [
             '/placement/resource_providers?required=' + trait
             for trait in list(placement.HOLD_TRAITS) + self.models] + [
             '/placement/resource_providers/%s/%s' % (uuid, what)
@@ -122,6 +124,24 @@ class ReadTest(testtools.TestCase):
             for uuid, d in details.items()})
         self.assertEqual(sample.build_fleet(),
                          fleet.build(providers, details, sample.servers()))
+
+    def test_a_hold_trait_placement_does_not_have_is_not_asked(self):
+        # no GPU was ever held: Placement has no such trait and would
+        # answer 400 to a listing requiring it
+        known = [t for t in self.known if t not in placement.HOLD_TRAITS]
+        self.http.get(ENDPOINT + '/traits?name=startswith:CUSTOM_GPU_',
+                      json={'traits': known})
+        for trait in placement.HOLD_TRAITS:
+            self.http.get(ENDPOINT + '/resource_providers?required=' + trait,
+                          status_code=400, json={'errors': [{
+                              'status': 400, 'title': 'Bad Request',
+                              'detail': 'No such trait(s): %s.' % trait}]})
+        providers, details = placement.read(self.get)
+        self.assertFalse([p for p in self._paths() if 'UNHEALTHY' in p or
+                          'UNPROBEABLE' in p])
+        self.assertEqual(set(), {t for d in details.values()
+                                 for t in d['traits']
+                                 if t in placement.HOLD_TRAITS})
 
     def test_one_at_a_time_reads_the_same(self):
         self.assertEqual(placement.read(self.get),

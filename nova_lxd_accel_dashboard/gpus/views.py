@@ -78,11 +78,13 @@ class IndexView(views.HorizonTemplateView):
         request = self.request
         wanted = {name: request.GET.get(name) or None for name in FILTERS}
         hosts = []
+        read_failed = False
         try:
             providers, details = placement.read(placement_get(request))
             servers = servers_by_id(request) if details else {}
             hosts = fleet.build(providers, details, servers)
         except Exception:
+            read_failed = True
             exceptions.handle(request,
                               _('Unable to read the GPU fleet from '
                                 'Placement and Nova.'))
@@ -91,5 +93,6 @@ class IndexView(views.HorizonTemplateView):
             'choices': fleet.choices(hosts),
             'wanted': wanted,
             'fleet_size': sum(len(h['cards']) for h in hosts),
+            'read_failed': read_failed,
         })
         return context

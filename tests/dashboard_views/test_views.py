@@ -467,6 +467,8 @@ class GPUsPanelTest(FakeCloudsMixin, helpers.BaseAdminViewTests):
         self.assertEqual(['Unable to read the GPU fleet from Placement and '
                           'Nova.'], _errors(content))
         self.assertEqual(0, response.context['fleet_size'])
+        # not "Placement reports no GPU": it said nothing
+        self.assertEqual([], _empty_note(content))
         # the listing failed: nothing more was asked
         self.assertEqual(['/resource_providers'],
                          [p for p, _mv in self.clouds.placement_requests()])

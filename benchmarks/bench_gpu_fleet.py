@@ -25,12 +25,15 @@ traits and allocations) and ``fleet.build``, beside the baseline of one
 ``GET /resource_providers``. The reads are answered by ``--workers``
 Placement processes (default: one per CPU, as DevStack runs Placement's
 uWSGI) forked on one listening socket, so the panel's client does not share
-Python's lock with the server. Prints the counts, the median and max of the
-full read, the baseline's median and the ratio of the two, measured in this
-one run (nothing asserted). Usage::
+Python's lock with the server. Then the panel as it runs, with its cache
+(each card's inventories kept by provider generation; allocations always
+read), after ``--changed`` GPU providers (default 16, a tenth) were
+written to between two pages. Prints the counts, the medians and maxima,
+the baseline's median and the ratios, measured in this one run (nothing
+asserted). Usage::
 
     .tox/py3/bin/python benchmarks/bench_gpu_fleet.py [--hosts 20]
-        [--gpus 8] [--iterations 5] [--workers N]
+        [--gpus 8] [--iterations 5] [--changed 16] [--workers N]
 """
 
 import argparse
@@ -66,6 +69,8 @@ from nova_lxd_accel_dashboard import placement  # noqa: E402
 #: the microversion the bench fills Placement at (as Nova 2023.1+ does:
 #: consumer generations and types)
 FILL_VERSION = 'placement 1.39'
+#: a trait the bench adds and removes to change a provider
+TOUCHED = 'CUSTOM_BENCH_TOUCHED'
 PROJECTS = ['%032x' % (0xa11ce + n) for n in range(4)]
 USER = '%032x' % 0xb0b
 
@@ -170,6 +175,8 @@ class _Filler(object):
         self.http.headers.update({'x-auth-token': 'admin',
                                   'OpenStack-API-Version': FILL_VERSION})
         self.generations = {}
+        #: GPU provider uuid -> its traits
+        self.gpu_traits = {}
 
     def _call(self, method, path, body=None):
         response = self.http.request(method, self.endpoint + path, json=body)
@@ -207,6 +214,16 @@ class _Filler(object):
     def traits(self, rp, traits):
         self._put(rp, 'traits', 'traits', sorted(traits))
 
+    def bump(self, rp):
+        """Change a GPU provider's traits: its generation moves.
+
+        As any change of its inventories, traits or allocations moves it
+        (the trait :data:`TOUCHED` is added, or removed when there).
+        """
+        self.refresh(rp)
+        self.gpu_traits[rp] = self.gpu_traits[rp] ^ {TOUCHED}
+        self.traits(rp, self.gpu_traits[rp])
+
     def allocate(self, consumer, project, allocations):
         self._call('PUT', '/allocations/%s' % consumer, {
             'allocations': {rp: {'resources': res}
@@ -229,7 +246,8 @@ def fill(endpoint, hosts, gpus):
                         {'CUSTOM_GPU_PRODUCT_10DE_%s' % k[1]
                          for k in GPU_KINDS} |
                         {'CUSTOM_CUDA_CC_%s' % k[2] for k in GPU_KINDS} |
-                        {'CUSTOM_GPU_VENDOR_10DE', gate.TRAIT_UNHEALTHY}):
+                        {'CUSTOM_GPU_VENDOR_10DE', gate.TRAIT_UNHEALTHY,
+                         TOUCHED}):
         filler.ensure('traits', trait)
     servers, made, n = {}, 0, 0
     for h in range(hosts):
@@ -257,6 +275,7 @@ def fill(endpoint, hosts, gpus):
                       'CUSTOM_GPU_PRODUCT_10DE_%s' % product,
                       'CUSTOM_CUDA_CC_%s' % cuda}
             filler.traits(rp, traits)
+            filler.gpu_traits[rp] = traits
             # about half of the units, one server each
             for rc, total in sorted(totals.items()):
                 for unit in range(total):
@@ -280,7 +299,21 @@ def fill(endpoint, hosts, gpus):
                     rc: dict(rec, reserved=rec['total'])
                     for rc, rec in inventory.items()})
                 filler.traits(rp, traits | {gate.TRAIT_UNHEALTHY})
-    return servers, made
+                filler.gpu_traits[rp] = traits | {gate.TRAIT_UNHEALTHY}
+    return servers, made, filler
+
+
+class _DictCache(object):
+    """Django's cache API (get, set) on a dict, as the panel uses it."""
+
+    def __init__(self):
+        self.data = {}
+
+    def get(self, key):
+        return self.data.get(key)
+
+    def set(self, key, value):
+        self.data[key] = value
 
 
 def _timed(function):
@@ -294,6 +327,9 @@ def main():
     parser.add_argument('--hosts', type=int, default=20)
     parser.add_argument('--gpus', type=int, default=8)
     parser.add_argument('--iterations', type=int, default=5)
+    parser.add_argument('--changed', type=int, default=16,
+                        help='GPU providers written to between two pages '
+                             'of the cached panel')
     parser.add_argument('--workers', type=int,
                         default=os.cpu_count() or 1)
     args = parser.parse_args()
@@ -307,7 +343,8 @@ def main():
         counting = _Counting(deploy.loadapp(fixture.conf_fixture.conf))
         server, endpoint = serve(counting)
         start = time.perf_counter()
-        servers, gpu_providers = fill(endpoint, args.hosts, args.gpus)
+        servers, gpu_providers, filler = fill(endpoint, args.hosts,
+                                              args.gpus)
         filled = time.perf_counter() - start
         filled_requests = counting.count
         workers = fork_workers(server, args.workers)
@@ -315,8 +352,8 @@ def main():
         auth = token_endpoint.Token(endpoint, 'admin')
         get = placement.keystone_get(ks_session.Session(auth=auth), endpoint)
 
-        def full():
-            providers, details = placement.read(get)
+        def full(cache=None):
+            providers, details = placement.read(get, cache=cache)
             return fleet.build(providers, details, servers)
 
         full_times, base_times, requests_per_read = [], [], set()
@@ -328,6 +365,20 @@ def main():
             requests_per_read.add(counting.count - before)
             took, _listing = _timed(lambda: get('/resource_providers'))
             base_times.append(took)
+
+        # the panel as it runs: details cached by provider generation;
+        # between two pages, --changed GPU providers were written to
+        cache = _DictCache()
+        full(cache)
+        moving = sorted(filler.gpu_traits)
+        warm_times, warm_requests = [], set()
+        for i in range(args.iterations):
+            for rp in moving[i * args.changed:(i + 1) * args.changed]:
+                filler.bump(rp)
+            before = counting.count
+            took, _hosts = _timed(lambda: full(cache))
+            warm_times.append(took)
+            warm_requests.add(counting.count - before)
 
         cards = [c for h in hosts for c in h['cards']]
         totals = fleet.Counts(0, 0, 0, 0)
@@ -354,6 +405,13 @@ def main():
         print('baseline (one GET /resource_providers): median %.4f s' %
               base_median)
         print('full / baseline: x%.1f' % (full_median / base_median))
+        warm_median = statistics.median(warm_times)
+        print('the panel with its cache, %d GPU providers written to '
+              'between pages: requests per read %s, median %.3f s, max '
+              '%.3f s (x%.1f the baseline)' % (
+                  args.changed, ', '.join(
+                      str(n) for n in sorted(warm_requests)),
+                  warm_median, max(warm_times), warm_median / base_median))
     finally:
         stop_workers(workers)
         if server is not None:

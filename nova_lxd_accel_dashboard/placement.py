@@ -19,7 +19,9 @@ traits and the model traits) come from one filtered listing each
 (``GET /resource_providers?required=<trait>``), asked only for the traits
 Placement has (it refuses an unknown one with 400; the hold traits exist
 only once a GPU was held). For N cards, M GPU models and H hold traits in
-use that is 2N + M + H + 2 requests, a few at a time. :func:`read` takes a
+use that is 2N + M + H + 2 requests, a few at a time; with a cache, the
+inventories of a card whose generation did not move are not read again
+(N + M + H + 2). :func:`read` takes a
 ``get(path)`` that returns Placement's JSON, so the panel passes one bound
 to the user's token (keystoneauth) and the tests and the bench one bound
 to their own Placement.
@@ -45,27 +47,59 @@ def _details(get, uuid):
             'allocations': get(base + '/allocations')['allocations']}
 
 
+def _cache_key(provider):
+    return 'nova-lxd-accel:rp-inventories:%s:%s' % (
+        provider['uuid'], provider['generation'])
+
+
+def _cached_details(get, provider, cache):
+    """A card's inventories (cached by its generation) and allocations.
+
+    Placement bumps a provider's generation on every write of its
+    inventories or traits, and the generation comes from the listing just
+    read: inventories cached at that generation cannot be stale. Its
+    allocations are always read: deleting a consumer's allocations (a
+    deleted server) does not move the generation, and a freed unit must
+    show free at once.
+    """
+    if cache is None:
+        return _details(get, provider['uuid'])
+    base = '/resource_providers/%s' % provider['uuid']
+    key = _cache_key(provider)
+    inventories = cache.get(key)
+    if inventories is None:
+        inventories = get(base + '/inventories')['inventories']
+        cache.set(key, inventories)
+    return {'inventories': inventories,
+            'allocations': get(base + '/allocations')['allocations']}
+
+
 def _having(get, trait):
     listing = get('/resource_providers?required=%s' % trait)
     return {p['uuid'] for p in listing['resource_providers']}
 
 
-def read(get, concurrency=CONCURRENCY):
+def read(get, concurrency=CONCURRENCY, cache=None):
     """(providers, details) of the fleet: the input of :func:`fleet.build`.
 
     Each card's ``traits`` are those of :data:`HOLD_TRAITS` and the model
     traits it has (the only ones :mod:`.fleet` reads).
 
     :param get: ``get(path) -> dict``; raises on an error answer.
+    :param cache: an object with ``get(key)`` and ``set(key, value)``
+        (Django's cache), keeping each card's inventories by provider
+        generation; None reads them every time.
     """
     providers = get('/resource_providers')['resource_providers']
-    cards = [p['uuid'] for _host, p in fleet.card_providers(providers)]
+    by_uuid = {p['uuid']: p for _host, p in fleet.card_providers(providers)}
+    cards = list(by_uuid)
     if not cards:
         return providers, {}
     with futures.ThreadPoolExecutor(max(1, concurrency)) as pool:
         known = pool.submit(get, '/traits?name=startswith:%s'
                             % TRAIT_PREFIX)
-        answers = pool.map(lambda uuid: _details(get, uuid), cards)
+        answers = pool.map(
+            lambda uuid: _cached_details(get, by_uuid[uuid], cache), cards)
         known = set(known.result()['traits'])
         traits = [t for t in HOLD_TRAITS if t in known] + sorted(
             t for t in known if t.startswith(fleet.MODEL_TRAIT_PREFIX))

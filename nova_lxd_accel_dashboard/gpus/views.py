@@ -14,6 +14,7 @@
 
 import logging
 
+from django.core import cache as django_cache
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
@@ -80,7 +81,10 @@ class IndexView(views.HorizonTemplateView):
         hosts = []
         read_failed = False
         try:
-            providers, details = placement.read(placement_get(request))
+            # cards unchanged since the last page (same provider
+            # generation) are not read again
+            providers, details = placement.read(placement_get(request),
+                                                cache=django_cache.cache)
             servers = servers_by_id(request) if details else {}
             hosts = fleet.build(providers, details, servers)
         except Exception:

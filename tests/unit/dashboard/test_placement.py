@@ -46,6 +46,19 @@ UNAVAILABLE = ('<html><body><h1>503 Service Unavailable</h1>\nNo server is '
                'available to handle this request.\n</body></html>\n')
 
 
+class DictCache(object):
+    """Django's cache API (get, set) on a dict."""
+
+    def __init__(self):
+        self.data = {}
+
+    def get(self, key):
+        return self.data.get(key)
+
+    def set(self, key, value):
+        self.data[key] = value
+
+
 class ReadTest(testtools.TestCase):
 
     def setUp(self):
@@ -78,9 +91,9 @@ class ReadTest(testtools.TestCase):
         self.get = placement.keystone_get(ks_session.Session(auth=auth),
                                           ENDPOINT)
 
-    def _paths(self):
+    def _paths(self, since=0):
         out = []
-        for request in self.http.request_history:
+        for request in self.http.request_history[since:]:
             url = parse.urlsplit(request.url)
             out.append(url.path + ('?' + parse.unquote(url.query)
                                    if url.query else ''))
@@ -142,6 +155,57 @@ class ReadTest(testtools.TestCase):
         self.assertEqual(set(), {t for d in details.values()
                                  for t in d['traits']
                                  if t in placement.HOLD_TRAITS})
+
+    def _details_paths(self, since):
+        return [p for p in self._paths(since)
+                if p.endswith(('/inventories', '/allocations'))]
+
+    def test_inventories_at_the_same_generation_come_from_the_cache(self):
+        cache = DictCache()
+        first = placement.read(self.get, cache=cache)
+        before = len(self.http.request_history)
+        self.assertEqual(first, placement.read(self.get, cache=cache))
+        # every card's allocations again, no inventories
+        self.assertEqual(sorted('/placement/resource_providers/%s/allocations'
+                                % uuid for uuid in CARDS),
+                         self._details_paths(before))
+
+    def test_a_freed_unit_shows_at_once(self):
+        # nova deleted a server: DELETE /allocations/{consumer} leaves the
+        # provider's generation as it was
+        cache = DictCache()
+        placement.read(self.get, cache=cache)
+        self.http.get('%s/resource_providers/%s/allocations' % (
+            ENDPOINT, sample.A100_WHOLE), json={
+                'resource_provider_generation': 7, 'allocations': {}})
+        _providers, details = placement.read(self.get, cache=cache)
+        self.assertEqual({}, details[sample.A100_WHOLE]['allocations'])
+
+    def test_a_card_whose_generation_moved_is_read_again(self):
+        cache = DictCache()
+        placement.read(self.get, cache=cache)
+        # the gate reserved a dirty unit of the whole A100: an inventory
+        # write, which moves the generation
+        providers = [dict(p, generation=p['generation'] + 1)
+                     if p['uuid'] == sample.A100_WHOLE else p
+                     for p in self.providers]
+        self.http.get(ENDPOINT + '/resource_providers',
+                      json={'resource_providers': providers})
+        inventories = dict(self.answers[sample.A100_WHOLE][0])
+        inventories['PGPU'] = dict(inventories['PGPU'], reserved=1)
+        self.http.get('%s/resource_providers/%s/inventories' % (
+            ENDPOINT, sample.A100_WHOLE), json={
+                'resource_provider_generation': 8,
+                'inventories': inventories})
+        before = len(self.http.request_history)
+        _providers, details = placement.read(self.get, cache=cache)
+        self.assertEqual(
+            ['/placement/resource_providers/%s/inventories'
+             % sample.A100_WHOLE],
+            [p for p in self._details_paths(before)
+             if p.endswith('/inventories')])
+        self.assertEqual(inventories,
+                         details[sample.A100_WHOLE]['inventories'])
 
     def test_one_at_a_time_reads_the_same(self):
         self.assertEqual(placement.read(self.get),

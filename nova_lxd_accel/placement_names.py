@@ -28,6 +28,7 @@ TRAIT_SHARING_TIMESLICE = 'CUSTOM_GPU_SHARING_TIMESLICE'
 SHARING_TRAIT_PREFIX = 'CUSTOM_GPU_SHARING_'
 #: a GPU the health gate holds (see :mod:`.gpu_gate`)
 TRAIT_UNHEALTHY = 'CUSTOM_GPU_UNHEALTHY'
+TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
 
 #: Trait names the driver sets itself. On the first update of a process
 #: (when it cannot remember what it set before) a trait of these families

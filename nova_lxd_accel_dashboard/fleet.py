@@ -33,7 +33,7 @@ import re
 from nova_lxd_accel import placement_names
 
 TRAIT_UNHEALTHY = placement_names.TRAIT_UNHEALTHY
-TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
+TRAIT_UNPROBEABLE = placement_names.TRAIT_UNPROBEABLE
 MODEL_TRAIT_PREFIX = 'CUSTOM_GPU_MODEL_'
 MIG_PREFIX = 'CUSTOM_MIG_'
 #: classes that are not units a server holds (shown, not counted in bars)

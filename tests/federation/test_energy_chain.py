@@ -34,7 +34,6 @@ Both servers listen on free loopback ports and are stopped at the end.
 """
 
 import datetime
-import http.server
 import json
 import math
 import os
@@ -43,7 +42,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -54,6 +52,7 @@ import novaclient.client
 import testtools
 from testtools import content
 
+from tests.fixtures import compute_api
 from tests.fixtures import fake_nvidia_smi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -152,28 +151,6 @@ def _rows(power):
                                 power_w=power[H100], mig_mode='Enabled'))
 
 
-class _ComputeApi(http.server.BaseHTTPRequestHandler):
-    """The compute API answers cASO's novaclient asks for."""
-
-    answers = {}
-
-    def do_GET(self):
-        path = urllib.parse.urlsplit(self.path).path
-        if path.startswith('/v2.1'):
-            path = path[len('/v2.1'):]
-        body = self.answers.get(path.rstrip('/'))
-        self.send_response(200 if body is not None else 404)
-        data = json.dumps(body if body is not None else {
-            'itemNotFound': {'code': 404, 'message': path}}).encode()
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def _compute_answers():
     flavor = {'id': 'gpu', 'name': 'gpu', 'vcpus': 4, 'ram': 8192,
               'disk': 10, 'swap': '', 'OS-FLV-EXT-DATA:ephemeral': 0,
@@ -268,12 +245,7 @@ class TestEnergyChain(testtools.TestCase):
         for group, name, value in overrides:
             cfg.CONF.set_override(name, value, group)
             self.addCleanup(cfg.CONF.clear_override, name, group)
-        handler = type('H', (_ComputeApi,), {'answers': _compute_answers()})
-        server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        endpoint = 'http://127.0.0.1:%d/v2.1' % server.server_port
+        endpoint = compute_api.serve(self, _compute_answers())
         # as cASO builds it, less Keystone (its __init__): the project and
         # nova's client on the served answers
         cls = prometheus.EnergyConsumptionExtractor

@@ -29,20 +29,19 @@ and the user name cASO would read from Keystone is the user id.
 """
 
 import datetime
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import urllib.parse
 
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 import novaclient.client
 import testtools
+
+from tests.fixtures import compute_api
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -76,32 +75,6 @@ def _record():
     return dump
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-
-    answers = {}
-
-    def do_GET(self):
-        path = urllib.parse.urlsplit(self.path).path
-        if path.startswith('/v2.1'):
-            path = path[len('/v2.1'):]
-        body = self.answers.get(path.rstrip('/'))
-        if body is None:
-            self.send_response(404)
-            payload = json.dumps({'itemNotFound': {
-                'code': 404, 'message': '%s not found' % path}})
-        else:
-            self.send_response(200)
-            payload = json.dumps(body)
-        data = payload.encode()
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 class FederationTestCase(testtools.TestCase):
 
     dump = None
@@ -114,13 +87,7 @@ class FederationTestCase(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        handler = type('H', (_Handler,), {'answers': self.dump['answers']})
-        server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        self.endpoint = 'http://127.0.0.1:%d/v2.1' % server.server_port
+        self.endpoint = compute_api.serve(self, self.dump['answers'])
         self.session = ks_session.Session(auth=token_endpoint.Token(
             self.endpoint, 'recorded'))
 

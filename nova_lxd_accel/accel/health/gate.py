@@ -68,7 +68,7 @@ from nova_lxd_accel import placement_names
 LOG = logging.getLogger(__name__)
 
 TRAIT_UNHEALTHY = placement_names.TRAIT_UNHEALTHY
-TRAIT_UNPROBEABLE = 'CUSTOM_GPU_UNPROBEABLE'
+TRAIT_UNPROBEABLE = placement_names.TRAIT_UNPROBEABLE
 #: seconds between two probes while a release waits for its GPUs
 RELEASE_POLL = 0.5
 #: the least time the first probe of a release gets, whatever

@@ -21,7 +21,6 @@ from unittest import mock
 import fixtures
 from oslotest import base
 
-import nova_lxd_accel
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
@@ -48,7 +47,8 @@ def _rec(total):
             'max_unit': total, 'step_size': 1, 'allocation_ratio': 1.0}
 
 
-class TestInventoryCommand(base.BaseTestCase):
+class CommandTestCase(base.BaseTestCase):
+    """A temporary folder and the command's captured output."""
 
     def setUp(self):
         super().setUp()
@@ -57,6 +57,12 @@ class TestInventoryCommand(base.BaseTestCase):
         self.stderr = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
+
+
+class TestInventoryCommand(CommandTestCase):
+
+    def setUp(self):
+        super().setUp()
         self.conf_file = self._write('nova.conf', '[DEFAULT]\n')
 
     def _write(self, name, text):
@@ -364,18 +370,7 @@ class TestSharedGpuHolders(base.BaseTestCase):
                       self.stderr.getvalue())
 
 
-PACKAGE = os.path.dirname(nova_lxd_accel.__file__)
-
-
-class InventoryThroughTheSeamTest(base.BaseTestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.stdout = io.StringIO()
-        self.stderr = io.StringIO()
-        self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
-        self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
+class InventoryThroughTheSeamTest(CommandTestCase):
 
     def _run(self, conf_text):
         path = os.path.join(self.tmp, 'nova.conf')

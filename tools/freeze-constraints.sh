@@ -12,7 +12,7 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install -q \
     -r "$repo/requirements.txt" -r "$repo/test-requirements.txt" \
     keystone glance neutron python-openstackclient osc-placement PyMySQL cheroot \
-    os-vif os-brick sphinx openstackdocstheme bashate tox deptry \
+    os-vif os-brick sphinx openstackdocstheme bashate tox tox-uv deptry \
     'SQLAlchemy<2.1'   # nova 34's test fixtures fail on 2.1 deprecations
 "$venv/bin/pip" check
 {

@@ -23,7 +23,8 @@
 #                     (tools/sandbox.sh up --hosts 2)
 #
 # Environment: SANDBOX_DIR (default /var/tmp/nova-lxd-accel-sandbox),
-# TEMPEST_CONSTRAINTS (default <repo>/constraints.txt).
+# TEMPEST_CONSTRAINTS (default <repo>/constraints.txt), SANDBOX_UV (uv's
+# path: uv makes the venv instead of venv and pip).
 #
 # Validation is on: tempest boots the sandbox's Debian 12 cloud-init image
 # (tools/sandbox.sh image debian), gives each server a key pair, a
@@ -72,9 +73,16 @@ OPENSTACK=$SANDBOX_DIR/venv/bin/openstack
 
 if [ ! -x "$VENV/bin/tempest" ]; then
     say "installing tempest 47.0.0 and python-tempestconf 3.5.4 in $VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q -c "$TEMPEST_CONSTRAINTS" \
-        tempest==47.0.0 python-tempestconf==3.5.4
+    if [ -n "${SANDBOX_UV:-}" ]; then
+        # uv (tools/run-tests.sh gives its own): from its cache, seconds
+        "$SANDBOX_UV" venv -q --python python3 "$VENV"
+        "$SANDBOX_UV" pip install -q --python "$VENV/bin/python" \
+            -c "$TEMPEST_CONSTRAINTS" tempest==47.0.0 python-tempestconf==3.5.4
+    else
+        python3 -m venv "$VENV"
+        "$VENV/bin/pip" install -q -c "$TEMPEST_CONSTRAINTS" \
+            tempest==47.0.0 python-tempestconf==3.5.4
+    fi
 fi
 
 id_of() {  # id_of image|flavor NAME

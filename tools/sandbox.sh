@@ -4,7 +4,7 @@
 # Usage: tools/sandbox.sh up [--backend lxd|incus] [--hardware NAME|DIR|none]
 #                            [--with-horizon|--without-horizon]
 #        tools/sandbox.sh down|status|clean|bench [N]|horizon-test|image debian
-#        tools/sandbox.sh bench --density N [--wave W]
+#        tools/sandbox.sh bench --density N [--wave W] [--idle S]
 #        tools/sandbox.sh reach on|off
 #
 #   up      install what is missing (Debian: lxd, rabbitmq-server,
@@ -21,7 +21,8 @@
 #   bench --density N   N servers in waves of W (25) on this driver, then on
 #           Nova's fake driver: per wave create -> ACTIVE p50/p95 and where
 #           the time went, idle CPU and RSS at checkpoints, memory per
-#           container, delete p50/p95 (benchmarks/bench_sandbox_density.py).
+#           container, delete p50/p95 (benchmarks/bench_sandbox_density.py);
+#           --idle S: seconds of idle at each checkpoint (30).
 #   bench N boot N servers on this driver and on Nova's fake driver, and N
 #           raw launches; print the ratios.
 #   horizon-test   the browser test against Horizon (up --with-horizon).

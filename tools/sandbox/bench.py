@@ -91,12 +91,14 @@ def stop_fake_compute(layout, env, log):
         _openstack(env, 'compute', 'service', 'delete', service_id)
 
 
-def run(layout, count, say, density_wave=0):
+def run(layout, count, say, density_wave=0, idle=-1):
     """The whole bench; its exit status.
 
     :param density_wave: 0 for the fleet bench (``bench N``); else the
         density bench (``bench --density N --wave W``) in waves of that
         size.
+    :param idle: the density bench's seconds of idle at each checkpoint
+        (-1: the bench's own default)
     """
     env = openstack_env(layout)
     hosts = _openstack(env, 'compute', 'service', 'list', '--service',
@@ -150,7 +152,8 @@ def run(layout, count, say, density_wave=0):
                      '--fake-host', catalogue.FAKE_HOST,
                      '--image', catalogue.IMAGE_NAME,
                      '--fake-image', FAKE_IMAGE,
-                     '--flavor', catalogue.PLAIN_FLAVOR],
+                     '--flavor', catalogue.PLAIN_FLAVOR] +
+                    (['--idle', str(idle)] if idle >= 0 else []),
                     env=fleet_env).returncode
             say('benchmark: %d servers on %s (this driver) and on %s (fake '
                 'driver), and %d raw LXD launches'

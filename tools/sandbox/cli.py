@@ -46,7 +46,7 @@ from . import services
 USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
          'none] [--with-horizon|--without-horizon] [--hosts 1|2]|down|'
          'status|clean|'
-         'bench [N]|bench --density N [--wave W]|horizon-test|'
+         'bench [N]|bench --density N [--wave W] [--idle S]|horizon-test|'
          'image debian|reach on|off')
 
 
@@ -583,11 +583,11 @@ def cmd_clean(sandbox):
     return 0
 
 
-def cmd_bench(sandbox, count, density_wave=0):
+def cmd_bench(sandbox, count, density_wave=0, idle=-1):
     if not sandbox.is_running('nova-compute'):
         sandbox.term.die('the sandbox does not run: run up first')
     return bench.run(sandbox.layout, count, sandbox.term.say,
-                     density_wave=density_wave)
+                     density_wave=density_wave, idle=idle)
 
 
 def cmd_horizon_test(sandbox):
@@ -669,6 +669,7 @@ def parse(argv, script):
     # bench only
     parser.add_argument('--density', type=int, default=0)
     parser.add_argument('--wave', type=int, default=0)
+    parser.add_argument('--idle', type=int, default=-1)
     try:
         args, unknown = parser.parse_known_args(argv)
     except SystemExit:
@@ -676,11 +677,12 @@ def parse(argv, script):
     up_only = (args.backend, args.hardware, args.horizon, args.hosts)
     if unknown or (args.command != 'up' and any(up_only)):
         return None
-    if args.command != 'bench' and (args.density or args.wave):
+    if args.command != 'bench' and (args.density or args.wave or
+                                    args.idle != -1):
         return None
     if args.command == 'bench' and (
-            args.density < 0 or args.wave < 0 or
-            (args.wave and not args.density) or
+            args.density < 0 or args.wave < 0 or args.idle < -1 or
+            ((args.wave or args.idle != -1) and not args.density) or
             (args.density and args.args)):
         return None
     if args.command == 'up' and args.args:
@@ -719,7 +721,7 @@ def main(argv=None):
                     'horizon-test': cmd_horizon_test}[command](sandbox)
         if command == 'bench' and args.density:
             return cmd_bench(sandbox, args.density,
-                             density_wave=args.wave or 25)
+                             density_wave=args.wave or 25, idle=args.idle)
         if command == 'bench' and len(args.args) <= 1:
             try:
                 count = int(args.args[0]) if args.args else 5

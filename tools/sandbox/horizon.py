@@ -27,6 +27,7 @@ import shutil
 import subprocess
 
 from . import catalogue
+from . import install as install_module
 from . import layout as layout_module
 
 VERSION = '27.0.0'
@@ -66,19 +67,18 @@ def install(layout, environ):
         print('Horizon %s already installed' % VERSION)
         return
     if not os.access(_python(layout), os.X_OK):
-        subprocess.run([environ.get('SANDBOX_PYTHON') or 'python3', '-m',
-                        'venv', layout.horizon_venv], check=True)
-    pip = os.path.join(layout.horizon_venv, 'bin', 'pip')
-    subprocess.run([pip, 'install', '-q', '--upgrade', 'pip'], check=True)
+        install_module.make_venv(layout.horizon_venv, environ,
+                                 subprocess.check_call)
+    pip = install_module.installer(layout.horizon_venv, environ)
+    subprocess.run(pip + ['--upgrade', 'pip'], check=True)
     # selenium drives the browser test
-    subprocess.run([pip, 'install', '-q', '-c', constraints,
-                    'horizon==%s' % VERSION, 'cheroot', 'selenium'],
-                   check=True)
+    subprocess.run(pip + ['-c', constraints, 'horizon==%s' % VERSION,
+                          'cheroot', 'selenium'], check=True)
     # the plugin from this checkout, editable: Horizon needs nothing else
     # of it (an operator's Horizon: pip install nova-lxd-accel[dashboard],
     # doc/source/admin/dashboard.rst)
-    subprocess.run([pip, 'install', '-q', '--no-deps', '-e',
-                    layout_module.REPO_DIR], check=True)
+    subprocess.run(pip + ['--no-deps', '-e', layout_module.REPO_DIR],
+                   check=True)
     with open(_stamp_path(layout), 'w') as handle:
         handle.write(want)
 

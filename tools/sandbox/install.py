@@ -16,6 +16,10 @@ Usage: install.py debian BACKEND      the Debian packages that are missing
                                       (apt-get install, waiting for
                                       another apt's lock; SANDBOX_APT=0:
                                       fail instead)
+       install.py packages BACKEND    print every Debian package "up"
+                                      needs, present or not (so that
+                                      tools/run-tests.sh installs them in
+                                      its own apt round)
        install.py venv                the venv (pip -c constraints.txt):
                                       OpenStack once per package list and
                                       constraints, this project again when
@@ -24,8 +28,9 @@ Usage: install.py debian BACKEND      the Debian packages that are missing
 
 Environment: SANDBOX_DIR, SANDBOX_PYTHON (the venv's interpreter, default
 python3), SANDBOX_CONSTRAINTS (default <repo>/constraints.txt),
-SANDBOX_APT, APT_LOCK_WAIT (seconds, default 300). Any Python 3, standard
-library only: it runs before the venv exists.
+SANDBOX_UV (uv's path: uv makes and fills the venvs instead of venv and
+pip, from its cache), SANDBOX_APT, APT_LOCK_WAIT (seconds, default 300).
+Any Python 3, standard library only: it runs before the venv exists.
 """
 
 import hashlib
@@ -74,10 +79,22 @@ PROJECT_TREE = ('nova_lxd_accel', 'nova', 'setup.cfg', 'setup.py',
                 'requirements.txt')
 
 EXIT_PROJECT_CHANGED = 3
+#: this project's distribution name
+PROJECT = 'nova-lxd-accel'
 
 
 def _present(probe, which=shutil.which, exists=os.path.exists):
     return exists(probe) if probe.startswith('/') else bool(which(probe))
+
+
+def debian_packages(backend):
+    """The Debian packages the sandbox needs on BACKEND, in order.
+
+    python3-venv is left out: "up" adds it only where the Python has no
+    venv module.
+    """
+    wanted = ['lxd', 'lxd-client'] if backend == 'lxd' else []
+    return wanted + [package for _probe, package in DEBIAN_PACKAGES]
 
 
 def missing_debian_packages(backend, python, which=shutil.which,
@@ -159,6 +176,33 @@ def install_debian(backend, environ):
             os.remove(policy)
 
 
+def make_venv(path, environ, run=subprocess.check_call):
+    """A venv at PATH, with pip in it (Horizon's and tempest's use it)."""
+    python = environ.get('SANDBOX_PYTHON') or 'python3'
+    uv = environ.get('SANDBOX_UV')
+    if uv:
+        run([uv, 'venv', '-q', '--seed', '--python', python, path])
+    else:
+        run([python, '-m', 'venv', path])
+
+
+def installer(path, environ, *packages):
+    """The command that installs into the venv at PATH.
+
+    uv's pip (SANDBOX_UV) when given, else the venv's own. uv keeps a
+    local directory's build by its setup files' times, so PACKAGES, built
+    from a tree that changes, are always rebuilt.
+    """
+    uv = environ.get('SANDBOX_UV')
+    if uv:
+        rebuild = []
+        for package in packages:
+            rebuild += ['--reinstall-package', package]
+        return [uv, 'pip', 'install', '-q', '--python',
+                os.path.join(path, 'bin', 'python')] + rebuild
+    return [os.path.join(path, 'bin', 'pip'), 'install', '-q']
+
+
 def deps_fingerprint(constraints):
     """What the venv's OpenStack must match: package list, constraints."""
     return layout_module.digest_files(
@@ -194,23 +238,21 @@ def _write(path, text):
 
 def install_venv(layout, environ, run=subprocess.check_call):
     """Create or update the venv; True when this project's build changed."""
-    python = environ.get('SANDBOX_PYTHON') or 'python3'
     constraints = (environ.get('SANDBOX_CONSTRAINTS') or
                    os.path.join(layout_module.REPO_DIR, 'constraints.txt'))
     constraint = ['-c', constraints] if os.path.isfile(constraints) else []
     if not constraint:
         print('WARNING: %s missing: versions float' % constraints)
-    pip = os.path.join(layout.venv, 'bin', 'pip')
+    pip = installer(layout.venv, environ)
     if not os.access(os.path.join(layout.venv, 'bin', 'python'), os.X_OK):
-        run([python, '-m', 'venv', layout.venv])
+        make_venv(layout.venv, environ, run)
         # The project is built without isolation: setuptools needs wheel.
-        run([pip, 'install', '-q'] + constraint +
-            ['--upgrade', 'pip', 'setuptools', 'wheel'])
+        run(pip + constraint + ['--upgrade', 'pip', 'setuptools', 'wheel'])
     deps = deps_fingerprint(constraints)
     deps_marker = os.path.join(layout.venv, '.sandbox-deps')
     project_marker = os.path.join(layout.venv, '.sandbox-project')
     if _read(deps_marker) != deps:
-        run([pip, 'install', '-q'] + constraint + list(PY_PACKAGES))
+        run(pip + constraint + list(PY_PACKAGES))
         _write(deps_marker, deps)
         if os.path.exists(project_marker):
             os.remove(project_marker)
@@ -228,7 +270,7 @@ def install_venv(layout, environ, run=subprocess.check_call):
         env['PBR_VERSION'] = '0.0.1.dev0'
     # pip always rebuilds a directory; its dependencies, already there,
     # stay as they are. Not editable: the tree may move on.
-    run([pip, 'install', '-q'] + constraint +
+    run(installer(layout.venv, environ, PROJECT) + constraint +
         ['--no-build-isolation', layout_module.REPO_DIR], env=env)
     _write(project_marker, project)
     return True
@@ -249,6 +291,9 @@ def main(argv):
     layout = layout_module.Layout.from_environ()
     if len(argv) == 3 and argv[1] == 'debian':
         return install_debian(argv[2], os.environ)
+    if len(argv) == 3 and argv[1] == 'packages':
+        print(' '.join(debian_packages(argv[2])))
+        return 0
     if len(argv) == 2 and argv[1] == 'venv':
         return venv_status(layout, os.environ)
     sys.stderr.write(__doc__.split('\n\n')[1] + '\n')

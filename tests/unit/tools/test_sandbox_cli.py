@@ -206,7 +206,15 @@ class CommandLineTest(testtools.TestCase):
         self.assertEqual((500, 20), (args.density, args.wave))
         self.assertEqual(0, cli.parse(['bench', '--density', '50'],
                                       's').wave)
+        # the idle seconds at checkpoints: the bench's own unless given
+        self.assertEqual(-1, cli.parse(['bench', '--density', '50'],
+                                       's').idle)
+        self.assertEqual(1, cli.parse(['bench', '--density', '2', '--idle',
+                                       '1'], 's').idle)
         for wrong in (['bench', '--wave', '20'],            # no N
+                      ['bench', '--idle', '0'],             # no N
+                      ['bench', '3', '--idle', '0'],        # not density
+                      ['bench', '--density', '5', '--idle', '-2'],
                       ['bench', '--density', '5', '3'],     # two counts
                       ['bench', '--density', 'x'],
                       ['bench', '--density', '-5'],

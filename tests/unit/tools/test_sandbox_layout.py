@@ -751,6 +751,35 @@ class InstallTest(testtools.TestCase):
             'incus', 'python3', which=lambda name: None,
             exists=lambda path: False, has_venv=True))
 
+    def test_every_package_for_one_apt_round(self):
+        # what tools/run-tests.sh installs before "up" looks: the same
+        # packages "up" would find missing on an empty machine, but for
+        # python3-venv (this Python has venv)
+        nothing = install.missing_debian_packages(
+            'lxd', 'python3', which=lambda name: None,
+            exists=lambda path: False, has_venv=True)
+        self.assertEqual(nothing, install.debian_packages('lxd'))
+        self.assertNotIn('lxd', install.debian_packages('incus'))
+
+    def test_venvs_by_pip_or_by_uv(self):
+        calls = []
+        install.make_venv('/v', {}, calls.append)
+        self.assertEqual([['python3', '-m', 'venv', '/v']], calls)
+        self.assertEqual(['/v/bin/pip', 'install', '-q'],
+                         install.installer('/v', {}, 'nova-lxd-accel'))
+        uv = {'SANDBOX_UV': '/t/uv', 'SANDBOX_PYTHON': 'python3.11'}
+        calls = []
+        install.make_venv('/v', uv, calls.append)
+        # seeded: Horizon's venv upgrades its pip
+        self.assertEqual([['/t/uv', 'venv', '-q', '--seed', '--python',
+                           'python3.11', '/v']], calls)
+        # uv keeps a directory's build while its setup files are unchanged:
+        # this project's is rebuilt every time
+        self.assertEqual(['/t/uv', 'pip', 'install', '-q', '--python',
+                          '/v/bin/python', '--reinstall-package',
+                          'nova-lxd-accel'],
+                         install.installer('/v', uv, 'nova-lxd-accel'))
+
     def test_apt_waits_for_another_apt_s_lock(self):
         answers = [(100, 'E: Could not get lock /var/lib/apt/lists/lock'),
                    (100, 'E: Could not get lock /var/lib/apt/lists/lock'),

@@ -240,7 +240,10 @@ def glance(settings):
 def neutron(settings):
     lay = settings.layout
     state = os.path.join(lay.data, 'neutron')
-    agent = ('agent', [('root_helper', root_helper(settings))])
+    # Heartbeats every 5 s, as nova's services here: "up" waits for each
+    # agent's report since its start (Neutron's default is 30 s).
+    agent = ('agent', [('root_helper', root_helper(settings)),
+                       ('report_interval', '5')])
     ovs_for_agents = ('ovs', [('integration_bridge', 'br-int'),
                               ('ovsdb_connection', 'tcp:127.0.0.1:6640')])
     net = catalogue.NETWORK

@@ -126,6 +126,10 @@ def _run(args):
         common.error('doctor', exc)
         return common.EXIT_BAD_INPUT
     now = args.at if args.at is not None else time.time()
+    if args.recorded and not os.path.isdir(args.recorded):
+        common.error('doctor', '%s: no such directory (--recorded takes '
+                     'the directory of a recorded host)' % args.recorded)
+        return common.EXIT_BAD_INPUT
     try:
         if args.recorded:
             view = recorded_view(conf, args.recorded, now)

@@ -66,6 +66,10 @@ def register(subparsers):
                         default=None, help='nova configuration file')
 
 
+#: the lowest value of each size option
+_LOWEST = (('vcpus', 1), ('ram', 1), ('disk', 0), ('count', 1))
+
+
 def _error(message):
     common.error('flavors', message)
 
@@ -116,8 +120,14 @@ class SdkFlavors(object):
         flavor = self._conn.compute.create_flavor(
             name=proposal.name, vcpus=proposal.vcpus, ram=proposal.ram,
             disk=proposal.disk, description=proposal.description)
-        self._conn.compute.create_flavor_extra_specs(
-            flavor, proposal.extra_specs)
+        try:
+            self._conn.compute.create_flavor_extra_specs(
+                flavor, proposal.extra_specs)
+        except Exception:
+            # never left behind without its extra specs: booted, such a
+            # flavor would ask for no GPU at all
+            self._conn.compute.delete_flavor(flavor, ignore_missing=True)
+            raise
         return flavor.id
 
 
@@ -134,6 +144,11 @@ def create(proposals, api):
 
 
 def _run(args):
+    for option, lowest in _LOWEST:
+        if getattr(args, option) < lowest:
+            _error('--%s %d: it must be %d or more' % (
+                option, getattr(args, option), lowest))
+            return common.EXIT_BAD_INPUT
     try:
         conf = common.load_conf(args)
         resources = mig_text = None

@@ -26,6 +26,7 @@ and the released units not yet verified clean. The state is the file under
 import getpass
 import json
 import logging
+import re
 
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.inventory import nvidia_smi
@@ -75,8 +76,24 @@ def register(subparsers):
     sub.set_defaults(action='list')
 
 
+#: a PCI address as LXD and the state file write it, nothing else
+_PCI_ADDRESS = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
+
+
 def _error(message):
     common.error('gpu', message)
+
+
+def _load(store):
+    """The state, or the exit status with its one line said."""
+    try:
+        return store.load(), None
+    except ValueError as exc:
+        _error(exc)
+        return None, common.EXIT_BAD_INPUT
+    except OSError as exc:
+        _error(exc)
+        return None, common.EXIT_ERROR
 
 
 def _run(args):
@@ -91,10 +108,13 @@ def _run(args):
     if args.action == 'forget':
         return _forget(store, conf, args)
     address = nvidia_smi.pci_address(args.address)
-    if not address or address.count(':') != 2:
+    if not address or not _PCI_ADDRESS.match(address):
         _error('%r is not a PCI address (e.g. 0000:3b:00.0)' % args.address)
         return common.EXIT_BAD_INPUT
     by = getpass.getuser()
+    state, status = _load(store)
+    if state is None:
+        return status
     try:
         if args.action == 'hold':
             gate_state.hold(store, address, args.reason, by=by)
@@ -128,11 +148,9 @@ def _live_holders(conf, args):
 
 
 def _forget(store, conf, args):
-    try:
-        state = store.load()
-    except (OSError, ValueError) as exc:
-        _error(exc)
-        return common.EXIT_ERROR
+    state, status = _load(store)
+    if state is None:
+        return status
     entry = state['dirty'].get(args.unit)
     if entry is None:
         _error('%s is not a released unit waiting for verification; "gpu '
@@ -167,11 +185,9 @@ def _forget(store, conf, args):
 
 
 def _list(store, args):
-    try:
-        state = store.load()
-    except (OSError, ValueError) as exc:
-        _error(exc)
-        return common.EXIT_ERROR
+    state, status = _load(store)
+    if state is None:
+        return status
     if args.format == 'json':
         print(json.dumps({'holds': state['holds'], 'dirty': state['dirty']},
                          indent=2, sort_keys=True))

@@ -83,8 +83,8 @@ def register(subparsers):
 def _reading_state(name):
     """Run ``command(args, conf, state)`` with the GPU state file read.
 
-    Exits 2 when the configuration cannot be used, 1 when the state file
-    cannot be read.
+    Exits 2 when the configuration cannot be used or the state file is
+    not one (its content), 1 when it cannot be read.
     """
     def decorate(command):
         @functools.wraps(command)
@@ -96,7 +96,10 @@ def _reading_state(name):
                 return common.EXIT_BAD_INPUT
             try:
                 state = gate_state.StateStore.from_conf(conf).load()
-            except (OSError, ValueError) as exc:
+            except ValueError as exc:
+                common.error(name, exc)
+                return common.EXIT_BAD_INPUT
+            except OSError as exc:
                 common.error(name, exc)
                 return common.EXIT_ERROR
             return command(args, conf, state)

@@ -152,7 +152,12 @@ class StateStore(object):
         return cls(conf.lxd_accelerators.state_dir)
 
     def load(self):
-        """The state (an empty one when there is no file yet)."""
+        """The state (an empty one when there is no file yet).
+
+        :raises ValueError: the file is not JSON, or not a state's shape
+            (nothing reads it as an empty state: that would drop the
+            holds and the units waiting for verification).
+        """
         state = empty_state()
         try:
             with open(self.path, encoding='utf-8') as f:
@@ -161,8 +166,11 @@ class StateStore(object):
             return state
         except ValueError as exc:
             raise ValueError('%s is not valid JSON: %s' % (self.path, exc))
-        if isinstance(data, dict):
-            state.update(data)
+        problem = shape_problem(data)
+        if problem:
+            raise ValueError('%s is not a GPU state file: %s' % (
+                self.path, problem))
+        state.update(data)
         return state
 
     @contextlib.contextmanager
@@ -172,7 +180,12 @@ class StateStore(object):
         Nothing is written when the block raises.
         """
         os.makedirs(self.directory, exist_ok=True)
-        with open(os.path.join(self.directory, LOCK_FILE), 'a') as lock:
+        # O_NOFOLLOW: a link planted as the lock file is refused, never
+        # followed (the commands may run as root).
+        fd = os.open(os.path.join(self.directory, LOCK_FILE),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                     0o644)
+        with os.fdopen(fd, 'a') as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 state = self.load()
@@ -184,22 +197,58 @@ class StateStore(object):
     def _write(self, state):
         state['events'] = state.get('events', [])[-MAX_EVENTS:]
         write_atomic(self.path, json.dumps(state, indent=1, sort_keys=True),
-                     prefix='.gpu-state.')
+                     prefix='.gpu-state.', keep_owner=True)
 
 
-def write_atomic(path, text, prefix, mode=None):
+#: the state's keys whose value maps a name to an object of its own
+_MAPS_OF_OBJECTS = ('holds', 'bound', 'dirty', 'usage', 'released')
+
+
+def shape_problem(data):
+    """What makes ``data`` not a state's shape, or None."""
+    if not isinstance(data, dict):
+        return 'a JSON %s, not an object' % type(data).__name__
+    for key in _MAPS_OF_OBJECTS + ('baseline', 'probe'):
+        if key in data and not isinstance(data[key], dict):
+            return '%r is a JSON %s, not an object' % (
+                key, type(data[key]).__name__)
+    for key in _MAPS_OF_OBJECTS:
+        for name, value in (data.get(key) or {}).items():
+            if not isinstance(value, dict):
+                return '%r of %r is a JSON %s, not an object' % (
+                    name, key, type(value).__name__)
+    for name, usage in (data.get('usage') or {}).items():
+        units = usage.get('units', {})
+        if not isinstance(units, dict) or not all(
+                isinstance(unit, dict) for unit in units.values()):
+            return "the units of %r of 'usage' are not objects" % name
+    if 'events' in data and not isinstance(data['events'], list):
+        return "'events' is not a list"
+    seq = data.get('seq', 0)
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        return "'seq' is not a whole number"
+    return None
+
+
+def write_atomic(path, text, prefix, mode=None, keep_owner=False):
     """Write ``text`` to a temporary file renamed over ``path``.
 
     A reader never sees half a file; nothing is left behind on failure.
 
     :param prefix: of the temporary file's name, in ``path``'s directory.
     :param mode: permission bits for the file, or None (``mkstemp``'s).
+    :param keep_owner: the new file gets the owner, group and mode of the
+        file it replaces (or, for a first file, the directory's owner and
+        group): a command run as root must not leave nova-compute a file
+        it cannot read.
     """
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
     try:
         with os.fdopen(fd, 'w', encoding='utf-8') as f:
             f.write(text)
+            if keep_owner:
+                _take_owner(f.fileno(), path, directory, mode)
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
@@ -207,6 +256,20 @@ def write_atomic(path, text, prefix, mode=None):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _take_owner(fd, path, directory, mode):
+    try:
+        old = os.stat(path, follow_symlinks=False)
+        uid, gid, bits = old.st_uid, old.st_gid, old.st_mode & 0o7777
+    except FileNotFoundError:
+        parent = os.stat(directory)
+        uid, gid, bits = parent.st_uid, parent.st_gid, 0o644
+    if (uid, gid) != (os.geteuid(), os.getegid()):
+        # only root may give a file away; anyone else writes as itself
+        if os.geteuid() == 0:
+            os.fchown(fd, uid, gid)
+    os.fchmod(fd, bits if mode is None else mode)
 
 
 def add_event(state, event, pci, reason, now=None, **extra):

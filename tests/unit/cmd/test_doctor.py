@@ -113,6 +113,14 @@ class TestRecorded(test_gpu.RecordedHost):
             checks = {f['check'] for f in json.loads(out)['findings']}
             self.assertEqual(idle, 'gpu-idle' in checks, at)
 
+    def test_recorded_directory_that_does_not_exist_is_bad_input(self):
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path, 'no')
+        rc, out, err = test_gpu.run('doctor', '--recorded', path)
+        self.assertEqual((2, ''), (rc, out))
+        self.assertEqual(
+            'nova-lxd-accel doctor: error: %s: no such directory (--recorded'
+            ' takes the directory of a recorded host)\n' % path, err)
+
     def test_server_json_that_is_not_json_is_bad_input(self):
         path = self.host('cpu-only-lxd502')
         with open(os.path.join(path, 'server.json'), 'w') as f:

@@ -189,6 +189,15 @@ class TestBadInput(FlavorsTest):
                         err)
         return err
 
+    def test_sizes_below_their_lowest(self):
+        for argv in (('--vcpus', '0'), ('--ram', '-1'), ('--disk', '-5'),
+                     ('--count', '0')):
+            err = self.bad('--resources-file', TWO_A100, *argv)
+            self.assertIn('%s %s: it must be' % argv, err)
+            self.assertEqual(1, err.count('\n'), err)
+        # a root disk of 0 is nova's "the image's size"
+        self.proposals('--resources-file', TWO_A100, '--disk', '0')
+
     def test_missing_resources_file(self):
         path = os.path.join(self.tmp, 'resources.json')
         self.assertIn(path + ': cannot read', self.bad(
@@ -282,6 +291,29 @@ class TestCreate(FlavorsTest):
             '--resources-file', TWO_A100, '--nvidia-smi-list', A100_MIG_L,
             '--query-gpu', A100_QUERY, '--create', '--os-cloud', 'site')
         self.assertEqual('created: none (all exist)', out.splitlines()[-1])
+
+    def test_a_flavor_whose_extra_specs_fail_is_not_left_behind(self):
+        # booted, a flavor without its extra specs would ask for no GPU
+        calls = []
+
+        class Compute(object):
+            def create_flavor(self, **kwargs):
+                calls.append(('create', kwargs['name']))
+                return 'flavor-1'
+
+            def create_flavor_extra_specs(self, flavor, specs):
+                raise RuntimeError('400 Validation failed')
+
+            def delete_flavor(self, flavor, ignore_missing=False):
+                calls.append(('delete', flavor))
+
+        sdk = flavors.SdkFlavors.__new__(flavors.SdkFlavors)
+        sdk._conn = type('Conn', (), {'compute': Compute()})()
+        proposal = flavor_proposals.Proposal(
+            name='g1.a', vcpus=1, ram=512, disk=1, description='d',
+            extra_specs={'resources:PGPU': '1'}, gpus=())
+        self.assertRaises(RuntimeError, sdk.create, proposal)
+        self.assertEqual([('create', 'g1.a'), ('delete', 'flavor-1')], calls)
 
     def test_create_failure_names_the_cloud_and_exits_1(self):
         self.use_api(ComputeApi(fail=RuntimeError('401 Unauthorized')))

@@ -364,9 +364,43 @@ class TestGpuCommand(RecordedHost):
             self.assertIn('pci:0000:00:09.0', json.load(f)['dirty'])
 
     def test_bad_address(self):
-        rc, _, err = run('gpu', 'hold', 'gpu0', '--reason', 'x',
-                         '--state-dir', self.state_dir())
-        self.assertEqual(2, rc)
-        self.assertIn('not a PCI address', err)
+        state = self.state_dir()
+        with open(os.path.join(state, 'gpu-state.json')) as f:
+            before = f.read()
+        # a shell command after the address, a function number out of
+        # range, a bus of three digits: refused, one line, nothing written
+        for address in ('gpu0', '0000:3b:00.0;rm -rf /', '0000:3b:00.8',
+                        '0000:3b:000.0', '0000:3b:00.0 0000:3c:00.0'):
+            for action in ('hold', 'release'):
+                rc, out, err = run('gpu', action, address, '--reason', 'x',
+                                   '--state-dir', state)
+                self.assertEqual(2, rc, address)
+                self.assertIn('not a PCI address', err)
+                self.assertEqual(1, len(err.strip().splitlines()), err)
+                self.assertEqual('', out)
+        with open(os.path.join(state, 'gpu-state.json')) as f:
+            self.assertEqual(before, f.read())
+        # nvidia-smi's form of an address is still taken
+        self.assertEqual(0, run('gpu', 'hold', '00000000:00:09.0',
+                                '--reason', 'fan', '--state-dir', state)[0])
+
+    def test_a_state_file_of_another_shape_is_bad_input_everywhere(self):
+        state = self.state_dir()
+        path = os.path.join(state, 'gpu-state.json')
+        for text in ('[]', '{"holds": []}', '{"usage": {"i": {"units": []}}}',
+                     '{"dirty": {"pci:0000:00:09.0": 1}}'):
+            with open(path, 'w') as f:
+                f.write(text)
+            for argv in (('gpu', 'list'),
+                         ('gpu', 'hold', '0000:00:09.0', '--reason', 'x'),
+                         ('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                          'x'),
+                         ('usage',), ('idle',), ('metrics',)):
+                rc, out, err = run(*(argv + ('--state-dir', state)))
+                self.assertEqual((2, ''), (rc, out), (argv, text, err))
+                self.assertIn('is not a GPU state file', err)
+                self.assertEqual(1, len(err.strip().splitlines()), err)
+            with open(path) as f:
+                self.assertEqual(text, f.read())
 
     state_dir = TestUsageIdleMetrics.state_dir

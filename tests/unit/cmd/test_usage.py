@@ -158,11 +158,12 @@ class TestUsage(CommandTest):
         self.assertEqual(0, rc)
         self.assertEqual(usage.usage_rows(STATE), json.loads(out))
 
-    def test_state_file_that_is_not_json_exits_1_naming_it(self):
+    def test_state_file_that_is_not_json_exits_2_naming_it(self):
+        # its content is bad input, as a wrong shape is (test_gpu)
         state = self.state_dir(text='{"usage": ')
         for command in ('usage', 'idle', 'metrics'):
             rc, out, err = test_gpu.run(command, '--state-dir', state)
-            self.assertEqual((1, ''), (rc, out), command)
+            self.assertEqual((2, ''), (rc, out), command)
             self.assertIn('nova-lxd-accel %s: error: ' % command, err)
             self.assertIn(os.path.join(state, 'gpu-state.json') +
                           ' is not valid JSON', err)

@@ -65,9 +65,20 @@ class TestLoad(StoreTestCase):
         error = self.assertRaises(ValueError, self.store.load)
         self.assertIn('%s is not valid JSON' % self.store.path, str(error))
 
-    def test_json_that_is_not_an_object_is_ignored(self):
-        self.write('[1, 2]')
-        self.assertEqual(gate_state.empty_state(), self.store.load())
+    def test_json_of_another_shape_is_refused_not_read_as_empty(self):
+        # read as an empty state, the operator's holds and the units
+        # waiting for verification would be gone
+        for text, problem in (
+                ('[1, 2]', 'a JSON list, not an object'),
+                ('{"holds": []}', "'holds' is a JSON list, not an object"),
+                ('{"dirty": {"pci:0000:00:09.0": "x"}}',
+                 "'pci:0000:00:09.0' of 'dirty' is a JSON str"),
+                ('{"events": {}}', "'events' is not a list"),
+                ('{"seq": "7"}', "'seq' is not a whole number")):
+            self.write(text)
+            error = self.assertRaises(ValueError, self.store.load)
+            self.assertIn('%s is not a GPU state file: %s'
+                          % (self.store.path, problem), str(error))
 
     def test_from_conf_uses_the_state_dir(self):
         conf = gpu_hosts.make_conf(state_dir=self.dir)
@@ -95,6 +106,50 @@ class TestUpdate(StoreTestCase):
         self.assertEqual(gate_state.MAX_EVENTS, len(events))
         self.assertEqual(('r5', 'r%d' % (gate_state.MAX_EVENTS + 4)),
                          (events[0]['reason'], events[-1]['reason']))
+
+    def test_a_lock_file_that_is_a_link_is_refused(self):
+        # the commands run as root: a planted link is never followed
+        os.makedirs(self.store.directory)
+        target = os.path.join(self.dir, 'elsewhere')
+        os.symlink(target, os.path.join(self.store.directory,
+                                        gate_state.LOCK_FILE))
+        self.assertRaises(OSError, gate_state.hold, self.store, GPU, 'x')
+        self.assertFalse(os.path.exists(target))
+        self.assertFalse(os.path.exists(self.store.path))
+
+    def test_a_rewrite_keeps_the_file_s_owner_and_mode(self):
+        gate_state.hold(self.store, GPU, 'fan', now=1)
+        os.chmod(self.store.path, 0o640)
+        calls = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'os.fchown', lambda fd, uid, gid: calls.append((uid, gid))))
+        # as root, a file nova-compute owns is given back to it
+        self.useFixture(fixtures.MonkeyPatch('os.geteuid', lambda: 0))
+        self.useFixture(fixtures.MonkeyPatch('os.getegid', lambda: 0))
+        real_stat = os.stat
+
+        def owned_by_nova(path, *args, **kwargs):
+            result = real_stat(path, *args, **kwargs)
+            if path == self.store.path:
+                return os.stat_result((result.st_mode, result.st_ino,
+                                       result.st_dev, result.st_nlink, 64060,
+                                       64061) + tuple(result)[6:])
+            return result
+        self.useFixture(fixtures.MonkeyPatch('os.stat', owned_by_nova))
+        gate_state.release(self.store, GPU, 'fixed', now=2)
+        self.assertEqual([(64060, 64061)], calls)
+        self.assertEqual(0o640,
+                         stat.S_IMODE(real_stat(self.store.path).st_mode))
+
+    def test_a_first_file_takes_the_directory_s_owner(self):
+        os.makedirs(self.store.directory)
+        os.chmod(self.store.directory, 0o750)
+        gate_state.hold(self.store, GPU, 'fan', now=1)
+        # not mkstemp's 0600: nova-compute and the exporters read it
+        self.assertEqual(0o644,
+                         stat.S_IMODE(os.stat(self.store.path).st_mode))
+        self.assertEqual(os.stat(self.store.directory).st_uid,
+                         os.stat(self.store.path).st_uid)
 
     def test_writes_leave_no_temporary_file(self):
         gate_state.hold(self.store, GPU, 'fan', now=1)

@@ -165,11 +165,14 @@ Possible values:
 * lower-case letters, digits and ``-``, starting with a letter
 """),
     cfg.IntOpt('default_process_limit',
-               default=0,
+               default=8192,
                min=0,
                help="""
-Default ``limits.processes`` of a container (0: no limit). A flavor sets its
-own with the ``lxd:processes`` extra spec.
+Default ``limits.processes`` of a container: the most tasks (processes and
+threads) it may run at once, so that one fork bomb cannot take every
+process id of the host. A flavor sets its own with the ``lxd:processes``
+extra spec, higher or lower. 0: no limit (before this driver's 2026.11
+release the default).
 """),
     cfg.BoolOpt('allow_privileged_containers',
                 default=False,

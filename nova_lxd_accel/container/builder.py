@@ -60,7 +60,7 @@ class HostPolicy(object):
     storage_pool: str = 'default'
     allow_privileged: bool = False
     allow_nesting: bool = False
-    default_process_limit: int = 0
+    default_process_limit: int = 8192
     # LXD has the ``cloud_init`` extension (user data no longer goes into
     # config keys: see cloud_init_seed).
     cloud_init_keys: bool = True

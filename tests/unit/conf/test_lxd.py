@@ -55,7 +55,8 @@ class LXDOptionsTest(testtools.TestCase):
         self.assertEqual('refuse', group.unsafe_profile_content)
         self.assertFalse(group.allow_privileged_containers)
         self.assertFalse(group.allow_nesting)
-        self.assertEqual(0, group.default_process_limit)
+        # a fork bomb stops at its own limit (0 turns it off)
+        self.assertEqual(8192, group.default_process_limit)
 
     def test_lifecycle_events_are_watched_by_default(self):
         group = self.load()

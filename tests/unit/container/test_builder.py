@@ -68,6 +68,7 @@ class BuildContainerTest(testtools.TestCase):
             'user.nova_lxd_accel.host': 'cmp1',
             'limits.cpu': '2',
             'limits.memory': '2048MiB',
+            'limits.processes': '8192',
             'security.privileged': 'false',
             'security.nesting': 'false',
             'boot.autostart': 'false',
@@ -91,8 +92,19 @@ class BuildContainerTest(testtools.TestCase):
             'config']['limits.processes'])
         self.assertEqual('500', _build(_instance(), policy=policy)[
             'config']['limits.processes'])
+        # a flavor may also raise it above the default
+        self.assertEqual('20000', _build(_instance(_flavor(extra_specs={
+            'lxd:processes': '20000'})), policy=policy)['config'][
+            'limits.processes'])
+        # no limit only when the operator sets 0
+        unlimited = builder.HostPolicy(host='cmp1', default_process_limit=0)
         self.assertNotIn('limits.processes',
-                         _build(_instance())['config'])
+                         _build(_instance(), policy=unlimited)['config'])
+
+    def test_a_fork_bomb_meets_a_limit_by_default(self):
+        # [lxd] default_process_limit's default reaches every container
+        self.assertEqual('8192', _build(_instance())['config'][
+            'limits.processes'])
 
     def test_privileged_needs_operator_consent(self):
         flavor = _flavor(extra_specs={'lxd:privileged': 'true'})

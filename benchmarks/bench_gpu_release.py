@@ -508,10 +508,11 @@ class Leftover(object):
 
     def check(self, apps_text, query_text):
         """Raise unless the project's parsers read the leftover back."""
+        from nova_lxd_accel.accel.inventory import compute_apps
         from nova_lxd_accel.accel.inventory import nvidia_smi
 
         pci = _pci(self.unit['pci'])
-        pids = [a.pid for a in nvidia_smi.parse_compute_apps(
+        pids = [a.pid for a in compute_apps.parse(
             apps_text).get(pci, ())]
         if self.pid not in pids:
             raise RuntimeError('compute-apps.csv: the leftover is not read '

@@ -31,6 +31,7 @@ import time
 
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.inventory import compute_apps
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel import diagnosis
@@ -70,7 +71,7 @@ def recorded_view(conf, directory, now):
     else:
         snapshot = probe.Snapshot(
             now, True, nvidia_smi.parse_query_gpu(query),
-            nvidia_smi.parse_compute_apps(apps) if apps else {})
+            compute_apps.parse(apps) if apps else {})
     state_dir = os.path.join(directory, 'state')
     return diagnosis.HostView(
         conf=conf, root=os.path.join(directory, 'root'),

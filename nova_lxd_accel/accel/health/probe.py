@@ -47,6 +47,7 @@ import typing
 
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel.inventory import compute_apps
 from nova_lxd_accel.accel.inventory import nvidia_smi
 
 LOG = logging.getLogger(__name__)
@@ -61,8 +62,11 @@ FIELDS = ('index', 'pci.bus_id', 'uuid', 'name', 'memory.total',
           'mig.mode.current', 'power.draw', 'power.limit',
           'remapped_rows.pending', 'remapped_rows.failure')
 OPTIONAL_FIELDS = ('remapped_rows.pending', 'remapped_rows.failure')
-APP_FIELDS = ('gpu_bus_id', 'gpu_uuid', 'pid', 'process_name',
-              'used_gpu_memory')
+#: no ``process_name``: a tenant chooses it, and nvidia-smi prints it
+#: unquoted (a comma or a line break in it would move or make up rows).
+#: The probe reads a process's name from the kernel instead
+#: (:func:`host_process`).
+APP_FIELDS = ('gpu_bus_id', 'gpu_uuid', 'pid', 'used_gpu_memory')
 
 #: :attr:`Snapshot.error` when the nvidia-smi binary does not exist
 NO_NVIDIA_SMI = 'no nvidia-smi: no GPU'
@@ -232,6 +236,45 @@ def _boot_id():
         return None
 
 
+_PAYLOAD = re.compile(r'lxc\.payload\.([^/\s]+)')
+
+
+def container_of_process(pid, proc='/proc'):
+    """The LXD or Incus container a host process runs in.
+
+    Read from ``/proc/<pid>/cgroup``: both daemons put a container's
+    processes under ``lxc.payload.<name>`` (``<project>_<name>`` outside
+    the default project).
+
+    :returns: the container's name (with its project prefix, if any);
+        '' for a process of the host itself; None when it cannot be told
+        (no such process, no permission).
+    """
+    try:
+        with open(os.path.join(proc, str(int(pid)), 'cgroup'),
+                  encoding='utf-8') as f:
+            text = f.read(65536)
+    except (OSError, ValueError):
+        return None
+    match = _PAYLOAD.search(text)
+    return match.group(1) if match else ''
+
+
+def host_process(pid, proc='/proc'):
+    """(name, in a container) of a host process, each None if unknown.
+
+    The name is the kernel's ``comm`` (15 characters at most).
+    """
+    try:
+        with open(os.path.join(proc, str(int(pid)), 'comm'), 'rb') as f:
+            name = compute_apps.printable(
+                f.read(64).decode('utf-8', 'replace').strip())
+    except (OSError, ValueError):
+        name = None
+    container = container_of_process(pid, proc)
+    return name, None if container is None else bool(container)
+
+
 class HostProbe(object):
     """Runs nvidia-smi and returns a :class:`Snapshot`.
 
@@ -244,7 +287,8 @@ class HostProbe(object):
 
     def __init__(self, path='nvidia-smi', timeout=10, clock=time.time,
                  kernel_log=None, uptime=_uptime, boot_id=_boot_id,
-                 conf=None, monotonic=time.monotonic):
+                 conf=None, monotonic=time.monotonic, proc='/proc'):
+        self._proc = proc
         self._fixed_path = path
         self._monotonic = monotonic
         self._fixed_timeout = timeout
@@ -255,6 +299,13 @@ class HostProbe(object):
         self._uptime = uptime
         self._boot_id = boot_id
         self._kernel_log_error = None
+
+    def _host_process(self, app):
+        """``app`` with what the kernel says of its host process."""
+        name, in_container = host_process(app.pid, self._proc)
+        return dataclasses.replace(
+            app, name=app.name or name or '?',
+            in_container=in_container)
 
     @classmethod
     def from_conf(cls, conf):
@@ -418,10 +469,13 @@ class HostProbe(object):
                         {'path': self._path, 'error': message})
             return Snapshot(now, False, gpus, {}, message)
         try:
-            apps = nvidia_smi.parse_compute_apps(out)
+            apps = compute_apps.parse(out)
         except ValueError as exc:
             LOG.warning('%(path)s --query-compute-apps printed something '
-                        'else than CSV (%(error)s)',
-                        {'path': self._path, 'error': exc})
+                        'else than process rows (%(error)s): the probe is '
+                        'incomplete, no released unit is verified clean '
+                        'on it', {'path': self._path, 'error': exc})
             return Snapshot(now, False, gpus, {}, 'unexpected output')
-        return Snapshot(now, True, gpus, apps)
+        return Snapshot(now, True, gpus, {
+            pci: tuple(self._host_process(app) for app in found)
+            for pci, found in apps.items()})

@@ -33,13 +33,12 @@ against the baseline and the tolerance, so a leftover that only takes
 its name is still caught by the memory it holds.
 """
 
-import os
-import re
 
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
@@ -102,28 +101,8 @@ def mig_place(unit, known, snapshot):
             'mig_profile': mig.profile}
 
 
-_PAYLOAD = re.compile(r'lxc\.payload\.([^/\s]+)')
-
-
-def container_of_process(pid, proc='/proc'):
-    """The LXD or Incus container a host process runs in.
-
-    Read from ``/proc/<pid>/cgroup``: both daemons put a container's
-    processes under ``lxc.payload.<name>`` (``<project>_<name>`` outside
-    the default project).
-
-    :returns: the container's name (with its project prefix, if any);
-        '' for a process of the host itself; None when it cannot be told
-        (no such process, no permission).
-    """
-    try:
-        with open(os.path.join(proc, str(int(pid)), 'cgroup'),
-                  encoding='utf-8') as f:
-            text = f.read()
-    except (OSError, ValueError):
-        return None
-    match = _PAYLOAD.search(text)
-    return match.group(1) if match else ''
+#: the container of a host process (kept here: the gate's default)
+container_of_process = probe.container_of_process
 
 
 def _owned_by(container, owners):

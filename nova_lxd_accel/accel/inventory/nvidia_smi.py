@@ -21,8 +21,8 @@ inventory's :func:`run_list` go through it); the parsers are pure:
   Newer drivers pad the columns (``MIG 1g.10gb     Device  0:``). Lines
   that are neither a GPU nor a MIG line (prompts, blank lines, indentation
   of pasted output) are ignored;
-* ``nvidia-smi --query-gpu=... --format=csv`` (:func:`parse_query_gpu`)
-  and ``--query-compute-apps=...`` (:func:`parse_compute_apps`): driven by
+* ``nvidia-smi --query-gpu=... --format=csv`` (:func:`parse_query_gpu`;
+  ``--query-compute-apps`` is :mod:`.compute_apps`'): driven by
   the header line, so the output of any field list (recorded captures with
   two hundred columns, or the probe's) parses the same way; units
   (``81559 MiB``, ``100 %``, ``78.34 W``) and ``[N/A]`` are understood;
@@ -71,6 +71,8 @@ _NUMBER = re.compile(r'^\s*(-?\d+(?:\.\d+)?)')
 #: keeps running after the last one leaves. nvidia-smi lists it as a
 #: compute process of the GPU; it is never a tenant's.
 MPS_SERVER = 'nvidia-cuda-mps-server'
+#: the kernel keeps this many characters of a process's name (``comm``)
+COMM_LENGTH = 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,11 +178,21 @@ class ComputeApp:
     name: str
     used_memory_mib: typing.Optional[int]
     gpu_uuid: typing.Optional[str] = None
+    #: whether the process runs in a container (None: not known). A
+    #: tenant may give its own process any name; only a host process
+    #: is the operator's MPS server.
+    in_container: typing.Optional[bool] = None
 
     @property
     def is_mps_server(self):
-        """Whether this is the GPU's MPS server (:data:`MPS_SERVER`)."""
-        return os.path.basename((self.name or '').strip()) == MPS_SERVER
+        """Whether this is the GPU's MPS server (:data:`MPS_SERVER`).
+
+        By name (as nvidia-smi or the kernel's ``comm``, 15 characters,
+        gives it) and only outside every container.
+        """
+        name = os.path.basename((self.name or '').strip())
+        return self.in_container is not True and (
+            name == MPS_SERVER or name == MPS_SERVER[:COMM_LENGTH])
 
 
 def tenant_apps(apps):
@@ -330,28 +342,6 @@ def parse_query_gpu(text):
     return gpus
 
 
-def parse_compute_apps(text):
-    """Parse ``nvidia-smi --query-compute-apps=... --format=csv``.
-
-    :returns: dict GPU PCI address -> tuple of :class:`ComputeApp`.
-    :raises ValueError: when the text is not such an output at all.
-    """
-    rows, _ = _csv_rows(text, required='pid')
-    apps = {}
-    for row in rows:
-        pci = pci_address(row.get('gpu_bus_id', ''))
-        pid = _int(row.get('pid'))
-        if not pci or pid is None:
-            continue
-        memory = row.get('used_gpu_memory', row.get('used_memory'))
-        apps.setdefault(pci, []).append(ComputeApp(
-            pci_address=pci, pid=pid,
-            name=_plain(row.get('process_name')),
-            used_memory_mib=_int(memory),
-            gpu_uuid=_plain(row.get('gpu_uuid')) or None))
-    return {pci: tuple(a) for pci, a in apps.items()}
-
-
 def _q_tree(lines):
     """Indented ``Key : Value`` lines -> nested (key, value, kids)."""
     root = []
@@ -419,7 +409,7 @@ def parse_query(text):
     the ``Processes`` list.
 
     :returns: ``(gpus, apps)`` as :func:`parse_query_gpu` and
-        :func:`parse_compute_apps` return them.
+        :func:`.compute_apps.parse` return them.
     """
     others = []
     blocks = _gpu_blocks(text, others)

@@ -101,22 +101,6 @@ class TestParseQueryGpu(testtools.TestCase):
         self.assertEqual('0000:3b:00.0', nvidia_smi.pci_address('3B:00.0'))
 
 
-class TestParseComputeApps(testtools.TestCase):
-
-    def test_recorded_load(self):
-        apps = nvidia_smi.parse_compute_apps(gpu_hosts.load_text(
-            'nvsmi-h100-80gb-load-compute-apps.csv'))
-        self.assertEqual([(11327, '/root/tools/memhog', 2566),
-                          (11328, '/root/tools/memhog', 1542),
-                          (11345, './gpu_burn', 15690)],
-                         [(a.pid, a.name, a.used_memory_mib)
-                          for a in apps[H100]])
-
-    def test_recorded_idle_has_header_only(self):
-        self.assertEqual({}, nvidia_smi.parse_compute_apps(gpu_hosts.load_text(
-            'nvsmi-h100-80gb-idle-compute-apps.csv')))
-
-
 class TestParseQuery(testtools.TestCase):
 
     def test_recorded_idle_and_load(self):
@@ -171,6 +155,58 @@ class TestHostProbe(testtools.TestCase):
         self.assertEqual(
             ['fallen off the bus (nvidia-smi no longer lists it)'],
             snap.problems('0000:07:00.0'))
+
+    def test_the_probe_never_asks_for_a_tenant_s_text(self):
+        # the process name is the tenant's and printed unquoted: the probe
+        # asks only for columns of a fixed form (compute_apps explains)
+        self.assertNotIn('process_name', probe.APP_FIELDS)
+        self.assertEqual({'gpu_bus_id', 'pid'},
+                         {'gpu_bus_id', 'pid'} & set(probe.APP_FIELDS))
+
+    def test_names_and_containers_come_from_the_kernel(self):
+        proc = os.path.join(self.dir, 'proc')
+        for pid, comm, cgroup in (
+                (11327, 'memhog\n', '0::/lxc.payload.nova-a/init.scope\n'),
+                (11328, 'nvidia-cuda-mps\n', '0::/system.slice/mps\n'),
+                (11345, 'nvidia-cuda-mps\n',
+                 '0::/lxc.payload.p1_nova-b/x\n')):
+            os.makedirs(os.path.join(proc, str(pid)))
+            for name, text in (('comm', comm), ('cgroup', cgroup)):
+                with open(os.path.join(proc, str(pid), name), 'w') as f:
+                    f.write(text)
+        answer = os.path.join(self.dir, 'apps.csv')
+        with open(answer, 'w') as f:
+            f.write('gpu_bus_id, gpu_uuid, pid, used_gpu_memory [MiB]\n' +
+                    ''.join('00000000:00:09.0, GPU-1, %d, 100 MiB\n' % pid
+                            for pid in (11327, 11328, 11345, 11399)))
+        path = fake_smi(self.dir, {
+            '--query-gpu': gpu_hosts.sample_path(
+                'nvsmi-h100-80gb-load-query-gpu.csv'),
+            '--query-compute-apps': answer})
+        snap = probe.HostProbe(path, proc=proc).snapshot()
+        self.assertTrue(snap.available)
+        self.assertEqual(
+            [(11327, 'memhog', True), (11328, 'nvidia-cuda-mps', False),
+             (11345, 'nvidia-cuda-mps', True), (11399, '?', None)],
+            [(a.pid, a.name, a.in_container) for a in snap.apps[H100]])
+        # the host's MPS server is not a tenant; a container's process
+        # named after it is
+        self.assertEqual([11328], [a.pid for a in snap.mps_servers_on(H100)])
+        self.assertEqual([11327, 11345, 11399],
+                         [a.pid for a in snap.apps_on(H100)])
+
+    def test_an_answer_with_a_made_up_line_is_incomplete(self):
+        answer = os.path.join(self.dir, 'apps.csv')
+        with open(answer, 'w') as f:
+            f.write('gpu_bus_id, gpu_uuid, pid, used_gpu_memory [MiB]\n'
+                    '00000000:00:09.0, GPU-1, 42, 100 MiB\nhalf a name\n')
+        path = fake_smi(self.dir, {
+            '--query-gpu': gpu_hosts.sample_path(
+                'nvsmi-h100-80gb-load-query-gpu.csv'),
+            '--query-compute-apps': answer})
+        snap = probe.HostProbe(path).snapshot()
+        self.assertFalse(snap.available)
+        self.assertEqual('unexpected output', snap.error)
 
     def test_no_nvidia_smi_means_no_gpu(self):
         snap = probe.HostProbe(

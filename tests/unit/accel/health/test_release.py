@@ -23,6 +23,7 @@ import testtools
 
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import release
+from nova_lxd_accel.accel.inventory import compute_apps
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
 from tests.fixtures import gpu_hosts
@@ -41,7 +42,7 @@ IDLE = ('nvsmi-h100-80gb-idle-query-gpu.csv',
 class TestParse(testtools.TestCase):
 
     def test_mps_server_is_known(self):
-        apps = nvidia_smi.parse_compute_apps(
+        apps = compute_apps.parse(
             gpu_hosts.load_text(WITH_CLIENT[1]))
         self.assertEqual(
             [(11402, 'nvidia-cuda-mps-server', 30, True),

@@ -212,6 +212,12 @@ class DaemonUnreachable(LXDUnreachable):
                'endpoint in nova.conf points at it.')
 
 
+class InstanceFileTooLarge(LXDAccelException):
+    msg_fmt = ('%(path)s in instance %(name)s is larger than %(limit)s '
+               'bytes, more than nova-compute reads of a file the image '
+               'or the tenant wrote: %(why)s')
+
+
 class SpawnInterrupted(LXDAccelException):
     msg_fmt = ('nova-compute on %(host)s stopped (killed or restarted) '
                'while it was building this instance; at its restart it '

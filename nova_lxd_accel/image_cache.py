@@ -42,6 +42,7 @@ import shutil
 import struct
 import tarfile
 import tempfile
+import threading
 import time
 
 from nova.compute import task_states
@@ -139,6 +140,39 @@ def compression_of(head):
     return ''
 
 
+#: what listing a tenant's tarball may take: CPU seconds and address
+#: space of tar (its decompressor runs as its child and inherits them)
+TAR_LIMITS = processutils.ProcessLimits(cpu_time=120,
+                                        address_space=1024 ** 3)
+#: wall-clock seconds for the listing
+TAR_TIMEOUT = 300
+
+
+class _Deadline(object):
+    """Kills a child process still running after ``seconds``.
+
+    A timer of its own, rather than processutils' timeout, whose
+    exception is eventlet's or the standard library's as patching has it.
+    """
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.expired = False
+        self._timer = None
+
+    def start(self, process):
+        def kill():
+            self.expired = True
+            process.kill()
+        self._timer = threading.Timer(self.seconds, kill)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def stop(self, process):
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 def _tar_members(path, image_id, compression):
     """The names of every member, reading the tarball to its very end.
 
@@ -151,11 +185,22 @@ def _tar_members(path, image_id, compression):
         raise exception.ImageToolMissing(
             image_id=image_id, tool=tool, compression=compression,
             package=_PACKAGES.get(tool, tool))
+    watch = _Deadline(TAR_TIMEOUT)
     try:
+        # A tenant's file: bounded like nova's qemu-img info of one (a
+        # decompression bomb or a tar that never ends must not hold
+        # nova-compute).
         out, _err = processutils.execute(
             'tar', *_TAR_FLAGS[compression], '-tf', path,
-            env_variables=dict(os.environ, LC_ALL='C'))
+            env_variables=dict(os.environ, LC_ALL='C'),
+            prlimit=TAR_LIMITS, on_execute=watch.start,
+            on_completion=watch.stop)
     except processutils.ProcessExecutionError as exc:
+        if watch.expired:
+            raise nova_exception.ImageUnacceptable(
+                image_id=image_id,
+                reason='listing the tarball took more than %d seconds'
+                       % TAR_TIMEOUT)
         reason = (exc.stderr or exc.description or '').strip()
         raise nova_exception.ImageUnacceptable(
             image_id=image_id,

@@ -533,18 +533,34 @@ class LXDClient(events.EventsClient, images.ImageClient):
 
     # -- files of a stopped instance (accel.binding.mps_environment)
 
-    def pull_file(self, name, path):
+    def pull_file(self, name, path, limit, why):
         """The contents (bytes) of file ``path`` in the instance, or None.
 
-        None when the instance has no such file.
+        None when the instance has no such file. At most ``limit`` bytes
+        are read: the file is the image's or the tenant's (a sparse file
+        of any size costs them nothing).
+
+        :param why: what the file is read for, for the error.
+        :raises InstanceFileTooLarge: when it holds more.
         """
+        target = '%s in instance %s' % (path, name)
         try:
-            response = self._call('read', '%s in instance %s' % (path, name),
+            response = self._call('read', target,
                                   self.api.instances[name].files.get,
-                                  params={'path': path}, is_api=False)
+                                  params={'path': path}, is_api=False,
+                                  stream=True)
         except exception.LXDObjectNotFound:
             return None
-        return response.content
+        try:
+            data = b''
+            for chunk in response.iter_content(chunk_size=65536):
+                data += chunk
+                if len(data) > limit:
+                    raise exception.InstanceFileTooLarge(
+                        path=path, name=name, limit=limit, why=why)
+            return data
+        finally:
+            response.close()
 
     def delete_file(self, name, path):
         """Remove file ``path`` from the instance.

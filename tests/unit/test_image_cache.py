@@ -95,6 +95,38 @@ class SniffTest(testtools.TestCase):
                                   image_cache.sniff_image, path, 'img')
         self.assertIn('unreadable tarball', str(error))
 
+    def test_listing_a_tarball_is_bounded(self):
+        # a tenant's file: tar runs under prlimit and a timeout, as nova's
+        # qemu-img info of an image does
+        limits = image_cache.TAR_LIMITS
+        self.assertEqual((120, 1024 ** 3),
+                         (limits.cpu_time, limits.address_space))
+        path = self.path('plain.tar')
+        _tarball(path, [('rootfs', None)], 'w')
+        bin_dir = self.path('bin')
+        os.mkdir(bin_dir)
+        marker = self.path('tar-ran')
+        with open(os.path.join(bin_dir, 'tar'), 'w') as handle:
+            # a tar that never ends, noting its pid and its limits
+            handle.write('#!/bin/sh\necho $$ > %(m)s\nulimit -t >> %(m)s\n'
+                         'ulimit -v >> %(m)s\nexec sleep 600\n'
+                         % {'m': marker})
+        os.chmod(os.path.join(bin_dir, 'tar'), 0o755)
+        self.useFixture(fixtures.EnvironmentVariable(
+            'PATH', bin_dir + ':' + os.environ['PATH']))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.image_cache.TAR_TIMEOUT', 1))
+        error = self.assertRaises(nova_exception.ImageUnacceptable,
+                                  image_cache.sniff_image, path, 'img')
+        self.assertIn('listing the tarball took more than 1 seconds',
+                      str(error))
+        with open(marker) as handle:
+            pid, cpu, memory = handle.read().split()
+        self.assertEqual(('120', str(1024 ** 2)), (cpu, memory))
+        # nothing left running
+        self.assertFalse(os.path.exists('/proc/%s' % pid) and
+                         'sleep' in open('/proc/%s/cmdline' % pid).read())
+
     def test_every_compression_lxd_accepts(self):
         for tool, fmt in (('gzip', []), ('bzip2', []), ('xz', []),
                           ('xz', ['--format=lzma']), ('zstd', [])):

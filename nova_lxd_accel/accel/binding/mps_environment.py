@@ -56,6 +56,8 @@ VARIABLES = ('CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT',
 QUOTA_SPECS = ('lxd:gpu_memory_mb', 'lxd:gpu_compute_percent')
 
 ENVIRONMENT_FILE = '/etc/environment'
+#: the most bytes of it read (a few lines of variables in any image)
+ENVIRONMENT_LIMIT = 64 * 1024
 SYSTEM_DROPIN = '/etc/systemd/system.conf.d/nvidia-mps.conf'
 USER_DROPIN = '/etc/systemd/user.conf.d/nvidia-mps.conf'
 DROPINS = (SYSTEM_DROPIN, USER_DROPIN)
@@ -188,7 +190,10 @@ def apply(client, name, variables, instance=None, clear=False):
     """
     if not variables and not clear:
         return
-    current = client.pull_file(name, ENVIRONMENT_FILE)
+    current = client.pull_file(
+        name, ENVIRONMENT_FILE, ENVIRONMENT_LIMIT,
+        'the MPS limits cannot be added to it; use an image whose '
+        '/etc/environment is a few lines')
     current = (current or b'').decode('utf-8', 'replace')
     for path, text in files(variables, current).items():
         if text is None:

@@ -22,6 +22,7 @@ exception. Transport failures (refused, timed out) are not daemon answers;
 they are raised by ``requests-mock`` itself.
 """
 
+import io
 import json
 import re
 from urllib import parse
@@ -203,6 +204,39 @@ class ContractSteps(object):
         self.assertEqual(b'contract\n', started['pulled'])
         self.assertIsNone(started['absent'])
         self.assertEqual((True, False), started['deleted'])
+
+    def test_a_file_larger_than_asked_is_not_read_whole(self):
+        # the image's or the tenant's file: a sparse one of any size costs
+        # them nothing, reading it whole could exhaust nova-compute
+        client = self._client()
+        served = []
+
+        class Sparse(io.RawIOBase):
+            """64 MiB of variables, counted as they are read."""
+
+            def readable(self):
+                return True
+
+            def readinto(self, buffer):
+                if sum(served) >= 64 * 1024 * 1024:
+                    return 0
+                buffer[:] = b'A' * len(buffer)
+                served.append(len(buffer))
+                return len(buffer)
+        self.mock.get(re.compile('/files'), body=Sparse())
+        exc = self.assertRaises(exception.InstanceFileTooLarge,
+                                client.pull_file, 'nova-x',
+                                '/etc/environment', 64 * 1024, 'why not')
+        self.assertEqual('/etc/environment in instance nova-x is larger '
+                         'than 65536 bytes, more than nova-compute reads of '
+                         'a file the image or the tenant wrote: why not',
+                         str(exc))
+        # it stopped after the limit's chunk, not at the end
+        self.assertLess(sum(served), 1024 * 1024)
+        # within the limit: read whole
+        self.mock.get(re.compile('/files'), content=b'A=1\n')
+        self.assertEqual(b'A=1\n', client.pull_file(
+            'nova-x', '/etc/environment', 64 * 1024, 'why not'))
 
     def test_daemon_message_kept_on_refused_state_change(self):
         exc = self.run_step('start_running')

@@ -76,7 +76,7 @@ class FilesClient(fake_lxd.FakeLXDClient):
         self.all_listings += 1
         return super().list_all_instances()
 
-    def pull_file(self, name, path):
+    def pull_file(self, name, path, limit, why):
         self.file_calls.append(('pull', name, path))
         return self.files.get((name, path))
 

@@ -154,9 +154,12 @@ class RecordingClient(object):
     def __init__(self, **files):
         self.files = {path: text.encode() for path, text in files.items()}
         self.calls = []
+        self.limits = []
 
-    def pull_file(self, name, path):
+    def pull_file(self, name, path, limit, why):
+        # the driver reads no more of the image's file than it needs
         self.calls.append(('pull', path))
+        self.limits.append(limit)
         return self.files.get(path)
 
     def push_file(self, name, path, data, mode=0o644, uid=0, gid=0):
@@ -186,6 +189,8 @@ class ApplyTest(testtools.TestCase):
         client = RecordingClient(**{'/etc/environment': UBUNTU})
         mps_environment.apply(client, 'c1', VARIABLES)
         self.assertIn(('mkdir', '/etc/systemd/system.conf.d'), client.calls)
+        # bounded: a tenant's image may hold a sparse file of any size
+        self.assertEqual([64 * 1024], client.limits)
         self.assertEqual(
             sharing.environment_files(PCI, 8192, 50, current_environment=(
                 UBUNTU)),

@@ -48,9 +48,10 @@ cd "$repo"
 state=$repo/.ci/state
 mkdir -p "$state"
 
-# The gate's tox environments, in two phases. The daemon suites are
-# ordered longest first; tox.ini's "depends" keeps the functional suites
-# (each a whole in-process cloud) from running side by side.
+# The gate's tox environments, in two phases. The suites run in two lanes
+# that tox.ini's "depends" keeps in order: the functional suites (each a
+# whole in-process cloud: never two at once) and the integration suites,
+# each beside the other (measured: about 16 minutes each).
 fast_envs=pep8,py3,genconfig,releasenotes,docs
 suite_envs=functional,integration-incus,integration,functional-incus,integration-btrfs,integration-incus-btrfs,functional-btrfs,federation,devstack,dashboard
 # What only --full adds.

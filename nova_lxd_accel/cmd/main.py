@@ -23,11 +23,10 @@ import sys
 from nova_lxd_accel.cmd import doctor
 from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel.cmd import gpu
-from nova_lxd_accel.cmd import sandbox
 from nova_lxd_accel.cmd import show_inventory
 from nova_lxd_accel.cmd import usage
 
-_SUBCOMMANDS = (show_inventory, sandbox, gpu, flavors, usage, doctor)
+_SUBCOMMANDS = (show_inventory, gpu, flavors, usage, doctor)
 
 
 def build_parser():

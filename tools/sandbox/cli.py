@@ -50,6 +50,10 @@ USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
          'image debian|reach on|off')
 
 
+#: written by every ``up``: what ``clean`` needs before it removes anything
+MARKER = 'backend'
+
+
 class Exit(Exception):
     """Leave with this status (the message, if any, is on stderr)."""
 
@@ -416,7 +420,7 @@ def cmd_up(sandbox, hardware_choice, horizon_choice, hosts_choice=0):
     # sandbox never sits above LXD_DIR, whose parents uid 100000 must
     # traverse.)
     os.chmod(layout.dir, 0o700)
-    with open(layout.path('backend'), 'w') as handle:
+    with open(layout.path(MARKER), 'w') as handle:
         handle.write(sandbox.daemon.backend + '\n')
     if hosts_choice:
         with open(layout.path('hosts'), 'w') as handle:
@@ -562,7 +566,16 @@ def sandbox_image_ids(sandbox):
 
 
 def cmd_clean(sandbox):
+    """down, then remove the state, the bridges and the namespaces.
+
+    Only where ``up`` ran: a directory without its mark (``MARKER``) is
+    not a sandbox, and the bridges and namespaces would be someone else's.
+    """
     layout = sandbox.layout
+    if not os.path.isfile(layout.path(MARKER)):
+        sandbox.term.die('%s is not a sandbox directory (no %s written by '
+                         'up): nothing removed' % (layout.dir, MARKER),
+                         status=2)
     # The driver's cache of the sandbox's Glance images (nova-image-<id>
     # aliases in the daemon): their Glance images go away with the state.
     ids = sandbox_image_ids(sandbox)
@@ -575,7 +588,7 @@ def cmd_clean(sandbox):
             daemon_module.remove_image_aliases(sandbox.daemon.peer(), ids)
     for path in (layout.etc, layout.data, layout.logs, layout.run):
         shutil.rmtree(path, ignore_errors=True)
-    for name in ('secrets.env', 'openrc', 'clouds.yaml', 'backend',
+    for name in ('secrets.env', 'openrc', 'clouds.yaml', MARKER,
                  'hosts'):
         if os.path.lexists(layout.path(name)):
             os.remove(layout.path(name))

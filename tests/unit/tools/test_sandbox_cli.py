@@ -101,6 +101,27 @@ class StepRunnerTest(testtools.TestCase):
                       '"tools/sandbox.sh down"', err)
 
 
+class CleanTest(testtools.TestCase):
+
+    def test_clean_refuses_a_directory_up_never_made(self):
+        # clean removes bridges and namespaces: only after this sandbox's
+        # own up, never in any directory it is pointed at
+        with tempfile.TemporaryDirectory() as tmp:
+            state = os.path.join(tmp, 'not-a-sandbox')
+            os.makedirs(os.path.join(state, 'etc'))
+            keep = os.path.join(state, 'etc', 'precious')
+            open(keep, 'w').close()
+            result = subprocess.run(
+                ['bash', os.path.join(REPO, 'tools', 'sandbox.sh'), 'clean'],
+                env=dict(os.environ, SANDBOX_DIR=state,
+                         SANDBOX_PORT_BASE='27100'),
+                capture_output=True, text=True, timeout=60)
+            self.assertEqual(2, result.returncode, result.stderr)
+            self.assertIn('is not a sandbox directory (no backend written '
+                          'by up): nothing removed', result.stderr)
+            self.assertTrue(os.path.exists(keep))
+
+
 class ChooseBackendTest(testtools.TestCase):
 
     def setUp(self):

@@ -34,6 +34,7 @@ key by key, never copied through (no ``raw.*``, no privilege by accident).
 import base64
 import dataclasses
 import json
+import re
 
 from oslo_utils import strutils
 
@@ -191,9 +192,26 @@ def security(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
                     how='an operator must set [lxd] %s = true on this '
                         'host' % option)
             config[key] = 'true'
+    if config['security.nesting'] == 'true' and _asks_for_mig(specs):
+        # A MIG slice is isolated only while the container cannot manage
+        # devices and cgroups of its own (nvidia-caps, the masked
+        # /proc/driver/nvidia): nesting gives it that.
+        raise exception.FlavorNotAllowed(
+            flavor=flavor.name, feature='nested containers with a MIG slice',
+            how='MIG isolation needs an un-nested container; remove '
+                'lxd:nesting from the flavor')
     if _spec_is_true(specs, SPEC_ISOLATED_IDMAP):
         config['security.idmap.isolated'] = 'true'
     return {'config': config}
+
+
+#: a flavor's request of a MIG slice (resources[N]:CUSTOM_MIG_<PROFILE>)
+_MIG_REQUEST = re.compile(r'^resources[^:]*:CUSTOM_MIG_')
+
+
+def _asks_for_mig(specs):
+    return any(_MIG_REQUEST.match(key) and str(value).strip() not in ('', '0')
+               for key, value in specs.items())
 
 
 @flavor_part(config_keys=('nvidia.runtime',))

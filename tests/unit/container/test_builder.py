@@ -106,6 +106,27 @@ class BuildContainerTest(testtools.TestCase):
         self.assertEqual('8192', _build(_instance())['config'][
             'limits.processes'])
 
+    def test_nesting_with_a_mig_slice_is_refused_even_when_allowed(self):
+        allowed = builder.HostPolicy(host='cmp1', allow_nesting=True)
+        for key in ('resources:CUSTOM_MIG_1G_10GB',
+                    'resources1:CUSTOM_MIG_3G_40GB'):
+            flavor = _flavor(extra_specs={'lxd:nesting': 'true', key: '1'})
+            error = self.assertRaises(exception.FlavorNotAllowed, _build,
+                                      _instance(flavor), policy=allowed)
+            self.assertIn('nested containers with a MIG slice', str(error))
+        # nesting alone, or a whole GPU with nesting, is the operator's call
+        for specs in ({'lxd:nesting': 'true'},
+                      {'lxd:nesting': 'true', 'resources:PGPU': '1'},
+                      {'lxd:nesting': 'true',
+                       'resources:CUSTOM_MIG_1G_10GB': '0'}):
+            self.assertEqual('true', _build(
+                _instance(_flavor(extra_specs=specs)), policy=allowed)[
+                'config']['security.nesting'])
+        # a MIG slice without nesting stays fine
+        self.assertEqual('false', _build(_instance(_flavor(extra_specs={
+            'resources:CUSTOM_MIG_1G_10GB': '1'})))['config'][
+            'security.nesting'])
+
     def test_privileged_needs_operator_consent(self):
         flavor = _flavor(extra_specs={'lxd:privileged': 'true'})
         error = self.assertRaises(exception.FlavorNotAllowed, _build,

@@ -194,11 +194,19 @@ def hypervisor_type(server_info):
     return 'incus' if server == lxd_daemon.SERVER_INCUS else 'lxc'
 
 
-# Device types that hand host hardware to every instance of a profile,
-# bypassing Placement, unless pinned to one device by these keys.
-_PINNING_KEYS = {'gpu': ('pci', 'id', 'mig.uuid')}
-# Device types the driver binds itself, from Placement allocations only.
-_DRIVER_ONLY_DEVICES = ('infiniband',)
+# What [lxd] profiles may give every instance: an allow-list, since a
+# profile reaches every container behind the flavor's and the operator's
+# back. Config keys by prefix; the security switches only when off.
+_SAFE_CONFIG_PREFIXES = (
+    'limits.', 'boot.', 'user.', 'environment.', 'cloud-init.',
+    'snapshots.', 'migration.', 'linux.sysctl.', 'security.idmap.',
+    'security.protection.')
+_SAFE_CONFIG_KEYS = ('security.devlxd',)
+_OFF_ONLY = ('security.privileged', 'security.nesting',
+             'security.syscalls.intercept.')
+# NIC types that connect a container to a network without handing it a
+# host device (physical and sriov ones come from Neutron and Placement).
+_SAFE_NICTYPES = ('bridged', 'macvlan', 'ipvlan', 'routed', 'p2p', 'ovn')
 
 
 def _unsafe_config(key, value):
@@ -206,25 +214,40 @@ def _unsafe_config(key, value):
     if key.startswith('raw.'):
         return 'raw LXC/AppArmor/seccomp/idmap passthrough'
     truthy = str(value).strip().lower() in ('true', '1', 'yes', 'on')
-    if key in ('security.privileged', 'security.nesting') and truthy:
-        return 'only a flavor the operator allows may ask for it'
-    if key.startswith('security.syscalls.intercept.') and truthy:
-        return 'lets the container do privileged system calls'
-    return None
+    if key.startswith(_OFF_ONLY):
+        if truthy:
+            return 'only a flavor the operator allows may ask for it'
+        return None
+    if key.startswith(_SAFE_CONFIG_PREFIXES) or key in _SAFE_CONFIG_KEYS:
+        return None
+    return ('not a key a profile may set for every instance (limits, '
+            'boot, user and environment keys, sysctls, idmap and '
+            'protection settings are)')
 
 
 def _unsafe_device(device):
     """Why an ``[lxd] profiles`` device is unsafe, or None."""
     kind = device.get('type')
-    if kind in _PINNING_KEYS and not any(
-            device.get(key) for key in _PINNING_KEYS[kind]):
-        return ('an unpinned %s device passes every %s of the host to '
-                'every instance (request them from Placement instead)'
-                % (kind, kind.upper()))
-    if kind in _DRIVER_ONLY_DEVICES:
-        return ('%s devices are bound from Placement allocations only'
-                % kind)
-    return None
+    if kind == 'none':
+        return None
+    if kind == 'nic':
+        nictype = device.get('nictype')
+        if device.get('network') and not nictype or \
+                nictype in _SAFE_NICTYPES:
+            return None
+        return ('a %s NIC hands a host device to every instance (ports '
+                'come from Neutron)' % (nictype or 'untyped'))
+    if kind == 'disk':
+        source = str(device.get('source') or '')
+        if device.get('pool') and not source.startswith('/'):
+            return None
+        return ('a disk that is not a storage pool volume gives every '
+                'instance a host path')
+    if kind in ('gpu', 'infiniband', 'pci', 'usb'):
+        return ('%s devices are bound from Placement allocations only, '
+                'one instance at a time' % kind)
+    return ('a %s device reaches the host from every instance (the LXD '
+            'socket, host devices)' % kind)
 
 
 def unsafe_profile_content(profile):
@@ -254,7 +277,9 @@ def _mask_value(key):
     """The instance value that overrides an unsafe profile key, or None."""
     if key.startswith('raw.'):
         return _NEUTRAL_RAW.get(key)
-    return 'false'
+    if key.startswith(_OFF_ONLY):
+        return 'false'
+    return None
 
 
 def profile_masks(profiles):
@@ -280,9 +305,11 @@ def profile_masks(profiles):
 def check_profiles(client, conf):
     """Refuse, or plan to strip, unsafe content of ``[lxd] profiles``.
 
-    Every instance gets these profiles, so a bare ``gpu`` device, a
-    ``raw.*`` key or ``security.privileged`` in one of them would escape
-    the flavor's limits and the operator's ``allow_*`` options.
+    Every instance gets these profiles, so a ``gpu`` device, a ``proxy``
+    to the LXD socket, a host path, a ``raw.*`` key or
+    ``security.privileged`` in one of them would escape the flavor's
+    limits and the operator's ``allow_*`` options: what a profile may hold
+    is an allow-list (:func:`unsafe_profile_content`).
 
     :returns: ``profile_masks`` of the profiles (empty when they are safe)
         with ``[lxd] unsafe_profile_content = strip``.
@@ -307,9 +334,9 @@ def check_profiles(client, conf):
                'remove it from the profile, drop the profile from [lxd] '
                'profiles, or set [lxd] unsafe_profile_content = strip')
         if strip:
-            problems.append('raw.idmap, raw.seccomp and other raw.* keys '
-                            'than raw.lxc and raw.apparmor cannot be '
-                            'stripped')
+            problems.append('only devices, the security switches, raw.lxc '
+                            'and raw.apparmor can be stripped (other raw.* '
+                            'keys and keys off the allow-list cannot be)')
         raise exception.LXDNotReady(
             endpoint=client.endpoint,
             reason='%s. Fix: %s' % ('; '.join(problems), how))

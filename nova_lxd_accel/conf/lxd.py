@@ -136,18 +136,26 @@ Possible values:
                choices=[
                    ('refuse', 'nova-compute refuses to start, naming each '
                               'profile, key and device'),
-                   ('strip', 'every instance overrides them: raw.* keys '
-                             'set empty, security keys false, devices '
-                             'masked by an LXD "none" device'),
+                   ('strip', 'every instance overrides them: raw.lxc and '
+                             'raw.apparmor set to a comment, security '
+                             'switches false, devices masked by an LXD '
+                             '"none" device; what cannot be overridden is '
+                             'still refused'),
                ],
                help="""
 What to do, when ``nova-compute`` starts, about ``profiles`` content that
-would apply to every instance behind the flavor's and the operator's back:
-``raw.*`` keys, ``security.privileged`` or ``security.nesting`` set true,
-``security.syscalls.intercept.*`` set true, a ``gpu`` device not pinned to
-one GPU (``pci``, ``id`` or ``mig.uuid``), or an ``infiniband`` device.
-Profiles are checked at startup only; restart ``nova-compute`` after
-editing one.
+would apply to every instance behind the flavor's and the operator's back.
+A profile may hold only: config keys starting ``limits.``, ``boot.``,
+``user.``, ``environment.``, ``cloud-init.``, ``snapshots.``,
+``migration.``, ``linux.sysctl.``, ``security.idmap.``,
+``security.protection.``, and ``security.devlxd``; ``security.privileged``,
+``security.nesting`` and ``security.syscalls.intercept.*`` set false;
+``nic`` devices on a managed network or of type bridged, macvlan, ipvlan,
+routed, p2p or ovn; ``disk`` devices from a storage pool (not a host path);
+``none`` devices. Anything else (``raw.*``, ``linux.kernel_modules``, any
+``gpu``, ``infiniband``, ``proxy``, ``unix-char``, ``unix-block``, ``pci``
+or ``usb`` device, a host path) is unsafe. Profiles are checked at
+startup only; restart ``nova-compute`` after editing one.
 
 Related options:
 

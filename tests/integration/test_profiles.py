@@ -36,7 +36,8 @@ class UnsafeProfilesTest(base.DriverTestCase):
                    'data': {'type': 'disk', 'source': '/srv',
                             'path': '/srv', 'readonly': 'true'}}
         if pinned:
-            # Pinned to one (here absent) GPU: allowed, but cannot start.
+            # Pinned to one GPU: every instance would still get that one,
+            # outside Placement.
             devices['pinned'] = {'type': 'gpu', 'pci': '0000:ff:1f.7'}
         return self.profile(
             config={'raw.lxc': 'lxc.apparmor.profile=unconfined',
@@ -57,18 +58,18 @@ class UnsafeProfilesTest(base.DriverTestCase):
                      'config security.privileged=true',
                      'config security.nesting=true',
                      'device gpu0 (type gpu)', 'device gpu1 (type gpu)',
+                     'device pinned (type gpu)', 'device data (type disk)',
                      'unsafe_profile_content = strip'):
             self.assertIn(what, message)
         self.assertIn('profile %s has' % name, message)
-        for fine in ('device pinned', 'device data', 'nofile',
-                     'profile %s' % safe):
+        for fine in ('nofile', 'profile %s' % safe):
             self.assertNotIn(fine, message)
 
     def test_safe_profiles_accepted(self):
         safe = self.profile(
             config={'limits.kernel.nofile': '4096',
                     'security.privileged': 'false'},
-            devices={'pinned': {'type': 'gpu', 'pci': '0000:ff:1f.7'}})
+            devices={'masked': {'type': 'none'}})
         self.flags(profiles=[safe], group='lxd')
         self.driver.init_host(self.host)
 
@@ -94,7 +95,8 @@ class UnsafeProfilesTest(base.DriverTestCase):
         devices = record['expanded_devices']
         self.assertEqual([], [dev for dev in devices
                               if devices[dev]['type'] == 'gpu'])
-        self.assertEqual('disk', devices['data']['type'])
+        # the host path, too: masked with a none device
+        self.assertEqual('none', devices['data']['type'])
 
     def test_unstrippable_raw_keys_refused_even_in_strip_mode(self):
         name = self.profile(config={'raw.idmap': 'both 0 0'})

@@ -80,28 +80,61 @@ class UnsafeProfileTest(testtools.TestCase):
             'config': {'raw.idmap': 'both 0 0', 'security.privileged': '1',
                        'security.nesting': 'false',
                        'security.syscalls.intercept.mount': 'true',
-                       'limits.cpu': '2'},
+                       'linux.kernel_modules': 'nbd',
+                       'limits.cpu': '2', 'limits.kernel.nofile': '4096',
+                       'user.vendor-data': '#cloud-config',
+                       'security.idmap.isolated': 'true',
+                       'linux.sysctl.net.core.somaxconn': '1024'},
             'devices': {'g': {'type': 'gpu'},
                         'mig': {'type': 'gpu', 'mig.uuid': 'MIG-1'},
                         'p': {'type': 'gpu', 'pci': '0000:01:00.0'},
                         'ib': {'type': 'infiniband', 'parent': 'ib0'},
-                        'eth0': {'type': 'nic', 'network': 'lxdbr0'}}})
-        self.assertEqual(['config raw.idmap=both 0 0',
+                        'sock': {'type': 'proxy',
+                                 'connect': 'unix:/var/lib/lxd/unix.socket',
+                                 'listen': 'unix:/lxd.sock'},
+                        'host': {'type': 'disk', 'source': '/',
+                                 'path': '/host'},
+                        'mem': {'type': 'unix-char', 'path': '/dev/mem'},
+                        'phys': {'type': 'nic', 'nictype': 'physical',
+                                 'parent': 'eth1'},
+                        'eth0': {'type': 'nic', 'network': 'lxdbr0'},
+                        'br': {'type': 'nic', 'nictype': 'bridged',
+                               'parent': 'br0'},
+                        'root': {'type': 'disk', 'path': '/',
+                                 'pool': 'default'},
+                        'data': {'type': 'disk', 'pool': 'default',
+                                 'source': 'shared-data', 'path': '/data'},
+                        'masked': {'type': 'none'}}})
+        # an allow-list: a pinned GPU, a proxy to the LXD socket, the host's
+        # root, /dev/mem and kernel modules are all refused
+        self.assertEqual(['config linux.kernel_modules=nbd',
+                          'config raw.idmap=both 0 0',
                           'config security.privileged=1',
                           'config security.syscalls.intercept.mount=true',
                           'device g (type gpu)',
-                          'device ib (type infiniband)'],
+                          'device host (type disk)',
+                          'device ib (type infiniband)',
+                          'device mem (type unix-char)',
+                          'device mig (type gpu)',
+                          'device p (type gpu)',
+                          'device phys (type nic)',
+                          'device sock (type proxy)'],
                          [what for what, why in found])
 
     def test_masks(self):
         config, devices = host.profile_masks([
             {'config': {'raw.lxc': 'x', 'raw.seccomp': 'y',
+                        'linux.kernel_modules': 'nbd',
                         'security.privileged': 'true', 'limits.cpu': '1'},
              'devices': {'g': {'type': 'gpu', 'productid': '20b0'}}},
-            {'config': {}, 'devices': {'ok': {'type': 'disk'}}}])
+            {'config': {}, 'devices': {
+                'ok': {'type': 'disk', 'pool': 'default', 'path': '/'},
+                'host': {'type': 'disk', 'source': '/srv',
+                         'path': '/srv'}}}])
+        # raw.seccomp and kernel modules have no neutral value: refused
         self.assertEqual({'raw.lxc': '# stripped by nova-lxd-accel',
                           'security.privileged': 'false'}, config)
-        self.assertEqual(['g'], devices)
+        self.assertEqual(['g', 'host'], sorted(devices))
 
 
 ROOT_UUID = '11111111-2222-3333-4444-555555555555'

@@ -32,7 +32,7 @@ from nova_lxd_accel.cmd import usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-COMMANDS = ('inventory', 'sandbox', 'gpu', 'flavors', 'usage', 'idle',
+COMMANDS = ('inventory', 'gpu', 'flavors', 'usage', 'idle',
             'metrics', 'doctor')
 
 

@@ -84,15 +84,17 @@ class AcceleratorUnavailable(LXDAccelException):
     msg_fmt = ('Cannot bind %(count)s %(resource_class)s of resource '
                'provider %(provider)s (%(device)s): only %(free)s free; '
                'held: %(held)s. Placement and the LXD containers of this '
-               'host disagree; nova-compute logs the details at startup.')
+               'host disagree; nova-compute logs the details (who holds '
+               'each unit) at startup and here.')
 
 
 class SharedGpuOtherProject(AcceleratorUnavailable):
     msg_fmt = ('Shared GPU %(pci)s (resource provider %(provider)s) serves '
-               'instances of project(s) %(projects)s: by default a shared '
-               'GPU serves one project at a time, so nova reschedules this '
+               'instances of another project: by default a shared GPU '
+               'serves one project at a time, so nova reschedules this '
                'instance to another host ([lxd_accelerators] '
-               'shared_gpu_any_project lets projects share a GPU)')
+               'shared_gpu_any_project lets projects share a GPU; '
+               'nova-compute logs which projects)')
 
 
 class SharedGpuModeMismatch(AcceleratorUnavailable):

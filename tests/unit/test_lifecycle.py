@@ -111,9 +111,12 @@ class SpawnTest(testtools.TestCase):
         self.spawn(_instance(), self.allocations())
         other = '8b2d6a1f-0000-4000-8000-000000000002'
         del self.client.calls[:]
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
         exc = self.assertRaises(exception.AcceleratorUnavailable, self.spawn,
                                 _instance(uuid=other), self.allocations())
-        self.assertIn('nova-' + UUID, str(exc))
+        self.assertIn('nova-' + UUID, log.output)
+        self.assertNotIn(UUID, str(exc))
         self.assertEqual([('create', 'nova-' + other),
                           ('delete', 'nova-' + other)], self.client.calls)
         self.assertEqual(['nova-' + UUID], list(self.client.records))

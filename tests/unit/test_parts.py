@@ -235,7 +235,7 @@ class AcceleratorWiringTest(PartsTestCase):
             exception.AcceleratorUnavailable, self.parts.claims.claim,
             'nova-' + OTHER, {rp: {'resources': {'PGPU': 1}}},
             _instance(OTHER))
-        self.assertIn('not verified clean', str(exc))
+        self.assertIn('not yet verified clean', str(exc))
 
     def test_a_gpu_turned_clean_runs_novas_resource_update_for_the_host(self):
         tracker = mock.create_autospec(resource_tracker.ResourceTracker,

@@ -48,6 +48,7 @@ import dataclasses
 import typing
 
 import os_resource_classes as orc
+from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import ledger
@@ -57,6 +58,8 @@ from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import placement_names
+
+LOG = logging.getLogger(__name__)
 
 _NAME_PREFIX = {units.KIND_PGPU: identity.GPU_DEVICE_PREFIX,
                 units.KIND_MIG: identity.MIG_DEVICE_PREFIX,
@@ -101,11 +104,26 @@ def _pick(candidates, count, held, rc, rp_uuid, device):
         else:
             free.append((key, item))
     if len(free) < count:
+        # Who holds the units (other projects' containers, instances) is
+        # for the operator's log, never for the user's fault.
+        LOG.warning('Cannot bind %(count)s %(rc)s of resource provider '
+                    '%(rp)s (%(device)s): held: %(held)s',
+                    {'count': count, 'rc': rc, 'rp': rp_uuid,
+                     'device': device.pci_address,
+                     'held': '; '.join(busy) or 'nothing'})
         raise exception.AcceleratorUnavailable(
             count=count, resource_class=rc, provider=rp_uuid,
             device='%s at %s' % (type(device).__name__, device.pci_address),
-            free=len(free), held='; '.join(busy) or 'nothing')
+            free=len(free), held=_held_count(busy))
     return free[:count]
+
+
+def _held_count(busy):
+    """What a user's fault says of the busy units: how many, not whose."""
+    if not busy:
+        return 'nothing'
+    return '%d unit(s), by other instances or not yet verified clean' % (
+        len(busy))
 
 
 def _pgpu_device(gpu, nvidia):
@@ -147,9 +165,13 @@ def _share_units(gpu, rc, count, rp_uuid, held, share):
                        share.flavor, rp_uuid)
     others = {p for p in share.projects.get(gpu.pci_address, ()) if p}
     if not share.any_project and others and others != {share.project_id}:
+        LOG.warning('Shared GPU %(pci)s serves project(s) %(projects)s: '
+                    'not bound for project %(project)s',
+                    {'pci': gpu.pci_address,
+                     'projects': ', '.join(sorted(others)),
+                     'project': share.project_id})
         raise exception.SharedGpuOtherProject(
-            pci=gpu.pci_address, provider=rp_uuid,
-            projects=', '.join(sorted(others)))
+            pci=gpu.pci_address, provider=rp_uuid)
     blockers = units.holders_of(held, 'pci:' + gpu.pci_address)
     candidates = [(units.share_key(gpu.pci_address, slot), slot)
                   for slot in range(gpu.shared_slots)]

@@ -14,6 +14,7 @@
 
 import copy
 
+import fixtures
 import testtools
 
 from nova_lxd_accel.accel.binding import pick
@@ -183,9 +184,12 @@ class SriovParentTest(testtools.TestCase):
         records = [self.foreign(self.SRIOV)]
         bound = self.bind(4, records)
         self.assertEqual(4, len(bound.units))
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
         exc = self.assertRaises(exception.AcceleratorUnavailable,
                                 self.bind, 5, records)
-        self.assertIn('nictype=sriov', str(exc))
+        self.assertIn('nictype=sriov', log.output)
+        self.assertIn('only 4 free', str(exc))
 
     def test_reported_reserved_in_placement(self):
         resources = {'network': gpu_hosts.load_json(

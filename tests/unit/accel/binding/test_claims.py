@@ -339,6 +339,12 @@ class ClaimLockTest(ClaimsTestBase):
 
 class RefusalTest(ClaimsTestBase):
 
+    def setUp(self):
+        super().setUp()
+        # who holds a unit: the operator's log, not the user's fault
+        self.pick_log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
+
     def assertNothingBound(self):
         record = self.client.records[NAME]
         self.assertNotIn(identity.KEY_DEVICES, record['config'])
@@ -357,7 +363,12 @@ class RefusalTest(ClaimsTestBase):
         self.assertIn('Cannot bind 1 PGPU of resource provider %s'
                       % self.tree.data(WHOLE_RP).uuid, message)
         self.assertIn('only 0 free', message)
-        self.assertIn('pci:%s (held by ml/%s)' % (WHOLE, NAME), message)
+        # the holder is named to the operator (the log), not to the user
+        # (the fault): it is another project's container
+        self.assertIn('pci:%s (held by ml/%s)' % (WHOLE, NAME),
+                      self.pick_log.output)
+        self.assertNotIn('ml/', message)
+        self.assertIn('held: 1 unit(s), by other instances', message)
         self.assertNothingBound()
 
     def test_foreign_gpu_selector_resolved_with_the_host_devices(self):
@@ -370,7 +381,9 @@ class RefusalTest(ClaimsTestBase):
         exc = self.assertRaises(
             exception.AcceleratorUnavailable, self.claims().prepare,
             NAME, self.alloc((OTHER_RP, 'PGPU', 1)), _instance())
-        self.assertIn('pci:%s (held by ml/vm1)' % OTHER, str(exc))
+        self.assertIn('pci:%s (held by ml/vm1)' % OTHER,
+                      self.pick_log.output)
+        self.assertNotIn('vm1', str(exc))
         self.assertNothingBound()
 
     def test_own_earlier_record_is_not_a_holder(self):
@@ -397,12 +410,14 @@ class RefusalTest(ClaimsTestBase):
             exception.AcceleratorUnavailable, survey.prepare,
             NAME, self.alloc((WHOLE_RP, 'PGPU', 1)), _instance())
         self.assertIn('instance a1b2, released but not verified clean '
-                      '(pid 4242 (python3))', str(exc))
+                      '(pid 4242 (python3))', self.pick_log.output)
+        self.assertNotIn('a1b2', str(exc))
         exc = self.assertRaises(
             exception.AcceleratorUnavailable, survey.prepare,
             NAME, self.alloc((OTHER_RP, 'PGPU', 1)), _instance())
         self.assertIn('container nova-gone of instance c3d4 is gone; not yet '
-                      'verified clean', str(exc))
+                      'verified clean', self.pick_log.output)
+        self.assertNotIn('c3d4', str(exc))
         self.assertNothingBound()
 
     def test_dirty_slot_of_another_project_keeps_a_shared_gpu(self):
@@ -413,7 +428,9 @@ class RefusalTest(ClaimsTestBase):
             NAME, self.alloc((SHARED_RP, 'CUSTOM_GPU_SHARE', 1)),
             _instance(**{'lxd:gpu_memory_mb': '4096'}))
         message = str(exc)
-        self.assertIn('p-old', message)
+        # another project's id is the operator's to read, not the user's
+        self.assertNotIn('p-old', message)
+        self.assertIn('serves project(s) p-old', self.pick_log.output)
         self.assertIn('shared_gpu_any_project', message)
         self.assertNothingBound()
         self.assertEqual([], self.client.file_calls)

@@ -20,6 +20,7 @@ hand from LXD's device documentation.
 
 import json
 
+import fixtures
 from oslotest import base
 
 from nova_lxd_accel.accel.binding import ledger
@@ -161,12 +162,15 @@ class TestMixedHost(BindingTestBase):
             'nova-ib0': {'type': 'infiniband', 'nictype': 'physical',
                          'parent': 'ibp75s0v1'}}, result.devices)
 
-    def test_held_gpu_is_refused_naming_holder(self):
+    def test_held_gpu_is_refused_naming_holder_in_the_log_only(self):
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
         held = {'pci:0000:07:00.0': ['nova-abc']}
         exc = self.assertRaises(
             exception.AcceleratorUnavailable, self.bind,
             self.alloc((A100_0, 'PGPU', 1)), held)
-        self.assertIn('nova-abc', str(exc))
+        self.assertIn('pci:0000:07:00.0 (held by nova-abc)', log.output)
+        self.assertNotIn('nova-abc', str(exc))
         self.assertIn('0000:07:00.0', str(exc))
         self.assertIn(self.rp(A100_0), str(exc))
 

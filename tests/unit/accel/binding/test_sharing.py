@@ -14,6 +14,7 @@
 
 import json
 
+import fixtures
 from nova import objects
 import testtools
 
@@ -240,12 +241,17 @@ class SharedBindingTest(test_pick.BindingTestBase):
                          third.records()[0]['unit'])
 
     def test_one_project_at_a_time_unless_allowed(self):
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
         first = self.container(self.bind_share(self.share('p1')), 'a')
         held = units.held_units([first])
         exc = self.assertRaises(exception.SharedGpuOtherProject,
                                 self.bind_share, self.share('p2'), held,
                                 [first])
-        self.assertIn('p1', str(exc))
+        # the other project is named in the log, not in p2's fault
+        self.assertIn('serves project(s) p1: not bound for project p2',
+                      log.output)
+        self.assertNotIn('p1', str(exc))
         # a reschedulable failure, as any unit that is not free here
         self.assertIsInstance(exc, exception.AcceleratorUnavailable)
         bound = self.bind_share(self.share('p2', any_project=True), held,
@@ -256,9 +262,12 @@ class SharedBindingTest(test_pick.BindingTestBase):
         foreign = {'name': 'by-hand', 'project': 'other', 'config': {},
                    'devices': {'g': {'type': 'gpu', 'pci': A100_SHARED}}}
         held = units.held_units([foreign])
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
         exc = self.assertRaises(exception.AcceleratorUnavailable,
                                 self.bind_share, self.share(), held)
-        self.assertIn('other/by-hand', str(exc))
+        self.assertIn('other/by-hand', log.output)
+        self.assertNotIn('by-hand', str(exc))
 
     def test_shared_gpu_is_never_bound_whole(self):
         self.assertRaises(exception.AcceleratorNotBindable, pick.bind,

@@ -149,24 +149,18 @@ server_field() {
 }
 
 # wait_server STATUS [SERVER]: until the server has STATUS and no task.
+# One process polls the API (tools/sandbox/venv/wait_server.py): an
+# "openstack server show" every half second would keep a core busy.
 wait_server() {
-    local want=$1 server=${2:-$SERVER_ID} status task i
-    local s_status s_os_ext_sts_task_state
-    for ((i = 0; i < TIMEOUT * 2; i++)); do
-        eval "$(openstack server show "$server" -f shell --prefix s_ \
-            -c status -c OS-EXT-STS:task_state)"
-        status=$s_status task=$s_os_ext_sts_task_state
-        if [ "$status" = "$want" ] && [ "$task" = None ]; then
-            return 0
-        fi
-        if [ "$status" = ERROR ]; then
-            fail "server $server went to ERROR:" \
-                "$(server_field fault "$server")"
-        fi
-        sleep 0.5
-    done
-    fail "server $server not $want after ${TIMEOUT}s (status $status," \
-        "task $task)"
+    local want=$1 server=${2:-$SERVER_ID} out rc=0
+    out=$(OS_CLOUD=sandbox OS_CLIENT_CONFIG_FILE=$SANDBOX_DIR/clouds.yaml \
+        "$SANDBOX_DIR/venv/bin/python" "$SCRIPT_DIR/sandbox/venv" \
+        wait_server "$server" "$want" "$TIMEOUT") || rc=$?
+    case $rc in
+        0) return 0 ;;
+        3) fail "server $server went to ERROR: $out" ;;
+        *) fail "server $server not $want after ${TIMEOUT}s ($out)" ;;
+    esac
 }
 
 # The LXD state of a container (default: the server's; empty when it does

@@ -76,7 +76,8 @@ if [ ! -x "$VENV/bin/tempest" ]; then
     if [ -n "${SANDBOX_UV:-}" ]; then
         # uv (tools/run-tests.sh gives its own): from its cache, seconds
         "$SANDBOX_UV" venv -q --python python3 "$VENV"
-        "$SANDBOX_UV" pip install -q --python "$VENV/bin/python" \
+        "$SANDBOX_UV" pip install -q --compile-bytecode \
+            --python "$VENV/bin/python" \
             -c "$TEMPEST_CONSTRAINTS" tempest==47.0.0 python-tempestconf==3.5.4
     else
         python3 -m venv "$VENV"

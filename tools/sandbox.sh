@@ -3,7 +3,7 @@
 #
 # Usage: tools/sandbox.sh up [--backend lxd|incus] [--hardware NAME|DIR|none]
 #                            [--with-horizon|--without-horizon]
-#        tools/sandbox.sh down|status|clean|bench [N]|horizon-test|image debian
+#        tools/sandbox.sh down|status|clean|bench [N]|horizon-test|image debian [--build-only]
 #        tools/sandbox.sh bench --density N [--wave W] [--idle S]
 #        tools/sandbox.sh reach on|off
 #
@@ -26,7 +26,8 @@
 #   bench N boot N servers on this driver and on Nova's fake driver, and N
 #           raw launches; print the ratios.
 #   horizon-test   the browser test against Horizon (up --with-horizon).
-#   image debian   Debian 12 with cloud-init and openssh-server, in Glance.
+#   image debian   Debian 12 with cloud-init and openssh-server, in Glance
+#           (--build-only: the cached tarball only, no cloud needed).
 #   reach on|off   this host on the external network (203.0.113.254), so
 #           that floating IPs answer here (tempest's SSH validation); the
 #           servers still cannot connect to this host.

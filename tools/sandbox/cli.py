@@ -47,7 +47,7 @@ USAGE = ('usage: %(script)s up [--backend lxd|incus] [--hardware NAME|DIR|'
          'none] [--with-horizon|--without-horizon] [--hosts 1|2]|down|'
          'status|clean|'
          'bench [N]|bench --density N [--wave W] [--idle S]|horizon-test|'
-         'image debian|reach on|off')
+         'image debian [--build-only]|reach on|off')
 
 
 #: written by every ``up``: what ``clean`` needs before it removes anything
@@ -614,15 +614,23 @@ def cmd_horizon_test(sandbox):
                                 credentials.load(sandbox.layout))
 
 
-def cmd_image(sandbox, kind):
+def cmd_image(sandbox, kind, build_only=False):
     """image debian: Debian 12 with cloud-init and openssh-server.
 
     Built by tools/build-debian-image.sh from the Debian mirror with
     mmdebstrap, once per recipe, cached in data/images/ and uploaded to
-    Glance as debian-12. Needs a running sandbox.
+    Glance as debian-12. Needs a running sandbox, but with
+    ``--build-only``, which builds the cached tarball only (while
+    something else runs: tools/run-tests.sh).
     """
     if kind != 'debian':
-        sandbox.term.die('usage: %s image debian' % sandbox.script)
+        sandbox.term.die('usage: %s image debian [--build-only]'
+                         % sandbox.script)
+    if build_only:
+        sandbox.ensure_commands(('mmdebstrap',), ('mmdebstrap',))
+        images.cached_tarball(sandbox.layout, images.DEBIAN_IMAGE_NAME,
+                              images.DEBIAN_BUILD)
+        return 0
     if not sandbox.is_running('glance') or \
             not os.path.exists(sandbox.layout.path('openrc')):
         sandbox.term.die('the sandbox does not run: tools/sandbox.sh up')
@@ -683,6 +691,8 @@ def parse(argv, script):
     parser.add_argument('--density', type=int, default=0)
     parser.add_argument('--wave', type=int, default=0)
     parser.add_argument('--idle', type=int, default=-1)
+    # image only
+    parser.add_argument('--build-only', action='store_true')
     try:
         args, unknown = parser.parse_known_args(argv)
     except SystemExit:
@@ -699,6 +709,8 @@ def parse(argv, script):
             (args.density and args.args)):
         return None
     if args.command == 'up' and args.args:
+        return None
+    if args.build_only and args.command != 'image':
         return None
     return args
 
@@ -747,7 +759,8 @@ def main(argv=None):
         if command == 'reach' and len(args.args) == 1:
             return cmd_reach(sandbox, args.args[0])
         if command == 'image' and len(args.args) <= 1:
-            return cmd_image(sandbox, args.args[0] if args.args else '')
+            return cmd_image(sandbox, args.args[0] if args.args else '',
+                             build_only=args.build_only)
         term.say(USAGE % {'script': script})
         return 2
     except ValueError as error:

@@ -41,13 +41,15 @@ def tarball(layout, name):
     return os.path.join(layout.data, 'images', name + '.tar.gz')
 
 
-def cached_image(layout, name, build, provision):
-    """NAME in Glance, built by BUILD once per version of BUILD."""
+def cached_tarball(layout, name, build):
+    """NAME's tarball, built by BUILD once per version of BUILD.
+
+    :returns: (its path, the version of BUILD it was made by)
+    """
     path = tarball(layout, name)
     recipe = os.path.join(layout.data, 'images', name + '.recipe')
     os.makedirs(os.path.dirname(path), exist_ok=True)
     want = layout_module.digest_files([build])
-    replace = []
     have = None
     if os.path.exists(path) and os.path.getsize(path):
         have = (layout_module.read_text(recipe) or '').strip()
@@ -56,10 +58,26 @@ def cached_image(layout, name, build, provision):
         subprocess.run([build, path], check=True)
         with open(recipe, 'w') as handle:
             handle.write(want + '\n')
-        replace = ['replace']
     else:
         print('%s: cached %s' % (name, path))
+    return path, want
+
+
+def cached_image(layout, name, build, provision):
+    """NAME in Glance, built by BUILD once per version of BUILD.
+
+    The Glance image is replaced when its tarball's version is not the
+    one last uploaded (the tarball may have been built before the cloud
+    ran: ``image debian --build-only``).
+    """
+    path, version = cached_tarball(layout, name, build)
+    uploaded = os.path.join(layout.data, 'images', name + '.uploaded')
+    replace = []
+    if (layout_module.read_text(uploaded) or '').strip() != version:
+        replace = ['replace']
     provision('image', name, path, *replace)
+    with open(uploaded, 'w') as handle:
+        handle.write(version + '\n')
 
 
 def _json_of(argv, path, log):

@@ -198,8 +198,10 @@ def installer(path, environ, *packages):
         rebuild = []
         for package in packages:
             rebuild += ['--reinstall-package', package]
-        return [uv, 'pip', 'install', '-q', '--python',
-                os.path.join(path, 'bin', 'python')] + rebuild
+        # compiled now, as pip does: else every service compiles the same
+        # modules at its first start, several at once
+        return [uv, 'pip', 'install', '-q', '--compile-bytecode',
+                '--python', os.path.join(path, 'bin', 'python')] + rebuild
     return [os.path.join(path, 'bin', 'pip'), 'install', '-q']
 
 

@@ -515,8 +515,14 @@ FAILED_TO_RUN = -1
 #: SIGKILL before it abandons it (see :func:`abandoned_children`)
 KILL_GRACE = 0.5
 
+#: at most this many abandoned nvidia-smi processes alive at once: while
+#: they are, no other is started (each would only join them, with a
+#: reaper thread of its own, for as long as the GPU stays wedged)
+MAX_STUCK = 2
+
 _abandoned_lock = threading.Lock()
 _abandoned = 0
+_stuck = set()
 
 
 def abandoned_children():
@@ -533,10 +539,11 @@ def abandoned_children():
 
 
 def reset_abandoned():
-    """Set :func:`abandoned_children` back to 0 (tests)."""
+    """Count no abandoned and no stuck process (tests)."""
     global _abandoned
     with _abandoned_lock:
         _abandoned = 0
+        _stuck.clear()
 
 
 def _count_abandoned():
@@ -563,12 +570,14 @@ def _reap(proc):
     """Wait for an abandoned child, so that it is no zombie once it ends."""
     try:
         proc.wait()
+        LOG.info('The abandoned nvidia-smi (pid %(pid)s) ended at last '
+                 '(status %(rc)s)', {'pid': proc.pid, 'rc': proc.returncode})
     except Exception:
         LOG.exception('Cannot wait for the abandoned nvidia-smi (pid %s)',
                       proc.pid)
-    else:
-        LOG.info('The abandoned nvidia-smi (pid %(pid)s) ended at last '
-                 '(status %(rc)s)', {'pid': proc.pid, 'rc': proc.returncode})
+    finally:
+        with _abandoned_lock:
+            _stuck.discard(proc)
 
 
 def _abandon(proc, command):
@@ -586,6 +595,8 @@ def _abandon(proc, command):
                 pipe.close()
             except Exception:    # a half-read pipe may refuse: keep it
                 pass
+    with _abandoned_lock:
+        _stuck.add(proc)
     reaper = threading.Thread(target=_reap, args=(proc,), daemon=True,
                               name='nvidia-smi-reaper-%s' % proc.pid)
     reaper.start()
@@ -621,6 +632,13 @@ def run(path, args, timeout):
         says why).
     """
     command = ' '.join([path] + list(args))
+    with _abandoned_lock:
+        stuck = sorted(p.pid for p in _stuck)
+    if len(stuck) >= MAX_STUCK:
+        return FAILED_TO_RUN, '', (
+            '%s not started: %d nvidia-smi processes of earlier probes are '
+            'still stuck in the kernel (pids %s)' % (
+                path, len(stuck), ', '.join(map(str, stuck))))
     try:
         proc = subprocess.Popen([path] + list(args), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE,

@@ -204,6 +204,27 @@ class CachedImageTest(testtools.TestCase):
                           ('image', 'img', tarball, 'replace')], calls)
         self.assertEqual(shell_recipe + '\n', recipe)
 
+    def test_built_before_the_cloud_then_uploaded_once(self):
+        # image debian --build-only while the tests run, then image debian
+        with tempfile.TemporaryDirectory() as tmp:
+            lay = layout.Layout(os.path.join(tmp, 'sandbox'), 27100)
+            build = os.path.join(tmp, 'build.sh')
+            count = os.path.join(tmp, 'count')
+            with open(build, 'w') as handle:
+                handle.write('#!/bin/sh\necho x >>%s\necho image >"$1"\n'
+                             % count)
+            os.chmod(build, 0o755)
+            path, _ = images.cached_tarball(lay, 'img', build)
+            calls = []
+            for _ in range(2):
+                images.cached_image(lay, 'img', build,
+                                    lambda *args: calls.append(args))
+            with open(count) as handle:
+                self.assertEqual(['x'], handle.read().split())
+        # the first upload replaces whatever Glance had of an older recipe
+        self.assertEqual([('image', 'img', path, 'replace'),
+                          ('image', 'img', path)], calls)
+
 
 class CommandLineTest(testtools.TestCase):
 
@@ -232,6 +253,10 @@ class CommandLineTest(testtools.TestCase):
                                        's').idle)
         self.assertEqual(1, cli.parse(['bench', '--density', '2', '--idle',
                                        '1'], 's').idle)
+        # the Debian image can be built before the cloud runs
+        self.assertTrue(cli.parse(['image', 'debian', '--build-only'],
+                                  's').build_only)
+        self.assertIsNone(cli.parse(['up', '--build-only'], 's'))
         for wrong in (['bench', '--wave', '20'],            # no N
                       ['bench', '--idle', '0'],             # no N
                       ['bench', '3', '--idle', '0'],        # not density

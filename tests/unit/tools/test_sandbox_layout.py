@@ -775,7 +775,8 @@ class InstallTest(testtools.TestCase):
                            'python3.11', '/v']], calls)
         # uv keeps a directory's build while its setup files are unchanged:
         # this project's is rebuilt every time
-        self.assertEqual(['/t/uv', 'pip', 'install', '-q', '--python',
+        self.assertEqual(['/t/uv', 'pip', 'install', '-q',
+                          '--compile-bytecode', '--python',
                           '/v/bin/python', '--reinstall-package',
                           'nova-lxd-accel'],
                          install.installer('/v', uv, 'nova-lxd-accel'))

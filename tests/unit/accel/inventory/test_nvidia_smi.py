@@ -331,7 +331,8 @@ class _StuckPopen(object):
 
     def __init__(self, args, **kwargs):
         self.args = args
-        self.pid = 4242
+        # 4242, then one more for each further child
+        self.pid = 4242 + len(self.instances)
         self.returncode = None
         self.killed = False
         self.ended = threading.Event()
@@ -379,6 +380,40 @@ class TestAbandonWithoutFreezer(base.BaseTestCase):
         proc.ended.set()
         reaper.join()
         self.assertEqual(-9, proc.returncode)
+
+    def test_stuck_processes_are_capped(self):
+        # nvidia-smi stuck in the kernel: every probe would start one more
+        # and abandon it, each with a reaper thread, for as long as the
+        # GPU stays wedged (issue 46 item 9)
+        self.useFixture(fixtures.MockPatchObject(
+            nvidia_smi.subprocess, 'Popen', _StuckPopen))
+        self.addCleanup(_StuckPopen.instances.clear)
+        self.addCleanup(nvidia_smi.reset_abandoned)
+        self.useFixture(fixtures.FakeLogger(name=nvidia_smi.__name__))
+        nvidia_smi.reset_abandoned()
+        results = [nvidia_smi.run('nvidia-smi', ['-q'], 0.01)
+                   for _ in range(50)]
+        for proc in _StuckPopen.instances:
+            self.addCleanup(proc.ended.set)
+        self.assertEqual(nvidia_smi.MAX_STUCK, len(_StuckPopen.instances))
+        self.assertEqual(nvidia_smi.MAX_STUCK, len(
+            [t for t in threading.enumerate()
+             if t.name.startswith('nvidia-smi-reaper-')]))
+        self.assertTrue(all(rc == nvidia_smi.FAILED_TO_RUN
+                            for rc, _, _ in results))
+        self.assertIn('not started: 2 nvidia-smi processes of earlier '
+                      'probes are still stuck in the kernel', results[-1][2])
+        # one ends at last: the next probe may run nvidia-smi again
+        first = _StuckPopen.instances[0]
+        first.ended.set()
+        for _ in range(POLLS):
+            if not any(t.name == 'nvidia-smi-reaper-%d' % first.pid
+                       for t in threading.enumerate()):
+                break
+            time.sleep(0.05)
+        nvidia_smi.run('nvidia-smi', ['-q'], 0.01)
+        self.assertEqual(nvidia_smi.MAX_STUCK + 1,
+                         len(_StuckPopen.instances))
 
     def test_reset(self):
         nvidia_smi.reset_abandoned()

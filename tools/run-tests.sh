@@ -401,6 +401,10 @@ finish() {
     exit "$rc"
 }
 trap finish EXIT
+# A run stopped from outside fails (finish would otherwise see the status
+# of the last command that ended).
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 export NOVA_LXD_ACCEL_TEST_IMAGE=$state/tiny.tar.gz
 # The networking tests fail (not skip) when OVS is missing.

@@ -334,9 +334,9 @@ def check_profiles(client, conf):
                'remove it from the profile, drop the profile from [lxd] '
                'profiles, or set [lxd] unsafe_profile_content = strip')
         if strip:
-            problems.append('only devices, the security switches, raw.lxc '
-                            'and raw.apparmor can be stripped (other raw.* '
-                            'keys and keys off the allow-list cannot be)')
+            problems.append('other raw.* keys than raw.lxc and '
+                            'raw.apparmor, and keys off the allow-list, '
+                            'cannot be stripped')
         raise exception.LXDNotReady(
             endpoint=client.endpoint,
             reason='%s. Fix: %s' % ('; '.join(problems), how))

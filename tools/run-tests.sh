@@ -312,7 +312,8 @@ sandbox_debian() {
         built_or_reused "Debian image" \
             "$sandbox_dir/data/images/debian-12.tar.gz"
     fi
-    SANDBOX_E2E_KEEP=1 "$e2e" --debian
+    # the sandbox-e2e stage left it up on this host
+    SANDBOX_E2E_KEEP=1 SANDBOX_E2E_UP=0 "$e2e" --debian
 }
 
 # Tempest's compute and image smoke tests, with SSH validation on the
@@ -330,7 +331,7 @@ tempest_smoke() {
 sandbox_gpu_horizon() {
     built_or_reused "Horizon venv" "$sandbox_dir/horizon-venv/bin/python"
     "$sandbox" up --with-horizon --hardware h100-mig-a100-ib
-    SANDBOX_E2E_KEEP=1 "$e2e" --hardware h100-mig-a100-ib
+    SANDBOX_E2E_KEEP=1 SANDBOX_E2E_UP=0 "$e2e" --hardware h100-mig-a100-ib
     "$sandbox" horizon-test
 }
 

@@ -139,7 +139,7 @@ class GpuGate(object):
     :param sleep: callable(seconds), between the release wait's probes.
     :param monotonic: zero-argument callable, the release wait's clock.
     :param attribute: callable(pid) -> the container of a host process
-        (:func:`.release.container_of_process`), or None when the host
+        (:func:`.probe.container_of_process`), or None when the host
         does not let processes be told apart.
     :param background: False: no re-check thread; the caller runs
         :meth:`recheck` (tests that drive time themselves).
@@ -149,7 +149,7 @@ class GpuGate(object):
                  instance_projects=None, host_probe=None, store=None,
                  clock=time.time, on_clean=None, sleep=time.sleep,
                  monotonic=time.monotonic,
-                 attribute=release.container_of_process,
+                 attribute=probe.container_of_process,
                  background=True):
         self._conf = conf
         self._list_containers = list_containers

@@ -38,7 +38,6 @@ from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate_state
-from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
@@ -101,10 +100,6 @@ def mig_place(unit, known, snapshot):
             'mig_profile': mig.profile}
 
 
-#: the container of a host process (kept here: the gate's default)
-container_of_process = probe.container_of_process
-
-
 def _owned_by(container, owners):
     """Whether a process's container is one of ``owners`` (names)."""
     if not container:
@@ -118,8 +113,8 @@ def _unaccounted(apps, owners, attribute):
 
     :param owners: names of the live containers bound to the GPU now.
     :param attribute: callable(pid) -> container name, '' or None
-        (:func:`container_of_process`); None: nothing can be told, so every
-        process is unaccounted for.
+        (:func:`.probe.container_of_process`); None: nothing can be
+        told, so every process is unaccounted for.
     :returns: list of (app, its container or None).
     """
     out = []
@@ -203,7 +198,7 @@ def holding(unit, snapshot, known, state, conf, current=None,
     :param known: PCI address -> :class:`.devices.Gpu` the inventory knows.
     :param current: unit key -> binding of the units bound now.
     :param attribute: callable(pid) -> container (see
-        :func:`container_of_process`), or None when processes cannot be
+        :func:`.probe.container_of_process`), or None when processes cannot be
         told apart.
     """
     pci = unit.get('pci')

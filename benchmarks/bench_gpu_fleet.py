@@ -40,35 +40,25 @@ import argparse
 import multiprocessing
 import os
 import shutil
-import signal
-import socketserver
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from wsgiref import simple_server
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from keystoneauth1 import session as ks_session  # noqa: E402
 from keystoneauth1 import token_endpoint  # noqa: E402
-from placement import db_api  # noqa: E402
-from placement import deploy  # noqa: E402
-from placement.tests.functional.fixtures import (  # noqa: E402
-    placement as placement_fixture)
-import requests  # noqa: E402
 
+import _common  # noqa: E402  (this folder, the script's own)
 from nova_lxd_accel.accel.health import gate  # noqa: E402
 from nova_lxd_accel.accel.inventory import provider_tree  # noqa: E402
 from nova_lxd_accel_dashboard import fleet  # noqa: E402
 from nova_lxd_accel_dashboard import placement  # noqa: E402
 
-#: the microversion the bench fills Placement at (as Nova 2023.1+ does:
-#: consumer generations and types)
-FILL_VERSION = 'placement 1.39'
 #: a trait the bench adds and removes to change a provider
 TOUCHED = 'CUSTOM_BENCH_TOUCHED'
 PROJECTS = ['%032x' % (0xa11ce + n) for n in range(4)]
@@ -83,30 +73,6 @@ GPU_KINDS = [
     ('NVIDIA_A100_SXM4_80GB', '20B2', '8_0', {'PGPU': 1}),
     ('NVIDIA_H100_80GB_HBM3', '2330', '9_0', {'PGPU': 1}),
 ]
-
-
-class _Placement(placement_fixture.PlacementFixture):
-    """Placement's configuration and schema, on a sqlite file."""
-
-    def __init__(self, db_path):
-        super().__init__(use_intercept=False)
-        self.db_path = db_path
-
-    def _configure_placement(self, conf_fixture):
-        # a file, not sqlite://: the server answers from several threads
-        conf_fixture.config(connection='sqlite:///%s' % self.db_path,
-                            group='placement_database')
-
-
-class _ThreadingServer(socketserver.ThreadingMixIn,
-                       simple_server.WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(simple_server.WSGIRequestHandler):
-
-    def log_message(self, *args):
-        pass
 
 
 class _Counting(object):
@@ -129,90 +95,13 @@ class _Counting(object):
         return self.app(environ, start_response)
 
 
-def serve(app):
-    server = simple_server.make_server(
-        '127.0.0.1', 0, app, server_class=_ThreadingServer,
-        handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return server, 'http://127.0.0.1:%d' % server.server_port
-
-
-def fork_workers(server, count):
-    """``count`` processes answering on ``server``'s socket; their pids.
-
-    The parent's serving thread is stopped first, so only the workers
-    answer; each drops the database connections it inherited.
-    """
-    server.shutdown()
-    pids = []
-    for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                db_api.placement_context_manager.writer.get_engine().dispose(
-                    close=False)
-                server.serve_forever()
-            finally:
-                os._exit(0)
-        pids.append(pid)
-    return pids
-
-
-def stop_workers(pids):
-    for pid in pids:
-        os.kill(pid, signal.SIGTERM)
-    for pid in pids:
-        os.waitpid(pid, 0)
-
-
-class _Filler(object):
-    """Placement's REST API, as an admin, at :data:`FILL_VERSION`."""
+class _Filler(_common.PlacementWriter):
+    """The writer, keeping each GPU provider's traits to change them."""
 
     def __init__(self, endpoint):
-        self.endpoint = endpoint
-        self.http = requests.Session()
-        self.http.headers.update({'x-auth-token': 'admin',
-                                  'OpenStack-API-Version': FILL_VERSION})
-        self.generations = {}
+        super().__init__(endpoint)
         #: GPU provider uuid -> its traits
         self.gpu_traits = {}
-
-    def _call(self, method, path, body=None):
-        response = self.http.request(method, self.endpoint + path, json=body)
-        if response.status_code >= 400:
-            raise RuntimeError('%s %s: %s %s' % (
-                method, path, response.status_code, response.text))
-        return response.json() if response.content else None
-
-    def ensure(self, kind, name):
-        self._call('PUT', '/%s/%s' % (kind, name))
-
-    def provider(self, name, parent=None):
-        body = {'name': name, 'uuid': str(uuid.uuid4())}
-        if parent:
-            body['parent_provider_uuid'] = parent
-        made = self._call('POST', '/resource_providers', body)
-        self.generations[made['uuid']] = made['generation']
-        return made['uuid']
-
-    def _put(self, rp, what, key, value):
-        answer = self._call(
-            'PUT', '/resource_providers/%s/%s' % (rp, what),
-            {'resource_provider_generation': self.generations[rp],
-             key: value})
-        self.generations[rp] = answer['resource_provider_generation']
-
-    def refresh(self, rp):
-        """Read the generation again (allocations change it)."""
-        self.generations[rp] = self._call(
-            'GET', '/resource_providers/%s' % rp)['generation']
-
-    def inventories(self, rp, inventories):
-        self._put(rp, 'inventories', 'inventories', inventories)
-
-    def traits(self, rp, traits):
-        self._put(rp, 'traits', 'traits', sorted(traits))
 
     def bump(self, rp):
         """Change a GPU provider's traits: its generation moves.
@@ -223,13 +112,6 @@ class _Filler(object):
         self.refresh(rp)
         self.gpu_traits[rp] = self.gpu_traits[rp] ^ {TOUCHED}
         self.traits(rp, self.gpu_traits[rp])
-
-    def allocate(self, consumer, project, allocations):
-        self._call('PUT', '/allocations/%s' % consumer, {
-            'allocations': {rp: {'resources': res}
-                            for rp, res in allocations.items()},
-            'project_id': project, 'user_id': USER,
-            'consumer_generation': None, 'consumer_type': 'INSTANCE'})
 
 
 def fill(endpoint, hosts, gpus):
@@ -284,7 +166,7 @@ def fill(endpoint, hosts, gpus):
                         continue
                     server = str(uuid.uuid4())
                     project = PROJECTS[n % len(PROJECTS)]
-                    filler.allocate(server, project, {
+                    filler.allocate(server, project, USER, {
                         root: {'VCPU': 4, 'MEMORY_MB': 16384,
                                'DISK_GB': 20},
                         rp: {rc: 1}})
@@ -335,19 +217,19 @@ def main():
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix='bench-gpu-fleet-')
-    fixture = _Placement(os.path.join(tmp, 'placement.sqlite'))
-    fixture.setUp()
+    fixture, app = _common.start_placement(
+        os.path.join(tmp, 'placement.sqlite'))
     server = None
     workers = []
     try:
-        counting = _Counting(deploy.loadapp(fixture.conf_fixture.conf))
-        server, endpoint = serve(counting)
+        counting = _Counting(app)
+        server, endpoint = _common.serve(counting)
         start = time.perf_counter()
         servers, gpu_providers, filler = fill(endpoint, args.hosts,
                                               args.gpus)
         filled = time.perf_counter() - start
         filled_requests = counting.count
-        workers = fork_workers(server, args.workers)
+        workers = _common.fork_workers(server, args.workers)
 
         auth = token_endpoint.Token(endpoint, 'admin')
         get = placement.keystone_get(ks_session.Session(auth=auth), endpoint)
@@ -413,7 +295,7 @@ def main():
                       str(n) for n in sorted(warm_requests)),
                   warm_median, max(warm_times), warm_median / base_median))
     finally:
-        stop_workers(workers)
+        _common.stop_workers(workers)
         if server is not None:
             if not workers:
                 server.shutdown()

@@ -367,9 +367,12 @@ sandbox_down() {
 }
 
 # The full run's measured benches (not a test: nothing is asserted).
+# bench_scheduling needs no sandbox, only Placement in the py3 venv (about
+# a minute in its default mode on the 2-core machine).
 benches() {
     "$sandbox" bench 3
     "$sandbox" bench --density 50
+    "$repo/.tox/py3/bin/python" "$repo/benchmarks/bench_scheduling.py"
 }
 
 # --- exit: stop what was started, print the table ----------------------------

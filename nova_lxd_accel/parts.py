@@ -23,6 +23,7 @@ import dataclasses
 import functools
 
 from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel import client as lxd_client
@@ -76,7 +77,8 @@ class Parts(object):
         inventory = reporter.AcceleratorInventory(
             client.resources, conf=conf,
             list_instances=client.list_all_instances,
-            is_ours=owner.is_ours, gate=gpu_gate, reported=reported)
+            is_ours=owner.is_ours, gate=gpu_gate, reported=reported,
+            on_reshaped=functools.partial(reconcile.move_providers, client))
         # one claim for spawn, resize and migration; never a dirty unit
         accel_claims = claims.Claims(
             client, conf, inventory.device_for_provider,

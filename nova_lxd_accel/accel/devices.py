@@ -212,3 +212,48 @@ class IbCard(PciCard):
 
     ports: typing.Tuple[IbPort, ...] = ()
     vfs: typing.Tuple[IbVf, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPool:
+    """Whole GPUs no flavor can tell apart, counted in one provider.
+
+    Same model and traits, none split into MIG devices or shared: a
+    scheduler asks for ``resources:PGPU=k`` of them in one request group
+    and the pick (:mod:`nova_lxd_accel.accel.binding.pick`) chooses which
+    cards, by topology.
+
+    :ivar gpus: the cards, in PCI address order.
+    :ivar links: what the host says of the links between its NVIDIA GPUs
+        (:class:`nova_lxd_accel.accel.inventory.gpu_topology.Links`), or
+        None when unknown.
+    """
+
+    gpus: typing.Tuple[Gpu, ...]
+    links: typing.Optional[object] = None
+
+    @property
+    def pci_address(self):
+        """The cards' addresses, for messages (``a, b, ...``)."""
+        return ', '.join(g.pci_address for g in self.gpus)
+
+    @property
+    def pci_addresses(self):
+        return tuple(g.pci_address for g in self.gpus)
+
+    def without(self, pci_addresses):
+        """The pool less the cards at ``pci_addresses``."""
+        gone = set(pci_addresses)
+        return dataclasses.replace(self, gpus=tuple(
+            g for g in self.gpus if g.pci_address not in gone))
+
+
+def physical_devices(host_devices):
+    """``host_devices`` with every :class:`GpuPool` opened into its cards."""
+    out = []
+    for device in host_devices:
+        if isinstance(device, GpuPool):
+            out.extend(device.gpus)
+        elif device is not None:
+            out.append(device)
+    return out

@@ -194,6 +194,7 @@ def device_unit_keys(device, host_devices=()):
         with no ``pci``/``id``/vendor selector is reported as ``pci:*``
         (every GPU).
     """
+    host_devices = devices.physical_devices(host_devices)
     gpus = [d for d in host_devices if isinstance(d, devices.Gpu)]
     ib_cards = [d for d in host_devices if isinstance(d, devices.IbCard)]
     kind = device.get('type')
@@ -302,7 +303,9 @@ def _holders(held, key):
 def provider_units(device):
     """Resource class -> unit keys a device offers, in binding order."""
     out = {}
-    if isinstance(device, devices.Gpu):
+    if isinstance(device, devices.GpuPool):
+        out[orc.PGPU] = ['pci:' + g.pci_address for g in device.gpus]
+    elif isinstance(device, devices.Gpu):
         if device.shared_slots:
             out[placement_names.SHARE_RC] = [
                 share_key(device.pci_address, slot)

@@ -74,6 +74,34 @@ Related options:
 
 * ``nvidia_smi_path``, ``nvidia_smi_timeout``
 """),
+    cfg.BoolOpt('pool_whole_gpus',
+                default=True,
+                help="""
+Whether identical whole GPUs are counted in one resource provider.
+
+When enabled (the default), the whole GPUs of a host that no flavor can
+tell apart (same vendor, product, model and compute capability; not split
+into MIG devices, not shared) are one child provider
+``<nodename>_gpu_pool_<vendor id>_<product id>`` with ``PGPU`` total =
+their number, so a flavor asks for k of them as ``resources:PGPU=k`` in
+one request group, and the driver picks which cards, by topology: one
+NUMA node when they fit there, then NVLink peers, then PCIe locality.
+Placement answers such a request in milliseconds, where k numbered groups
+of one-GPU providers grow with the product of the groups' candidates
+(seconds from 6 GPUs on one host, minutes at 7).
+
+When disabled, each whole GPU is its own provider ``<nodename>_gpu_<pci>``
+with ``PGPU`` total 1, as before: flavors ask for k GPUs as k numbered
+groups with ``group_policy=isolate``.
+
+Changing it on a host that runs servers moves their allocations to the new
+providers when nova-compute restarts (a reshape); flavors written for the
+other layout must be changed with it.
+
+Related options:
+
+* ``report_mig``, ``shared_gpus``
+"""),
     cfg.BoolOpt('report_infiniband',
                 default=True,
                 help="""

@@ -101,7 +101,7 @@ class PartsTestCase(testtools.TestCase):
             self.useFixture(fixtures.TempDir()).path)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
                    nvidia_smi_path=self.smi.path, report_mig=False,
-                   group='lxd_accelerators')
+                   pool_whole_gpus=False, group='lxd_accelerators')
         # no lifecycle thread: the tests poll themselves
         self.flags(lifecycle_poll_interval=0, group='lxd')
         self.projects_asked = []

@@ -50,6 +50,7 @@ import typing
 import os_resource_classes as orc
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel.binding import card_choice
 from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel.binding import sharing
@@ -94,8 +95,8 @@ class ShareRequest:
     flavor: typing.Optional[str] = None
 
 
-def _pick(candidates, count, held, rc, rp_uuid, device):
-    """The first ``count`` free ``(key, item)`` pairs, else raise."""
+def _free(candidates, held):
+    """``(free (key, item) pairs, busy descriptions)`` of ``candidates``."""
     free, busy = [], []
     for key, item in candidates:
         holders = units.holders_of(held, key)
@@ -103,6 +104,17 @@ def _pick(candidates, count, held, rc, rp_uuid, device):
             busy.append('%s (held by %s)' % (key, ', '.join(sorted(holders))))
         else:
             free.append((key, item))
+    return free, busy
+
+
+def _pick(candidates, count, held, rc, rp_uuid, device):
+    """The first ``count`` free ``(key, item)`` pairs, else raise."""
+    free, busy = _free(candidates, held)
+    _check_enough(free, busy, count, rc, rp_uuid, device)
+    return free[:count]
+
+
+def _check_enough(free, busy, count, rc, rp_uuid, device):
     if len(free) < count:
         # Who holds the units (other projects' containers, instances) is
         # for the operator's log, never for the user's fault.
@@ -115,7 +127,6 @@ def _pick(candidates, count, held, rc, rp_uuid, device):
             count=count, resource_class=rc, provider=rp_uuid,
             device='%s at %s' % (type(device).__name__, device.pci_address),
             free=len(free), held=_held_count(busy))
-    return free[:count]
 
 
 def _held_count(busy):
@@ -232,6 +243,31 @@ def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME,
         reason='GPU %s offers no such resource class' % gpu.pci_address)
 
 
+def _pool_units(pool, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME):
+    """``count`` free cards of a pool of whole GPUs, chosen by topology.
+
+    Never a card anything holds, a dirty one or one an operator or the
+    health check holds (all in ``held``); of the free ones
+    :func:`.card_choice.choose` takes one NUMA node when they fit there,
+    then NVLink peers, then PCIe neighbours.
+    """
+    if rc != orc.PGPU:
+        raise exception.AcceleratorNotBindable(
+            resource_class=rc, provider=rp_uuid,
+            reason='a pool of whole GPUs offers only %s' % orc.PGPU)
+    free, busy = _free([('pci:' + g.pci_address, g) for g in pool.gpus],
+                       held)
+    _check_enough(free, busy, count, rc, rp_uuid, pool)
+    chosen = card_choice.choose([gpu for _, gpu in free], count, pool.links)
+    LOG.info('Picked GPU(s) %(cards)s of %(count)d free in provider '
+             '%(rp)s: %(why)s',
+             {'cards': ', '.join(g.pci_address for g in chosen),
+              'count': len(free), 'rp': rp_uuid,
+              'why': card_choice.describe(chosen, pool.links)})
+    return [(units.KIND_PGPU, 'pci:' + gpu.pci_address) +
+            _pgpu_device(gpu, nvidia) for gpu in chosen]
+
+
 def _ib_units(card, rc, count, rp_uuid, held):
     if rc == placement_names.RC_INFINIBAND_VF:
         candidates = [('netdev:' + vf.netdevs[0], vf) for vf in card.vfs
@@ -296,7 +332,10 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
             continue
         device = device_for_provider(rp_uuid)
         for rc in sorted(wanted):
-            if isinstance(device, devices.Gpu):
+            if isinstance(device, devices.GpuPool):
+                picked = _pool_units(device, rc, wanted[rc], rp_uuid, held,
+                                     nvidia)
+            elif isinstance(device, devices.Gpu):
                 picked = _gpu_units(device, rc, wanted[rc], rp_uuid, held,
                                     nvidia, share)
             elif isinstance(device, devices.IbCard):
@@ -315,8 +354,15 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
                 bound.append(ledger.Unit(
                     name='%s%d' % (prefix, index), kind=kind,
                     resource_class=rc, provider=rp_uuid,
-                    device_pci=device.pci_address, key=key,
+                    device_pci=_card_of(device, key), key=key,
                     device=lxd_device, detail=detail))
                 # a unit is never given twice within one request either
                 held[key] = ['(this request)']
     return ledger.Binding(units=tuple(bound), nvidia=nvidia)
+
+
+def _card_of(device, key):
+    """The PCI address of the card a unit ``key`` of ``device`` is on."""
+    if isinstance(device, devices.GpuPool):
+        return key.split(':', 1)[1]
+    return device.pci_address

@@ -31,6 +31,8 @@ Nothing is released when nova's instance list cannot be read: a wrong
 answer there would strip devices from live instances.
 """
 
+import json
+
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import ledger
@@ -161,3 +163,42 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
                          'devices': ', '.join(by_rp.get(rp_uuid, [])) or
                          'no device'})
     return released
+
+
+def move_providers(client, moved, records=None):
+    """Point binding records at the providers a reshape moved them to.
+
+    After :func:`.inventory.reshape.move_allocations` a server's whole
+    GPUs are counted in another provider: its record says so too, so that
+    the next reconcile compares it with Placement rightly. Keyed by card,
+    so running it again after a failed reshape still lands right.
+
+    :param moved: instance uuid -> {card PCI address: provider uuid}.
+    :param records: the daemon's instance records (read again when None).
+    """
+    if not moved:
+        return
+    if records is None:
+        records = client.list_containers()
+    for record in records:
+        cards = moved.get(_instance_uuid(record))
+        if not cards:
+            continue
+
+        def change(config, devices, cards=cards):
+            units_ = identity.recorded_units(config)
+            changed = False
+            for unit in units_:
+                target = cards.get(unit.get('pci'))
+                if target and unit.get('provider') != target:
+                    unit['provider'] = target
+                    changed = True
+            if not changed:
+                return False
+            config[identity.KEY_DEVICES] = json.dumps(units_, sort_keys=True)
+
+        client.modify_container(record['name'], change)
+        LOG.info('Binding record of container %(name)s now names the '
+                 'provider(s) its GPUs count in: %(providers)s',
+                 {'name': record['name'],
+                  'providers': ', '.join(sorted(set(cards.values())))})

@@ -47,7 +47,6 @@ The ledger's rules:
 and the unprobeable hold off.
 """
 
-import dataclasses
 import json
 import os
 import threading
@@ -61,6 +60,7 @@ from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import holds
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.health import release
+from nova_lxd_accel.accel.health import reservations
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import placement_names
@@ -97,28 +97,6 @@ def _busy(snapshot, pci):
     facts = snapshot.gpus.get(pci)
     return bool(snapshot.apps_on(pci)) or bool(
         facts is not None and facts.utilization_pct)
-
-
-@dataclasses.dataclass(frozen=True)
-class GateView:
-    """What :meth:`GpuGate.apply` needs, read once from the state file."""
-
-    holds: dict
-    dirty: dict
-
-    @classmethod
-    def of(cls, state):
-        """The view of a state (copies: the state may change after)."""
-        return cls(holds=dict(state['holds']), dirty=dict(state['dirty']))
-
-    def reserved_for(self, pci):
-        """(hold or None, {rc: dirty count}) of one GPU."""
-        counts = {}
-        for unit in self.dirty.values():
-            if unit.get('pci') == pci:
-                rc = unit.get('resource_class')
-                counts[rc] = counts.get(rc, 0) + 1
-        return self.holds.get(pci), counts
 
 
 class GpuGate(object):
@@ -229,7 +207,7 @@ class GpuGate(object):
         if not known and not current and \
                 not os.path.exists(self._store.path):
             # a host without GPUs: nothing to record
-            self._view = GateView(holds={}, dirty={})
+            self._view = reservations.GateView(holds={}, dirty={})
             return snapshot
         with self._store.update() as state:
             released = self._account(state, current, snapshot, known, now,
@@ -242,7 +220,7 @@ class GpuGate(object):
             holds.probed(state, snapshot, known, now, self._conf)
             release.update_baselines(state, current, snapshot, known)
             result = dict(state)
-        self._view = GateView.of(result)
+        self._view = reservations.GateView.of(result)
         holds.report_idle(result, now, self._conf, self._warned)
         holds.write_metrics(result, known, now, self._conf)
         if result['dirty']:
@@ -282,7 +260,7 @@ class GpuGate(object):
                                              unit.get('container'))
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
-            self._view = GateView.of(state)
+            self._view = reservations.GateView.of(state)
             return tuple(units) if self._verifying else ()
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
@@ -353,7 +331,7 @@ class GpuGate(object):
                     gate_state.note_released(state, key, now, container)
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
-            self._view = GateView.of(state)
+            self._view = reservations.GateView.of(state)
             if keys:
                 LOG.warning('Container %(name)s was removed behind nova\'s '
                             'back: its GPU units %(units)s are reserved '
@@ -428,7 +406,7 @@ class GpuGate(object):
                 only=keys, mark=mark, attribute=self._attribute)
             holds.probed(state, snapshot, known, now, self._conf)
             left = {k for k in keys if k in state['dirty']}
-        self._view = GateView.of(state)
+        self._view = reservations.GateView.of(state)
         return left, snapshot
 
     def _snapshot(self, deadline=None):
@@ -616,7 +594,8 @@ class GpuGate(object):
         except (OSError, ValueError) as exc:
             LOG.warning('Cannot read the GPU state file: %s', exc)
             return self._view
-        self._view = GateView(holds=state['holds'], dirty=state['dirty'])
+        self._view = reservations.GateView(holds=state['holds'],
+                                           dirty=state['dirty'])
         return self._view
 
     def view(self):
@@ -627,48 +606,26 @@ class GpuGate(object):
         ``nova-lxd-accel gpu hold|release`` applies at the next one.
         """
         if self._view is None:
-            return self._load_view() or GateView(holds={}, dirty={})
+            return self._load_view() or reservations.GateView(
+                holds={}, dirty={})
         return self._view
 
     def apply(self, desired):
         """Desired providers with holds and dirty units reserved.
 
-        :param desired: dict name -> ``DesiredProvider``.
-        :returns: a new dict; providers without a reason are unchanged.
+        :func:`.reservations.reserved_providers` of the last view.
         """
-        view = self.view()
-        out = {}
-        for name, want in desired.items():
-            device = want.device
-            if not isinstance(device, devices.Gpu):
-                out[name] = want
-                continue
-            hold, dirty = view.reserved_for(device.pci_address)
-            if hold is None and not dirty:
-                out[name] = want
-                continue
-            inventory = {}
-            for rc, rec in want.inventory.items():
-                reserved = rec['total'] if hold else min(
-                    rec['total'], rec.get('reserved', 0) + dirty.get(rc, 0))
-                inventory[rc] = dict(rec, reserved=reserved)
-            traits = want.traits
-            if hold and hold.get('kind') == gate_state.KIND_UNHEALTHY:
-                traits = traits | {TRAIT_UNHEALTHY}
-            if hold and hold.get('kind') == gate_state.KIND_UNPROBEABLE:
-                traits = traits | {TRAIT_UNPROBEABLE}
-            out[name] = dataclasses.replace(want, inventory=inventory,
-                                            traits=frozenset(traits))
-        return out
+        return reservations.reserved_providers(desired, self.view())
 
     def _ledger(self):
-        """The state file now; the last probe's dirty units if unreadable."""
+        """The state file now; the last probe's units if unreadable."""
         try:
             return self._store.load()
         except (OSError, ValueError) as exc:
             LOG.warning('Cannot read the GPU state file (%s): claims use '
-                        'the dirty units of the last probe', exc)
-            return {'dirty': self.view().dirty, 'bound': {}}
+                        'the holds and dirty units of the last probe', exc)
+            view = self.view()
+            return {'holds': view.holds, 'dirty': view.dirty, 'bound': {}}
 
     def unavailable_units(self, records=None):
         """Unit key -> why no claim may pick it now.
@@ -679,7 +636,14 @@ class GpuGate(object):
 
         :param records: the daemon's instance records the claim listed.
         """
-        return release.unavailable(self._ledger(), records)
+        state = self._ledger()
+        out = release.unavailable(state, records)
+        # a held card of a pool: the pool's provider stays offered (its
+        # other cards are free), so the pick must skip the card itself
+        for pci, hold in (state.get('holds') or {}).items():
+            out.setdefault('pci:' + pci, []).append(
+                'held (%s): %s' % (hold.get('kind'), hold.get('reason')))
+        return out
 
     def dirty_share_projects(self, records=None):
         """Shared GPU -> projects of its dirty slots.

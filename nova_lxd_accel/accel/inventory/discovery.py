@@ -35,6 +35,8 @@ class Options:
     report_infiniband: bool = True
     #: ``[lxd_accelerators] shared_gpus`` entries
     shared_gpus: typing.Tuple[str, ...] = ()
+    #: identical whole GPUs in one provider (``pool_whole_gpus``)
+    pool_whole_gpus: bool = True
 
     @classmethod
     def from_conf(cls, conf):
@@ -48,7 +50,8 @@ class Options:
             excluded_pci_addresses=frozenset(a for a in excluded if a),
             report_mig=group.report_mig,
             report_infiniband=group.report_infiniband,
-            shared_gpus=tuple(group.shared_gpus or ()))
+            shared_gpus=tuple(group.shared_gpus or ()),
+            pool_whole_gpus=group.pool_whole_gpus)
 
 
 def _matched(gpus, smi_gpus):

@@ -12,10 +12,12 @@
 
 """Devices -> nested resource providers, and applying them to a tree.
 
-:func:`desired_providers` is pure: it names one child provider per GPU
-(``<nodename>_gpu_<pci>``) and per InfiniBand card (``<nodename>_ib_<pci>``)
-and gives its inventory and traits. :class:`TreeState` applies that to
-nova's :class:`nova.compute.provider_tree.ProviderTree`, touching only the
+:func:`desired_providers` is pure: it names one child provider per pool of
+identical whole GPUs (``<nodename>_gpu_pool_<vendor>_<product>``), per
+other GPU (MIG or shared: ``<nodename>_gpu_<pci>``) and per InfiniBand card
+(``<nodename>_ib_<pci>``) and gives its inventory and traits.
+:class:`TreeState` applies that to nova's
+:class:`nova.compute.provider_tree.ProviderTree`, touching only the
 children it owns, keeping operator traits, and handling devices that
 disappeared (deleted when unused, kept with ``reserved = total`` when in
 use). Only the ``ProviderTree`` methods whose cost does not grow with the
@@ -23,6 +25,7 @@ number of providers are used per provider, so one update stays linear.
 """
 
 import dataclasses
+import hashlib
 import re
 import typing
 
@@ -52,6 +55,11 @@ class DesiredProvider:
 
 def gpu_provider_name(nodename, pci_address):
     return '%s_gpu_%s' % (nodename, devices.pci_slug(pci_address))
+
+
+def gpu_pool_name(nodename, slug):
+    """``<nodename>_gpu_pool_<slug>``: a pool of identical whole GPUs."""
+    return '%s_gpu_pool_%s' % (nodename, slug)
 
 
 def ib_provider_name(nodename, pci_address):
@@ -144,15 +152,72 @@ def ib_traits(card):
                      _vendor_traits('IB', card.vendor_id, card.product_id))
 
 
-def desired_providers(nodename, gpus, ib_cards, sharing_traits=None):
+def is_poolable(gpu):
+    """Whether ``gpu`` is offered whole: one ``PGPU``, nothing else."""
+    return gpu_totals(gpu) == {orc.PGPU: 1}
+
+
+def _pool_slug(gpu):
+    """A pool's name part: ``<vendor id>_<product id>`` (``10de_2330``).
+
+    From the PCI ids LXD reports, never from what the GPU probe adds
+    later (the model name): a pool's provider keeps its name, and its
+    allocations, from the first update on.
+    """
+    return ('%s_%s' % (devices.normalise_name(gpu.vendor_id or 'unknown'),
+                       devices.normalise_name(gpu.product_id or 'any'))
+            ).lower()
+
+
+def gpu_pools(gpus, links=None):
+    """Identical whole GPUs grouped: pool slug -> :class:`devices.GpuPool`.
+
+    Cards are identical when their providers would carry the same traits
+    (vendor, product, model, compute capability): then no flavor can
+    tell them apart and Placement may count them together. Two groups
+    with the same PCI ids but other traits get a suffix from their
+    traits, so a name never moves between them.
+    """
+    groups = {}
+    for gpu in sorted(gpus, key=lambda g: g.pci_address):
+        groups.setdefault(gpu_traits(gpu), []).append(gpu)
+    slugs = {}
+    for traits, cards in groups.items():
+        slugs.setdefault(_pool_slug(cards[0]), []).append(traits)
+    out = {}
+    for slug, variants in slugs.items():
+        for traits in variants:
+            name = slug
+            if len(variants) > 1:
+                name = '%s_%s' % (slug, hashlib.sha256(
+                    ','.join(sorted(traits)).encode()).hexdigest()[:8])
+            out[name] = devices.GpuPool(gpus=tuple(groups[traits]),
+                                        links=links)
+    return dict(sorted(out.items()))
+
+
+def desired_providers(nodename, gpus, ib_cards, sharing_traits=None,
+                      pool_whole_gpus=False, links=None):
     """The child providers a host with these devices reports.
 
     :param sharing_traits: PCI address -> the sharing mode trait of each
         shared GPU (see :func:`gpu_traits`).
-    :returns: dict name -> :class:`DesiredProvider`, GPUs first, each group
-        in PCI address order.
+    :param pool_whole_gpus: identical whole GPUs in one provider each
+        (:func:`gpu_pools`), else one provider per GPU.
+    :param links: the host's GPU links, given to each pool.
+    :returns: dict name -> :class:`DesiredProvider`, GPUs first (pools,
+        then cards in PCI address order), then InfiniBand cards.
     """
     desired = {}
+    if pool_whole_gpus:
+        whole = [g for g in gpus if is_poolable(g)]
+        for slug, pool in gpu_pools(whole, links).items():
+            name = gpu_pool_name(nodename, slug)
+            count = len(pool.gpus)
+            desired[name] = DesiredProvider(
+                name, {orc.PGPU: inventory_record(count)},
+                gpu_traits(pool.gpus[0]), pool)
+        gpus = [g for g in gpus if not is_poolable(g)]
     for gpu in gpus:
         name = gpu_provider_name(nodename, gpu.pci_address)
         inventory = {rc: inventory_record(total)
@@ -197,6 +262,10 @@ class TreeState(object):
         self._our_traits = {}
         # provider uuid -> consumers last warned about
         self._warned = {}
+
+    def owned_children(self, provider_tree, nodename):
+        """Name -> uuid of the node's children this driver owns."""
+        return self._children(provider_tree, nodename)
 
     def _children(self, provider_tree, nodename):
         uuids = provider_tree.get_provider_uuids(nodename)[1:]

@@ -29,12 +29,15 @@ import dataclasses
 import time
 import typing
 
+from nova import exception as nova_exception
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import gpu_topology
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
+from nova_lxd_accel.accel.inventory import reshape
 from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
@@ -83,8 +86,10 @@ class ReportedGpus(object):
 
     def update(self, desired):
         """Take the GPUs of a :func:`.provider_tree.desired_providers`."""
-        self._gpus = tuple(p.device for p in desired.values()
-                           if isinstance(p.device, devices.Gpu))
+        self._gpus = tuple(
+            gpu for gpu in devices.physical_devices(
+                p.device for p in desired.values())
+            if isinstance(gpu, devices.Gpu))
 
     def gpus(self):
         return list(self._gpus)
@@ -115,11 +120,16 @@ class AcceleratorInventory(object):
     :param probed_gpus: PCI address -> the probe's facts of each GPU
         (:class:`.nvidia_smi.GpuFacts`), for a caller without a gate (the
         command line); default: the gate's last snapshot.
+    :param on_reshaped: callable(moved, records) told, after a reshape
+        moved allocations (:func:`.reshape.move_allocations`), which
+        provider each server's cards count in now, with the instance
+        records read (:func:`.reconcile.move_providers`); or None.
     """
 
     def __init__(self, read_resources, list_mig_devices=None, *, conf,
                  provider_allocations=None, list_instances=None,
-                 is_ours=None, gate=None, reported=None, probed_gpus=None):
+                 is_ours=None, gate=None, reported=None, probed_gpus=None,
+                 on_reshaped=None):
         self._conf = conf
         self._read_resources = read_resources
         self._list_mig_devices = list_mig_devices or self._run_nvidia_smi
@@ -136,6 +146,11 @@ class AcceleratorInventory(object):
         self._is_ours = is_ours or (lambda record: False)
         self._foreign_logged = None
         self._snapshot = None
+        self._on_reshaped = on_reshaped
+        #: the GPU links pools carry (gpu_topology.Links), and the whole
+        #: NVIDIA GPUs they were read for
+        self._links = None
+        self._links_key = None
 
     def _run_nvidia_smi(self):
         group = self._conf.lxd_accelerators
@@ -174,9 +189,35 @@ class AcceleratorInventory(object):
         options = discovery.Options.from_conf(self._conf)
         resources = self._read_resources() or {}
         mig_text = self._mig_text(options)
+        self._read_links(resources, mig_text, options)
         records = (self._list_instances()
                    if self._list_instances is not None else None)
         return Snapshot(time.monotonic(), resources, mig_text, records)
+
+    def _read_links(self, resources, mig_text, options):
+        """Read how the GPUs a pool could hold are linked, when they change.
+
+        ``nvidia-smi topo -m`` only when the host's NVIDIA whole GPUs are
+        not those last read (a new host, a card added, MIG turned off):
+        the links of a board do not change while its cards stay.
+        """
+        if not options.pool_whole_gpus:
+            return
+        gpus, _ = discovery.discover(resources, mig_text, options)
+        whole = [g for g in gpus if g.is_nvidia and
+                 provider_tree.is_poolable(g)]
+        key = tuple(sorted(g.pci_address for g in whole))
+        if key == self._links_key:
+            return
+        if len(whole) < 2:
+            self._links, self._links_key = None, key
+            return
+        group = self._conf.lxd_accelerators
+        links = gpu_topology.read_links(whole, group.nvidia_smi_path,
+                                        group.nvidia_smi_timeout)
+        if links is not None:
+            # None: unknown this time; asked again at the next refresh
+            self._links, self._links_key = links or None, key
 
     def snapshot(self):
         """The last :class:`Snapshot`, or a fresh read when none was made."""
@@ -202,7 +243,8 @@ class AcceleratorInventory(object):
         names = self._probed('name')
         inputs = (nodename, options, resources.get('gpu'),
                   resources.get('network'), mig_text,
-                  tuple(sorted(memory.items())), tuple(sorted(names.items())))
+                  tuple(sorted(memory.items())), tuple(sorted(names.items())),
+                  self._links)
         if inputs == self._last_inputs:
             return self._last_desired
         gpus, ib_cards = discovery.discover(resources, mig_text, options,
@@ -220,8 +262,9 @@ class AcceleratorInventory(object):
         sharing_traits = {
             g.pci_address: sharing_modes.MODE_TRAITS[shared_gpus.card_mode(
                 options.shared_gpus, g)] for g in gpus if g.shared_slots}
-        desired = provider_tree.desired_providers(nodename, gpus, ib_cards,
-                                                  sharing_traits)
+        desired = provider_tree.desired_providers(
+            nodename, gpus, ib_cards, sharing_traits,
+            pool_whole_gpus=options.pool_whole_gpus, links=self._links)
         self._last_inputs, self._last_desired = inputs, desired
         self._reported.update(desired)
         return desired
@@ -277,9 +320,35 @@ class AcceleratorInventory(object):
         if self._gate is not None:
             # held, unhealthy and not yet verified units (accel.gpu_gate)
             desired = self._gate.apply(desired)
+        first = nodename not in self._states
         state = self._states.setdefault(nodename, provider_tree.TreeState())
-        state.apply(nova_tree, nodename, desired,
-                    self._usage_lookup(allocations))
+        usage = self._usage_lookup(allocations)
+        moves = reshape.moved_providers(
+            nova_tree, nodename, desired,
+            state.owned_children(nova_tree, nodename), state.devices)
+        if moves and allocations is None:
+            in_use = [uuid for uuid in moves if usage(uuid) != (True, {})]
+            if in_use and first:
+                # nova calls again with every allocation of the tree
+                LOG.info('Whole GPUs of %(node)s move to another provider '
+                         'layout with their allocations (providers '
+                         '%(old)s): asking nova for a reshape',
+                         {'node': nodename, 'old': ', '.join(sorted(in_use))})
+                raise nova_exception.ReshapeNeeded()
+            if in_use:
+                LOG.warning('Whole GPUs of %(node)s count in other providers '
+                            'now, but providers %(old)s are in use: kept '
+                            'reserved; restart nova-compute to move their '
+                            'allocations (nova reshapes only at start)',
+                            {'node': nodename,
+                             'old': ', '.join(sorted(in_use))})
+        elif moves:
+            moved = reshape.move_allocations(nova_tree, nodename, moves,
+                                             allocations, records)
+            usage = self._usage_lookup(allocations)
+            if moved and self._on_reshaped is not None:
+                self._on_reshaped(moved, records)
+        state.apply(nova_tree, nodename, desired, usage)
 
     def with_foreign_reserved(self, desired, records):
         """``desired`` with the units foreign instances hold reserved.
@@ -290,7 +359,8 @@ class AcceleratorInventory(object):
         it: it is counted in its resource class's ``reserved``. Each such
         unit is logged, with its holders, when the set changes.
         """
-        host_devices = [p.device for p in desired.values()]
+        host_devices = devices.physical_devices(
+            p.device for p in desired.values())
         foreign = [r for r in records or () if not self._is_ours(r)]
         held = units.held_units(foreign, host_devices=host_devices)
         out, logged = {}, []
@@ -366,9 +436,9 @@ class AcceleratorInventory(object):
 
     def all_devices(self):
         """Every device last reported (or kept while in use)."""
-        return tuple(device for state in self._states.values()
-                     for device in state.devices.values()
-                     if device is not None)
+        return tuple(devices.physical_devices(
+            device for state in self._states.values()
+            for device in state.devices.values()))
 
     def describe(self, nova_tree, nodename):
         """The node's providers as the ``inventory`` command prints them.

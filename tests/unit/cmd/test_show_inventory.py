@@ -112,7 +112,8 @@ class TestInventoryCommand(CommandTestCase):
         path = self._write('raw.json', json.dumps(
             {'type': 'sync', 'status_code': 200, 'metadata': metadata}))
         out = self._json('--resources-file', path, '--nodename', 'c')
-        self.assertEqual(['c', 'c_gpu_0000_07_00_0'],
+        # a whole GPU counts in its model's pool (pool_whole_gpus)
+        self.assertEqual(['c', 'c_gpu_pool_10de_1287'],
                          [p['name'] for p in out['providers']])
 
     def test_config_file_is_honoured(self):
@@ -121,7 +122,7 @@ class TestInventoryCommand(CommandTestCase):
             '[lxd_accelerators]\ngpu_vendor_ids = 10de,1af4\n'
             'excluded_pci_addresses = 0000:07:00.0\n')
         out = self._json('--resources-file', GT730, '--nodename', 'c')
-        self.assertEqual(['c', 'c_gpu_0000_04_00_0'],
+        self.assertEqual(['c', 'c_gpu_pool_1af4_0010'],
                          [p['name'] for p in out['providers']])
 
     def test_mig_off_in_config_ignores_list(self):
@@ -197,7 +198,8 @@ class TestInventoryCommand(CommandTestCase):
 
 SHARED_PCI = '0000:07:00.0'
 SHARED_RP = 'c_gpu_0000_07_00_0'
-WHOLE_RP = 'c_gpu_0000_85_00_0'
+# the whole A100 counts in its model's pool (pool_whole_gpus)
+WHOLE_RP = 'c_gpu_pool_10de_20b2'
 
 
 class _Daemon(fake_lxd.FakeLXDClient):
@@ -301,7 +303,7 @@ class TestSharedGpuHolders(base.BaseTestCase):
         self.assertEqual(
             ['    shared: 1 of 2 slots used',
              '      slot 0: instance uuid-a project proj-1 (nova/nova-a)',
-             'c_gpu_0000_85_00_0  (parent: c)'],
+             WHOLE_RP + '  (parent: c)'],
             lines[start + 3:start + 6])
         self.assertEqual('2 accelerator providers', lines[-1])
 

@@ -135,7 +135,8 @@ class ClaimsTestBase(testtools.TestCase):
         self.conf([], default_config_files=[])
         # overrides live in the (shared) option groups: undone after
         self.useFixture(config_fixture.Config(self.conf)).config(
-            shared_gpus=[SHARED + ':2:quota'], group='lxd_accelerators')
+            shared_gpus=[SHARED + ':2:quota'], pool_whole_gpus=False,
+            group='lxd_accelerators')
         self.inventory, self.tree = gpu_hosts.report(
             {'gpu': {'cards': gpu_hosts.eight_gpu_cards()}}, conf=self.conf)
         self.client = self.client_class()

@@ -309,3 +309,80 @@ class TestRecords(base.BaseTestCase):
                 {'provider': 'p1', 'resource_class': 'PGPU'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'}]))
+
+
+POOL = 'cmp1_gpu_pool_10de_2330'
+HGX_PCIS = ['0000:1%d:00.0' % i for i in range(8)]
+
+
+class TestGpuPool(base.BaseTestCase):
+    """k whole GPUs of one pool provider: which cards the pick chooses."""
+
+    def setUp(self):
+        super().setUp()
+        self.inventory, self.tree = gpu_hosts.report(
+            {'gpu': {'cards': gpu_hosts.hgx_eight_gpu_cards()}},
+            conf=gpu_hosts.make_conf(pool_whole_gpus=True))
+        self.log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
+
+    def alloc(self, count):
+        return {self.tree.data(POOL).uuid: {'resources': {'PGPU': count}}}
+
+    def bind(self, count, held=None):
+        return pick.bind(self.alloc(count),
+                         self.inventory.device_for_provider, held)
+
+    def cards(self, result):
+        return sorted(d['pci'] for d in result.devices.values())
+
+    def test_one_provider_counts_the_eight_cards(self):
+        data = self.tree.data(POOL)
+        self.assertEqual({'PGPU': {'total': 8, 'reserved': 0, 'min_unit': 1,
+                                   'max_unit': 8, 'step_size': 1,
+                                   'allocation_ratio': 1.0}},
+                         data.inventory)
+        self.assertEqual([gpu_hosts.NODE, POOL],
+                         [self.tree.data(u).name for u in
+                          self.tree.get_provider_uuids(gpu_hosts.NODE)])
+
+    def test_eight_of_eight_each_pinned_by_pci_address(self):
+        result = self.bind(8)
+        self.assertEqual(HGX_PCIS, self.cards(result))
+        self.assertEqual(
+            {'nova-gpu%d' % i for i in range(8)}, set(result.devices))
+        # recorded card by card, each under the pool's provider
+        self.assertEqual(
+            sorted(HGX_PCIS), sorted(r['pci'] for r in result.records()))
+
+    def test_four_fit_on_one_numa_node_and_the_next_four_on_the_other(self):
+        first = self.bind(4)
+        self.assertEqual(HGX_PCIS[:4], self.cards(first))
+        held = units.held_units([{'name': 'a', 'config': first.config,
+                                  'devices': first.devices}])
+        second = self.bind(4, held)
+        self.assertEqual(HGX_PCIS[4:], self.cards(second))
+        self.assertIn('NUMA node', self.log.output)
+
+    def test_two_go_where_they_fit_best_keeping_a_node_whole(self):
+        # node 0 has 3 free cards, node 1 has 4: two cards go to node 0
+        held = {'pci:' + HGX_PCIS[0]: ['other']}
+        self.assertEqual(HGX_PCIS[1:3], self.cards(self.bind(2, held)))
+
+    def test_held_dirty_and_foreign_cards_are_never_picked(self):
+        held = {'pci:' + HGX_PCIS[i]: ['why'] for i in (0, 2, 5, 7)}
+        picked = self.cards(self.bind(4, held))
+        self.assertEqual(set(), set(picked) & {HGX_PCIS[i]
+                                               for i in (0, 2, 5, 7)})
+
+    def test_too_few_free_cards_is_a_clear_refusal(self):
+        held = {'pci:' + pci: ['instance x'] for pci in HGX_PCIS[:5]}
+        exc = self.assertRaises(exception.AcceleratorUnavailable,
+                                self.bind, 4, held)
+        self.assertIn('3', str(exc))
+
+    def test_only_pgpu_is_bound_from_a_pool(self):
+        uuid = self.tree.data(POOL).uuid
+        self.assertRaises(exception.AcceleratorNotBindable, pick.bind,
+                          {uuid: {'resources': {'CUSTOM_MIG_1G_10GB': 1}}},
+                          self.inventory.device_for_provider)

@@ -963,3 +963,30 @@ class TestEnergy(GateTestCase):
         self.now += 60
         again.refresh()
         self.assertAlmostEqual(2 * first, self.record()['energy_j'])
+
+
+class TestPoolOfWholeGpus(GateTestCase):
+    """A held card of a pool: the pool stays offered, the card never."""
+
+    def setUp(self):
+        super().setUp()
+        self.gpus = [dataclasses.replace(h100(), pci_address=pci)
+                     for pci in ('0000:10:00.0', '0000:11:00.0')]
+
+    def pool(self):
+        desired = provider_tree.desired_providers(
+            'cmp1', self.gpus, [], pool_whole_gpus=True)
+        (name, want), = self.gate.apply(desired).items()
+        return want
+
+    def test_operator_hold_reserves_one_card_and_no_claim_picks_it(self):
+        gate_state.hold(self.gate.store, '0000:11:00.0', 'fan noise')
+        want = self.pool()
+        self.assertEqual((2, 1), (want.inventory['PGPU']['total'],
+                                  want.inventory['PGPU']['reserved']))
+        # the pool keeps no health trait: its other card is schedulable
+        self.assertNotIn(gate.TRAIT_UNHEALTHY, want.traits)
+        # read under the claim lock from the state file: the card is out
+        self.assertIn('held (operator): fan noise',
+                      self.gate.unavailable_units([])['pci:0000:11:00.0'])
+        self.assertNotIn('pci:0000:10:00.0', self.gate.unavailable_units([]))

@@ -98,6 +98,9 @@ def _reading_state(name):
                 state = gate_state.StateStore.from_conf(conf).load()
             except ValueError as exc:
                 common.error(name, exc)
+                # a file this user cannot read is no bad input
+                if getattr(exc, 'io_error', False):
+                    return common.EXIT_ERROR
                 return common.EXIT_BAD_INPUT
             except OSError as exc:
                 common.error(name, exc)

@@ -320,6 +320,28 @@ Related options:
 
 * ``probe_interval``
 """),
+    cfg.IntOpt('usage_retention',
+               default=90 * 86400,
+               min=0,
+               help="""
+Seconds a GPU unit's usage record (allocated and busy seconds, energy) is
+kept in the GPU state file after its last accounting, once its instance no
+longer holds the unit; older records are pruned at the next write of the
+state file. It must cover how far back accounting reads: cASO's
+extraction (records of instances that ended since its last run, and the
+month a record falls in) from the files ``nova-lxd-accel usage --export``
+writes. A unit still bound is never pruned.
+
+Possible values:
+
+* 0: never prune
+* a positive number of seconds (default: 90 days, a month's records with
+  room for a cASO that stopped for weeks)
+
+Related options:
+
+* ``state_dir``
+"""),
     cfg.StrOpt('metrics_file',
                default=None,
                help="""

@@ -53,6 +53,18 @@ Keys (all times are UNIX seconds):
 ``events``
     the last :data:`MAX_EVENTS` hold/release/clean events.
 
+A unit's usage record last accounted more than ``[lxd_accelerators]
+usage_retention`` seconds ago, and bound to its instance no more, is
+pruned at the next write (:func:`prune_usage`).
+
+Beside the state file, ``gpu-audit.jsonl`` keeps one JSON line per
+operator override that drops what the ledger knows (``gpu forget``): who,
+why, and the entry dropped (:func:`append_audit`). It is only appended to.
+
+A state file that exists but cannot be read or parsed raises
+:class:`StateUnreadable`: never read as an empty state, which would lift
+the operator's holds and offer units not verified clean.
+
 The pure functions over a state (:func:`idle_units`, :func:`gpu_states`
 and its :data:`STATES`) are here too, for the gate, the metrics and the
 commands alike.
@@ -65,8 +77,13 @@ import os
 import tempfile
 import time
 
+from oslo_log import log as logging
+
+LOG = logging.getLogger(__name__)
+
 STATE_FILE = 'gpu-state.json'
 LOCK_FILE = 'gpu-state.lock'
+AUDIT_FILE = 'gpu-audit.jsonl'
 MAX_EVENTS = 200
 KIND_OPERATOR = 'operator'
 KIND_UNHEALTHY = 'unhealthy'
@@ -140,23 +157,52 @@ def forget_old_releases(state, now):
         if now - (seen.get('at') or now) < RELEASED_KEPT}
 
 
-class StateStore(object):
-    """The state file of one host."""
+class StateUnreadable(ValueError):
+    """The state file exists but cannot be read or parsed.
 
-    def __init__(self, directory):
+    Its holds and the units it keeps waiting for verification are unknown:
+    a caller holds every GPU the file could speak for (fail closed), never
+    reads it as an empty state. A ``ValueError``, as before it was raised.
+    """
+
+    def __init__(self, path, reason):
+        self.path = path
+        self.reason = reason
+        super().__init__('%s %s' % (path, reason))
+
+    @property
+    def io_error(self):
+        """The file is there but could not be read (not a bad content)."""
+        return isinstance(self.__cause__, OSError)
+
+
+class StateStore(object):
+    """The state file of one host.
+
+    :param usage_retention: seconds a unit's usage record is kept after
+        its last accounting once its instance left it (0: forever).
+    :param clock: of the pruning.
+    """
+
+    def __init__(self, directory, usage_retention=0, clock=time.time):
         self.directory = directory
         self.path = os.path.join(directory, STATE_FILE)
+        self.audit_path = os.path.join(directory, AUDIT_FILE)
+        self.usage_retention = usage_retention
+        self._clock = clock
 
     @classmethod
     def from_conf(cls, conf):
-        return cls(conf.lxd_accelerators.state_dir)
+        group = conf.lxd_accelerators
+        return cls(group.state_dir, usage_retention=group.usage_retention)
 
     def load(self):
         """The state (an empty one when there is no file yet).
 
-        :raises ValueError: the file is not JSON, or not a state's shape
-            (nothing reads it as an empty state: that would drop the
-            holds and the units waiting for verification).
+        :raises StateUnreadable: the file cannot be read (permissions, an
+            I/O error), is not JSON (truncated by a crash, empty) or not a
+            state's shape. Nothing reads it as an empty state: that would
+            drop the holds and the units waiting for verification.
         """
         state = empty_state()
         try:
@@ -164,12 +210,15 @@ class StateStore(object):
                 data = json.load(f)
         except FileNotFoundError:
             return state
+        except OSError as exc:
+            raise StateUnreadable(self.path,
+                                  'cannot be read: %s' % exc) from exc
         except ValueError as exc:
-            raise ValueError('%s is not valid JSON: %s' % (self.path, exc))
+            raise StateUnreadable(self.path, 'is not valid JSON: %s' % exc)
         problem = shape_problem(data)
         if problem:
-            raise ValueError('%s is not a GPU state file: %s' % (
-                self.path, problem))
+            raise StateUnreadable(self.path,
+                                  'is not a GPU state file: %s' % problem)
         state.update(data)
         return state
 
@@ -182,10 +231,14 @@ class StateStore(object):
         os.makedirs(self.directory, exist_ok=True)
         # O_NOFOLLOW: a link planted as the lock file is refused, never
         # followed (the commands may run as root).
-        fd = os.open(os.path.join(self.directory, LOCK_FILE),
+        lock_path = os.path.join(self.directory, LOCK_FILE)
+        fd = os.open(lock_path,
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
                      0o644)
         with os.fdopen(fd, 'a') as lock:
+            # a lock file a root-run command created first is given to
+            # the directory's owner: nova-compute must open it to write
+            _give_to_directory_owner(lock.fileno(), self.directory)
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 state = self.load()
@@ -196,8 +249,36 @@ class StateStore(object):
 
     def _write(self, state):
         state['events'] = state.get('events', [])[-MAX_EVENTS:]
+        if self.usage_retention:
+            pruned = prune_usage(state, self._clock(), self.usage_retention)
+            if pruned:
+                LOG.info('Usage records older than %(days).1f days '
+                         'pruned: %(units)s',
+                         {'days': self.usage_retention / 86400.0,
+                          'units': ', '.join(pruned)})
         write_atomic(self.path, json.dumps(state, indent=1, sort_keys=True),
                      prefix='.gpu-state.', keep_owner=True)
+
+    def append_audit(self, record):
+        """Append ``record`` as one JSON line to the audit file, durably.
+
+        The file keeps its owner and mode (a first one takes the state
+        file's, else the directory's owner and 0644), like the state file.
+        """
+        os.makedirs(self.directory, exist_ok=True)
+        line = json.dumps(record, sort_keys=True) + '\n'
+        fd = os.open(self.audit_path,
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                     0o644)
+        try:
+            reference = self.audit_path if os.fstat(fd).st_size else \
+                self.path
+            _take_owner(fd, reference, self.directory, None)
+            os.write(fd, line.encode('utf-8'))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_directory(self.directory)
 
 
 #: the state's keys whose value maps a name to an object of its own
@@ -249,16 +330,43 @@ def write_atomic(path, text, prefix, mode=None, keep_owner=False):
             f.write(text)
             if keep_owner:
                 _take_owner(f.fileno(), path, directory, mode)
-        if mode is not None:
-            os.chmod(tmp, mode)
+            elif mode is not None:
+                os.fchmod(f.fileno(), mode)
+            # durable: the data is on the disk before the name points to
+            # it, or a crash leaves an empty or truncated file behind
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    # and the rename itself
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory):
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _give_to_directory_owner(fd, directory):
+    if os.geteuid() != 0:
+        return
+    parent, own = os.stat(directory), os.fstat(fd)
+    if (own.st_uid, own.st_gid) != (parent.st_uid, parent.st_gid):
+        os.fchown(fd, parent.st_uid, parent.st_gid)
 
 
 def _take_owner(fd, path, directory, mode):
+    """Give the file open as ``fd`` the owner and mode of ``path``.
+
+    For a ``path`` that does not exist yet: the directory's owner and
+    group, mode 0644. ``mode``, when not None, overrides the mode.
+    """
     try:
         old = os.stat(path, follow_symlinks=False)
         uid, gid, bits = old.st_uid, old.st_gid, old.st_mode & 0o7777
@@ -328,12 +436,16 @@ def release(store, pci, reason, by=None, now=None):
     return previous
 
 
-def forget(store, key, reason, by=None, now=None):
+def forget(store, key, reason, by=None, now=None, audit=None):
     """Drop the dirty entry of unit ``key``: the operator's way back.
 
     The caller checks first that no live container holds the unit (see
-    ``nova-lxd-accel gpu forget``).
+    ``nova-lxd-accel gpu forget``). The audit line (the entry dropped, who
+    and why) is on the disk before the state file is written: an entry is
+    never dropped without it.
 
+    :param audit: more of the operator, for the audit line (the user the
+        command ran as, its uid).
     :returns: the entry dropped, or None when ``key`` was not dirty.
     """
     now = now if now is not None else time.time()
@@ -342,7 +454,39 @@ def forget(store, key, reason, by=None, now=None):
         if entry is not None:
             add_event(state, 'forget', entry.get('pci'), reason, now,
                       unit=key, by=by, holding=entry.get('holding'))
+            record = {'at': now, 'action': 'forget', 'unit': key,
+                      'pci': entry.get('pci'), 'by': by, 'reason': reason,
+                      'entry': entry}
+            record.update(audit or {})
+            store.append_audit(record)
     return entry
+
+
+def prune_usage(state, now, retention):
+    """Drop the usage records last accounted ``retention`` seconds ago.
+
+    A unit still bound to its instance is kept whatever its age (its
+    record is accounted again at the next probe); an instance left
+    without a unit record goes.
+
+    :returns: the ``instance/unit`` names pruned.
+    """
+    bound = {(u.get('instance'), key)
+             for key, u in (state.get('bound') or {}).items()}
+    pruned = []
+    usage = state.get('usage') or {}
+    for instance in sorted(usage):
+        units = usage[instance].get('units') or {}
+        old = [key for key, record in sorted(units.items())
+               if (instance, key) not in bound and
+               now - (record.get('last') or record.get('first') or now) >
+               retention]
+        for key in old:
+            del units[key]
+            pruned.append('%s/%s' % (instance, key))
+        if old and not units:
+            del usage[instance]
+    return pruned
 
 
 def idle_units(state, conf, now, after=None):

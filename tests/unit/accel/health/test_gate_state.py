@@ -25,13 +25,25 @@ import os
 import stat
 
 import fixtures
+from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.conf import accelerators
 from tests.fixtures import gpu_hosts
 
 GPU = '0000:00:09.0'
 INSTANCE = 'f0d1c2b3-0000-4000-8000-000000000001'
+
+
+def _refusing_open(refused):
+    real_open = open
+
+    def refusing_open(path, *args, **kwargs):
+        if path == refused:
+            raise PermissionError(13, 'Permission denied', path)
+        return real_open(path, *args, **kwargs)
+    return refusing_open
 
 
 class StoreTestCase(testtools.TestCase):
@@ -79,6 +91,34 @@ class TestLoad(StoreTestCase):
             error = self.assertRaises(ValueError, self.store.load)
             self.assertIn('%s is not a GPU state file: %s'
                           % (self.store.path, problem), str(error))
+
+    def test_a_truncated_file_is_unreadable_not_empty(self):
+        # a crash before the data reached the disk: empty or cut short
+        for text in ('', '{"holds": {"0000:00:09.0": {"kind": "oper'):
+            self.write(text)
+            error = self.assertRaises(gate_state.StateUnreadable,
+                                      self.store.load)
+            self.assertEqual(self.store.path, error.path)
+            self.assertIn('is not valid JSON', error.reason)
+            self.assertFalse(error.io_error)
+
+    def test_a_file_that_cannot_be_read_is_unreadable_not_empty(self):
+        # e.g. mode 0600, owned by root after a root-run command
+        self.write('{}')
+        self.useFixture(fixtures.MonkeyPatch(
+            'builtins.open', _refusing_open(self.store.path)))
+        error = self.assertRaises(gate_state.StateUnreadable,
+                                  self.store.load)
+        self.assertEqual(self.store.path, error.path)
+        self.assertIn('cannot be read', error.reason)
+        self.assertIn('Permission denied', str(error))
+        self.assertTrue(error.io_error)
+
+    def test_another_shape_is_unreadable_too(self):
+        self.write('[]')
+        error = self.assertRaises(gate_state.StateUnreadable,
+                                  self.store.load)
+        self.assertIn('a JSON list, not an object', error.reason)
 
     def test_from_conf_uses_the_state_dir(self):
         conf = gpu_hosts.make_conf(state_dir=self.dir)
@@ -159,6 +199,68 @@ class TestUpdate(StoreTestCase):
                          sorted(os.listdir(self.store.directory)))
 
 
+class TestDurableWrites(StoreTestCase):
+    """The data and the rename are on the disk before a write returns."""
+
+    def setUp(self):
+        super().setUp()
+        self.synced = []
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            target = os.readlink('/proc/self/fd/%d' % fd)
+            self.synced.append(target)
+            real_fsync(fd)
+        self.useFixture(fixtures.MonkeyPatch('os.fsync', fsync))
+        real_replace = os.replace
+
+        def replace(src, dst):
+            self.synced.append(('replace', dst))
+            real_replace(src, dst)
+        self.useFixture(fixtures.MonkeyPatch('os.replace', replace))
+
+    def test_the_file_then_its_directory_are_synced(self):
+        gate_state.hold(self.store, GPU, 'fan', now=1)
+        replaced = self.synced.index(('replace', self.store.path))
+        before, after = self.synced[:replaced], self.synced[replaced + 1:]
+        # the temporary file, under its own name, before the rename
+        self.assertTrue(any(os.path.basename(p).startswith('.gpu-state.')
+                            for p in before), before)
+        self.assertEqual([os.path.realpath(self.store.directory)], after)
+
+    def test_a_root_made_lock_file_is_given_to_the_directory_s_owner(self):
+        # a root-run command made the lock file first: nova-compute (the
+        # directory's owner) must still open it for writing
+        os.makedirs(self.store.directory)
+        given = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'os.fchown', lambda fd, uid, gid: given.append((
+                os.path.basename(os.readlink('/proc/self/fd/%d' % fd)),
+                uid, gid))))
+        self.useFixture(fixtures.MonkeyPatch('os.geteuid', lambda: 0))
+        self.useFixture(fixtures.MonkeyPatch('os.getegid', lambda: 0))
+        real_stat, real_fstat = os.stat, os.fstat
+
+        def owned_by(result, uid, gid):
+            fields = list(result)
+            fields[4:6] = uid, gid
+            return os.stat_result(fields, {
+                name: getattr(result, name) for name in (
+                    'st_atime', 'st_mtime', 'st_ctime', 'st_blksize',
+                    'st_blocks', 'st_rdev')})
+
+        def directory_of_nova(path, *args, **kwargs):
+            result = real_stat(path, *args, **kwargs)
+            if path == self.store.directory:
+                return owned_by(result, 64060, 64061)
+            return result
+        self.useFixture(fixtures.MonkeyPatch('os.stat', directory_of_nova))
+        self.useFixture(fixtures.MonkeyPatch(
+            'os.fstat', lambda fd: owned_by(real_fstat(fd), 0, 0)))
+        gate_state.hold(self.store, GPU, 'fan', now=1)
+        self.assertIn((gate_state.LOCK_FILE, 64060, 64061), given)
+
+
 class TestWriteAtomic(testtools.TestCase):
 
     def setUp(self):
@@ -221,9 +323,118 @@ class TestComputeHoldsAndForget(StoreTestCase):
              'unit': 'pci:' + GPU, 'by': 'admin',
              'holding': 'python3 (pid 7, 100 MiB)'}, state['events'][-1])
 
+    def dirty_unit(self):
+        with self.store.update() as state:
+            state['dirty']['pci:' + GPU] = {
+                'pci': GPU, 'instance': INSTANCE, 'seq': 3,
+                'holding': 'python3 (pid 7, 100 MiB)'}
+
+    def audit_lines(self):
+        with open(self.store.audit_path) as f:
+            return [json.loads(line) for line in f]
+
+    def test_forget_appends_a_durable_audit_line(self):
+        self.dirty_unit()
+        synced = []
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            synced.append(os.readlink('/proc/self/fd/%d' % fd))
+            real_fsync(fd)
+        self.useFixture(fixtures.MonkeyPatch('os.fsync', fsync))
+        gate_state.forget(self.store, 'pci:' + GPU, 'reset by hand',
+                          by='alice', now=5,
+                          audit={'run_as': 'root', 'uid': 0})
+        self.assertEqual(
+            [{'at': 5, 'action': 'forget', 'unit': 'pci:' + GPU,
+              'pci': GPU, 'by': 'alice', 'reason': 'reset by hand',
+              'run_as': 'root', 'uid': 0,
+              'entry': {'pci': GPU, 'instance': INSTANCE, 'seq': 3,
+                        'holding': 'python3 (pid 7, 100 MiB)'}}],
+            self.audit_lines())
+        self.assertIn(os.path.realpath(self.store.audit_path), synced)
+        # appended to, never rewritten
+        self.dirty_unit()
+        gate_state.forget(self.store, 'pci:' + GPU, 'again', by='bob',
+                          now=6)
+        self.assertEqual(['alice', 'bob'],
+                         [line['by'] for line in self.audit_lines()])
+
+    def test_the_audit_file_keeps_its_mode_and_starts_with_the_state_s(self):
+        self.dirty_unit()
+        os.chmod(self.store.path, 0o640)
+        gate_state.forget(self.store, 'pci:' + GPU, 'x', now=5)
+        self.assertEqual(0o640, stat.S_IMODE(
+            os.stat(self.store.audit_path).st_mode))
+        os.chmod(self.store.audit_path, 0o600)
+        self.dirty_unit()
+        gate_state.forget(self.store, 'pci:' + GPU, 'x', now=6)
+        self.assertEqual(0o600, stat.S_IMODE(
+            os.stat(self.store.audit_path).st_mode))
+
+    def test_no_entry_is_dropped_without_its_audit_line(self):
+        self.dirty_unit()
+
+        def full_disk(record):
+            raise OSError(28, 'No space left on device')
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_lxd_accel.accel.health.gate_state.StateStore.append_audit',
+            lambda store, record: full_disk(record)))
+        self.assertRaises(OSError, gate_state.forget, self.store,
+                          'pci:' + GPU, 'x')
+        self.assertIn('pci:' + GPU, self.store.load()['dirty'])
+
     def test_forget_of_a_unit_not_dirty_records_nothing(self):
         self.assertIsNone(gate_state.forget(self.store, 'pci:' + GPU, 'x'))
         self.assertEqual([], self.store.load()['events'])
+
+
+class TestUsagePruning(StoreTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.now = 10 * 86400.0
+        self.store = gate_state.StateStore(
+            self.store.directory, usage_retention=86400,
+            clock=lambda: self.now)
+
+    def test_old_records_of_released_units_are_pruned_at_a_write(self):
+        old, recent = self.now - 86400 - 1, self.now - 60
+        with self.store.update() as state:
+            state['bound'] = {'pci:b': {'instance': 'running'}}
+            state['usage'] = {
+                'gone': {'project': 'p', 'units': {
+                    'pci:a': {'first': 0, 'last': old}}},
+                'moved': {'project': 'p', 'units': {
+                    'pci:a': {'first': 0, 'last': old},
+                    'pci:c': {'first': 0, 'last': recent}}},
+                # bound still: its record is accounted at the next probe
+                'running': {'project': 'p', 'units': {
+                    'pci:b': {'first': 0, 'last': old}}}}
+        usage = self.store.load()['usage']
+        self.assertEqual({'moved': ['pci:c'], 'running': ['pci:b']},
+                         {i: sorted(u['units']) for i, u in usage.items()})
+
+    def test_from_conf_keeps_ninety_days_and_zero_keeps_all(self):
+        conf = cfg.ConfigOpts()
+        accelerators.register_opts(conf)
+        conf([])
+        self.assertEqual(90 * 86400,
+                         gate_state.StateStore.from_conf(conf)
+                         .usage_retention)
+        keep_all = gate_state.StateStore(self.store.directory)
+        with keep_all.update() as state:
+            state['usage'] = {'i': {'units': {'pci:a': {'last': 1}}}}
+        self.assertIn('i', keep_all.load()['usage'])
+
+    def test_prune_usage_says_what_it_dropped(self):
+        state = {'bound': {}, 'usage': {'i': {'units': {
+            'pci:a': {'last': 1}, 'pci:b': {'first': 1},
+            'pci:c': {}}}}}
+        self.assertEqual(['i/pci:a', 'i/pci:b'],
+                         gate_state.prune_usage(state, 1000, 100))
+        # a record with no time at all is kept: its age is not known
+        self.assertEqual({'pci:c': {}}, state['usage']['i']['units'])
 
 
 class TestReleaseMarks(testtools.TestCase):

@@ -26,6 +26,8 @@ and the released units not yet verified clean. The state is the file under
 import getpass
 import json
 import logging
+import os
+import pwd
 import re
 
 from nova_lxd_accel.accel.health import gate_state
@@ -84,12 +86,29 @@ def _error(message):
     common.error('gpu', message)
 
 
+def _operator():
+    """(who runs the command, the rest the audit line keeps of them).
+
+    The operator behind ``sudo`` (``SUDO_USER``), else the login name;
+    the user it runs as and the uid beside.
+    """
+    try:
+        effective = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        effective = str(os.geteuid())
+    operator = os.environ.get('SUDO_USER') or getpass.getuser()
+    return operator, {'run_as': effective, 'uid': os.getuid()}
+
+
 def _load(store):
     """The state, or the exit status with its one line said."""
     try:
         return store.load(), None
     except ValueError as exc:
         _error(exc)
+        # a file this user cannot read is no bad input
+        if getattr(exc, 'io_error', False):
+            return None, common.EXIT_ERROR
         return None, common.EXIT_BAD_INPUT
     except OSError as exc:
         _error(exc)
@@ -105,13 +124,16 @@ def _run(args):
     store = gate_state.StateStore.from_conf(conf)
     if args.action == 'list':
         return _list(store, args)
+    if not args.reason.strip():
+        _error('--reason must say why')
+        return common.EXIT_BAD_INPUT
     if args.action == 'forget':
         return _forget(store, conf, args)
     address = nvidia_smi.pci_address(args.address)
     if not address or not _PCI_ADDRESS.match(address):
         _error('%r is not a PCI address (e.g. 0000:3b:00.0)' % args.address)
         return common.EXIT_BAD_INPUT
-    by = getpass.getuser()
+    by, _audit = _operator()
     state, status = _load(store)
     if state is None:
         return status
@@ -170,17 +192,24 @@ def _forget(store, conf, args):
         _error('%s is bound to a live container (%s): it is not forgotten; '
                'delete that instance first' % (args.unit, '; '.join(holders)))
         return common.EXIT_BAD_INPUT
-    by = getpass.getuser()
+    by, audit = _operator()
     try:
-        gate_state.forget(store, args.unit, args.reason, by=by)
+        dropped = gate_state.forget(store, args.unit, args.reason, by=by,
+                                    audit=audit)
     except (OSError, ValueError) as exc:
         _error('cannot update %s: %s' % (store.path, exc))
         return common.EXIT_ERROR
-    LOG.warning('%s of GPU %s forgotten by %s: %s (it was held by: %s)',
-                args.unit, entry.get('pci'), by, args.reason,
-                entry.get('holding'))
+    if dropped is None:
+        print('%s was verified clean meanwhile; nothing to forget.'
+              % args.unit)
+        return common.EXIT_OK
+    LOG.warning('%s of GPU %s forgotten by %s (as %s): %s (it was held by: '
+                '%s); recorded in %s', args.unit, dropped.get('pci'), by,
+                audit['run_as'], args.reason, dropped.get('holding'),
+                store.audit_path)
     print('%s of GPU %s forgotten: %s. nova-compute offers it again at its '
-          'next periodic task.' % (args.unit, entry.get('pci'), args.reason))
+          'next periodic task.' % (args.unit, dropped.get('pci'),
+                                   args.reason))
     return common.EXIT_OK
 
 

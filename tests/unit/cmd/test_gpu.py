@@ -346,6 +346,43 @@ class TestGpuCommand(RecordedHost):
         self.assertEqual(2, rc)
         self.assertIn('not a released unit waiting', err)
 
+    def test_forget_audits_the_operator_behind_sudo_and_the_entry(self):
+        state, instances = self.forget_setup()
+        self.useFixture(fixtures.EnvironmentVariable('SUDO_USER', 'alice'))
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.cmd.gpu'))
+        rc, out, err = run('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                           'GPU reset by hand', '--state-dir', state,
+                           '--instances-file', instances)
+        self.assertEqual(0, rc, err)
+        with open(os.path.join(state, 'gpu-audit.jsonl')) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertEqual(1, len(lines))
+        line = lines[0]
+        self.assertEqual(
+            ('forget', 'pci:0000:00:09.0', 'alice', 'GPU reset by hand',
+             os.getuid()),
+            (line['action'], line['unit'], line['by'], line['reason'],
+             line['uid']))
+        self.assertEqual('compute processes ./gpu_burn (pid 11345)',
+                         line['entry']['holding'])
+        self.assertEqual(1, line['entry']['seq'])
+        # the state's event names the operator too, not the sudo target
+        with open(os.path.join(state, 'gpu-state.json')) as f:
+            self.assertEqual('alice', json.load(f)['events'][-1]['by'])
+        self.assertIn('forgotten by alice', log.output)
+        self.assertIn('gpu-audit.jsonl', log.output)
+
+    def test_forget_without_a_reason_is_refused(self):
+        state, instances = self.forget_setup()
+        rc, _, err = run('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                         '  ', '--state-dir', state,
+                         '--instances-file', instances)
+        self.assertEqual(2, rc)
+        self.assertIn('--reason must say why', err)
+        self.assertFalse(os.path.exists(os.path.join(state,
+                                                     'gpu-audit.jsonl')))
+
     def test_forget_refuses_a_unit_a_live_container_holds(self):
         state, instances = self.forget_setup()
         with open(instances, 'w') as f:

@@ -107,8 +107,8 @@ def export(state, host, now):
         usage[instance] = {
             'project': entry.get('project'),
             'units': {key: {name: unit.get(name) for name in (
-                'pci', 'resource_class', 'allocated_s', 'busy_s', 'first',
-                'last')} for key, unit in sorted(
+                'pci', 'resource_class', 'allocated_s', 'busy_s',
+                'unknown_s', 'first', 'last')} for key, unit in sorted(
                     entry.get('units', {}).items())}}
     return {'format': EXPORT_FORMAT, 'host': host, 'at': now,
             'usage': usage}

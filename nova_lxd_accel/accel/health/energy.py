@@ -38,7 +38,8 @@ Energy is a counter in joules kept in each usage record of the GPU state
 file (:mod:`.gate_state`), beside ``allocated_s``: the mean of two
 consecutive accounted readings times the seconds between them. An interval
 without a reading at both ends adds nothing (``energy_s`` counts the
-seconds that were covered).
+seconds that were covered), nor does one too long to know what happened
+in it (nova-compute was down: :mod:`.usage_record`).
 """
 
 import fractions
@@ -109,15 +110,18 @@ def unit_power(unit, snapshot, known):
     return watts * float(share)
 
 
-def account(record, watts, last, now, elapsed):
+def account(record, watts, last, now, elapsed, gap=False):
     """Add an interval's energy to a usage record; keep the new reading.
 
     :param record: the usage record of one instance's unit.
     :param watts: the unit's power now (:func:`unit_power`), or None.
     :param last: when the previous accounting ran (None: never).
     :param elapsed: the seconds of this interval the unit was bound.
+    :param gap: the interval is too long to be known (nova-compute was
+        down, :func:`.usage_record.is_gap`): nothing is interpolated over it;
+        this reading starts the next interval.
     """
-    previous = record.get(POWER_W) if last is not None and \
+    previous = record.get(POWER_W) if last is not None and not gap and \
         record.get(POWER_AT) == last else None
     if watts is None:
         record.pop(POWER_W, None)

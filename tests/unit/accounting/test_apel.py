@@ -59,6 +59,15 @@ class TestUsageExport(test_gpu.RecordedHost):
                          (unit['unit'], unit['busy_s'], unit['first'],
                           unit['last'], unit['host']))
 
+    def test_export_says_how_much_of_the_window_is_unknown(self):
+        state = {'usage': {IDLE: {'project': 'p', 'units': {'pci:a': {
+            'allocated_s': 36060.0, 'busy_s': 60.0, 'unknown_s': 36000.0,
+            'first': FIRST, 'last': FIRST + 36060}}}}}
+        unit = apel.export(state, 'cmp1', LAST)['usage'][IDLE]['units'][
+            'pci:a']
+        self.assertEqual((60.0, 36000.0), (unit['busy_s'],
+                                           unit['unknown_s']))
+
     def test_record_of_the_whole_window_gets_the_busy_seconds(self):
         units, _ = apel.load_exports([self.path])
         available = int(LAST - FIRST)

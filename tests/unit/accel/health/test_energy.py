@@ -105,6 +105,17 @@ class TestAccount(testtools.TestCase):
         self.assertEqual((12000.0, 60.0), (record['energy_j'],
                                            record['energy_s']))
 
+    def test_a_gap_is_not_interpolated_and_restarts_the_readings(self):
+        record = {}
+        energy.account(record, 100.0, None, 0.0, 0.0)
+        energy.account(record, 300.0, 0.0, 36000.0, 36000.0, gap=True)
+        self.assertEqual((0.0, 0.0, 300.0, 36000.0), (
+            record[energy.ENERGY_J], record[energy.ENERGY_S],
+            record[energy.POWER_W], record[energy.POWER_AT]))
+        energy.account(record, 300.0, 36000.0, 36060.0, 60.0)
+        self.assertEqual((300.0 * 60, 60.0), (record[energy.ENERGY_J],
+                                              record[energy.ENERGY_S]))
+
     def test_an_interval_without_both_readings_adds_nothing(self):
         record = {}
         energy.account(record, 100.0, None, 1000.0, 0.0)

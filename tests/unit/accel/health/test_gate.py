@@ -764,6 +764,8 @@ class TestUsageIdleMetrics(GateTestCase):
         self.assertEqual(60.0, usage['pci:' + H100]['allocated_s'])
 
     def test_usage_and_idle(self):
+        # a probe every half hour: no interval below is a gap
+        self.override('probe_interval', 1800)
         self.containers = [container()]
         self.gate.refresh()
         self.host('nvsmi-h100-80gb-load-query-gpu.csv',

@@ -61,6 +61,7 @@ from nova_lxd_accel.accel.health import holds
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.health import release
 from nova_lxd_accel.accel.health import reservations
+from nova_lxd_accel.accel.health import usage_record
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel import placement_names
@@ -178,6 +179,9 @@ class GpuGate(object):
                 self._load_view()       # operator holds still apply
                 return None
             return self.refresh()
+        except gate_state.StateUnreadable as exc:
+            self._hold_everything(exc)
+            return None
         except Exception:
             LOG.exception('The GPU probe failed; the GPU states of the last '
                           'probe are kept')
@@ -555,12 +559,9 @@ class GpuGate(object):
                 'pci': unit['pci'], 'resource_class': unit['resource_class'],
                 'allocated_s': 0.0, 'busy_s': 0.0, 'first': now,
                 'last': now})
-            record['allocated_s'] += elapsed_here
-            if busy:
-                record['busy_s'] += elapsed_here
-            record['last'] = now
-            energy.account(record, energy.unit_power(unit, snapshot, known),
-                           last, now, elapsed_here)
+            usage_record.account(record, elapsed_here, busy,
+                                 energy.unit_power(unit, snapshot, known),
+                                 last, now, self._conf)
         for key, before in previous.items():
             if key not in current and mark is not None and \
                     (before.get('seq') or 0) > mark:
@@ -591,6 +592,8 @@ class GpuGate(object):
     def _load_view(self):
         try:
             state = self._store.load()
+        except gate_state.StateUnreadable as exc:
+            return self._hold_everything(exc)
         except (OSError, ValueError) as exc:
             LOG.warning('Cannot read the GPU state file: %s', exc)
             return self._view
@@ -606,8 +609,27 @@ class GpuGate(object):
         ``nova-lxd-accel gpu hold|release`` applies at the next one.
         """
         if self._view is None:
-            return self._load_view() or reservations.GateView(
-                holds={}, dirty={})
+            # never read: nothing known of holds and dirty units is safe
+            return self._load_view() or self._hold_everything(
+                'the GPU state file was never read')
+        return self._view
+
+    def _hold_everything(self, why):
+        """Hold every GPU while the state file cannot be read (fail closed).
+
+        A truncated or unreadable file may have held the operator's holds
+        and the dirty units: offering any GPU could hand out one of them.
+        Lifted at the first refresh that reads the file again.
+        """
+        LOG.error('GPU state file %(path)s cannot be used (%(why)s): every '
+                  'GPU is held until it can be read again; repair or remove '
+                  'it',
+                  {'path': getattr(self._store, 'path', None), 'why': why})
+        holds = {pci: {'kind': gate_state.KIND_UNREADABLE,
+                       'reason': str(why), 'by': gate_state.BY_COMPUTE}
+                 for pci in self._known()}
+        dirty = self._view.dirty if self._view is not None else {}
+        self._view = reservations.GateView(holds=holds, dirty=dirty)
         return self._view
 
     def apply(self, desired):
@@ -621,11 +643,13 @@ class GpuGate(object):
         """The state file now; the last probe's units if unreadable."""
         try:
             return self._store.load()
+        except gate_state.StateUnreadable as exc:
+            view = self._hold_everything(exc)
         except (OSError, ValueError) as exc:
             LOG.warning('Cannot read the GPU state file (%s): claims use '
                         'the holds and dirty units of the last probe', exc)
             view = self.view()
-            return {'holds': view.holds, 'dirty': view.dirty, 'bound': {}}
+        return {'holds': view.holds, 'dirty': view.dirty, 'bound': {}}
 
     def unavailable_units(self, records=None):
         """Unit key -> why no claim may pick it now.

@@ -90,6 +90,9 @@ KIND_UNHEALTHY = 'unhealthy'
 #: held by nova-compute because the probe cannot read the GPU; lifted by
 #: itself once it can
 KIND_UNPROBEABLE = 'unprobeable'
+#: held by nova-compute, in memory only, while the state file cannot be
+#: read or parsed (fail closed); lifted when it can be again
+KIND_UNREADABLE = 'state-unreadable'
 #: ``by`` of the holds and events nova-compute makes itself
 BY_COMPUTE = 'nova-compute'
 

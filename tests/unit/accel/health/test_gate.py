@@ -992,3 +992,47 @@ class TestPoolOfWholeGpus(GateTestCase):
         self.assertIn('held (operator): fan noise',
                       self.gate.unavailable_units([])['pci:0000:11:00.0'])
         self.assertNotIn('pci:0000:10:00.0', self.gate.unavailable_units([]))
+
+
+class TestStateFileFailsClosed(GateTestCase):
+    """A state file that cannot be used holds every GPU (issue 46, 6)."""
+
+    def restarted_gate(self):
+        return gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            host_probe=probe.HostProbe(
+                os.path.join(self.smi_dir, 'nvidia-smi'),
+                clock=lambda: self.now),
+            clock=lambda: self.now, attribute=self.pids.get)
+
+    def break_file(self, text):
+        gate_state.hold(self.gate.store, H100, 'fan noise')
+        with open(self.gate.store.path, 'w') as f:
+            f.write(text)
+
+    def assertEverythingHeld(self, restarted):
+        self.assertEqual({'PGPU': 1}, {
+            rc: r['reserved'] for rc, r in restarted.apply(
+                self.desired())[provider_tree.gpu_provider_name(
+                    'cmp1', H100)].inventory.items()})
+        self.assertRaises(exception.GpuHeld, restarted.check_bindable,
+                          self.gpus[0], 'rp')
+        self.assertIn('pci:' + H100, restarted.unavailable_units([]))
+
+    def test_a_truncated_file_holds_every_gpu(self):
+        self.break_file('{"holds": {"%s": {"kind": "oper' % H100)
+        restarted = self.restarted_gate()
+        restarted.maybe_refresh()
+        self.assertEverythingHeld(restarted)
+
+    def test_json_that_is_not_an_object_holds_every_gpu(self):
+        self.break_file('[]')
+        self.assertEverythingHeld(self.restarted_gate())
+
+    def test_a_repaired_file_lifts_the_holds(self):
+        self.break_file('garbage')
+        restarted = self.restarted_gate()
+        restarted.maybe_refresh()
+        os.unlink(restarted.store.path)
+        restarted.refresh()
+        self.assertEqual({}, restarted.unavailable_units([]))

@@ -21,7 +21,6 @@ from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel.accel.health import energy
-from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.health import usage_record
 from nova_lxd_accel.conf import accelerators
 from tests.unit.accel.health import test_gate
@@ -100,9 +99,6 @@ class TestThroughTheGate(test_gate.GateTestCase):
 
     def setUp(self):
         super().setUp()
-        if 'usage_record' not in vars(gate):
-            self.skipTest('the gate does not account through usage_record '
-                          'yet (issue 46 item 10)')
         self.containers = [test_gate.container()]
 
     def test_ten_hours_down_are_not_busy(self):

@@ -208,9 +208,24 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
                          gpus=(gpu.pci_address,))
 
 
+def _pool_sizes(cards):
+    """2, 4, 8, ... up to the number of ``cards``."""
+    size, out = 2, []
+    while size <= len(cards):
+        out.append(size)
+        size *= 2
+    return out
+
+
 def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
-            count=1, prefix='g1', names_by_pci=None, share_modes=None):
+            count=1, prefix='g1', names_by_pci=None, share_modes=None,
+            pooled=False):
     """Flavors for the GPUs of one host (one per GPU model or MIG profile).
+
+    With ``pooled`` (``[lxd_accelerators] pool_whole_gpus``) and one GPU
+    per flavor, each model of whole GPUs also gets ``.x2``, ``.x4``,
+    ``.x8``... flavors up to the host's number of its cards, each asking
+    ``resources:PGPU=k`` in one group, with k times the vCPUs and RAM.
 
     :param gpus: :class:`devices.Gpu` list, as the inventory reports them.
     :param memory_by_pci: PCI address -> memory MiB (from the probe).
@@ -285,4 +300,24 @@ def propose(gpus, memory_by_pci=None, vcpus=4, ram=16384, disk=20,
             extra_specs=_base_specs(gpu, 'PGPU', count, model, memory,
                                     VIRT_PASSTHROUGH),
             gpus=(gpu.pci_address,))
+    if pooled and count == 1:
+        _propose_pool_sizes(out, gpus, memory_by_pci, vcpus, ram, disk,
+                            prefix, names_by_pci)
     return [out[name] for name in sorted(out)]
+
+
+def _propose_pool_sizes(out, gpus, memory_by_pci, vcpus, ram, disk, prefix,
+                        names_by_pci):
+    """k whole GPUs of one model in one group (see :func:`propose`)."""
+    by_model = {}
+    for gpu in gpus:
+        if not gpu.shared_slots and not gpu.mig_devices:
+            by_model.setdefault(model_name(gpu, names_by_pci.get(
+                gpu.pci_address)), []).append(gpu)
+    for cards in by_model.values():
+        for size in _pool_sizes(cards):
+            for proposal in propose(
+                    cards, memory_by_pci, vcpus=vcpus * size,
+                    ram=ram * size, disk=disk, count=size, prefix=prefix,
+                    names_by_pci=names_by_pci):
+                out.setdefault(proposal.name, proposal)

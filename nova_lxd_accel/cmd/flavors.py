@@ -186,7 +186,8 @@ def _run(args):
     proposals = flavor_proposals.propose(
         gpus, memory, vcpus=args.vcpus, ram=args.ram, disk=args.disk,
         count=args.count, prefix=args.prefix, names_by_pci=names,
-        share_modes=share_modes)
+        share_modes=share_modes,
+        pooled=conf.lxd_accelerators.pool_whole_gpus)
     if args.format == 'json':
         print(json.dumps([as_dict(p) for p in proposals], indent=2,
                          sort_keys=True))

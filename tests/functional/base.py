@@ -53,6 +53,8 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
     lifecycle_poll_interval = 0
     #: [lxd] lifecycle_events (when the watcher runs)
     lifecycle_events = True
+    #: [lxd_accelerators] pool_whole_gpus of the computes
+    pool_whole_gpus = False
 
     def setUp(self):
         paste = _api_paste_config()
@@ -66,8 +68,11 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
                    lifecycle_poll_interval=self.lifecycle_poll_interval,
                    lifecycle_events=self.lifecycle_events,
                    storage_pool=lxd_fixtures.pool_name(), group='lxd')
-        # each test has its own GPU state file (accel.gpu_state)
+        # each test has its own GPU state file (accel.gpu_state); one
+        # provider per whole GPU, the layout most tests were written for
+        # (test_gpu_pools runs the default, pooled layout)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
+                   pool_whole_gpus=self.pool_whole_gpus,
                    group='lxd_accelerators')
         # This test's image downloads only (init_host empties the dir).
         self.flags(image_download_dir=self.useFixture(

@@ -171,3 +171,32 @@ class TestPropose(testtools.TestCase):
                 validators.validate(key, value)
         self.assertRaises(exception.ValidationError, validators.validate,
                           'Accelerator:Numbr', '1')
+
+
+class PoolSizesTest(testtools.TestCase):
+    """Whole GPUs counted in one pool: x1, x2, x4, x8 in one group."""
+
+    def test_eight_cards_give_four_sizes(self):
+        gpus = discovery.discover(
+            {'gpu': {'cards': gpu_hosts.hgx_eight_gpu_cards()}}, '',
+            discovery.Options())[0]
+        proposals = flavor_proposals.propose(gpus, vcpus=4, ram=16384,
+                                             pooled=True)
+        self.assertEqual(
+            [('1', 4, 16384), ('2', 8, 32768), ('4', 16, 65536),
+             ('8', 32, 131072)],
+            [(p.extra_specs['resources:PGPU'], p.vcpus, p.ram)
+             for p in proposals])
+        # never numbered groups: one pool answers k in one request
+        self.assertEqual([], [k for p in proposals for k in p.extra_specs
+                              if k.startswith('resources1')])
+        self.assertEqual(tuple(sorted(g.pci_address for g in gpus)),
+                         proposals[-1].gpus)
+
+    def test_one_size_per_card_layout_or_count(self):
+        gpus = discovery.discover(
+            {'gpu': {'cards': gpu_hosts.hgx_eight_gpu_cards()}}, '',
+            discovery.Options())[0]
+        self.assertEqual(1, len(flavor_proposals.propose(gpus)))
+        self.assertEqual(1, len(flavor_proposals.propose(
+            gpus, count=2, pooled=True)))

@@ -43,6 +43,8 @@ RECORDED = (os.path.join(layout_module.HERE, 'hardware'),
 #: the recorded files a host may have
 RECORDED_FILES = ('resources.json', 'nvidia-smi-L.txt', 'nvidia-smi-q.txt',
                   'query-gpu.csv', 'compute-apps.csv',
+                  # nvidia-smi topo -m: the GPUs' links (pools' card pick)
+                  'nvidia-smi-topo-m.txt',
                   # nova-compute's [lxd_accelerators] options for this host
                   # (``key = value`` lines), e.g. shared_gpus
                   'lxd_accelerators.conf')
@@ -56,6 +58,7 @@ case "$1" in
     -q) file=nvidia-smi-q.txt ;;
     --query-gpu=*) file=query-gpu.csv ;;
     --query-compute-apps=*) file=compute-apps.csv ;;
+    topo) file=nvidia-smi-topo-m.txt ;;
     *) file= ;;
 esac
 if [ -z "$file" ] || [ ! -f "$dir/$file" ]; then

@@ -22,6 +22,7 @@ a service.
 import base64
 import configparser
 import io
+import json
 import os
 import re
 import signal
@@ -35,6 +36,7 @@ import time
 
 import testtools
 
+from tests.fixtures import gpu_hosts
 from tools.sandbox import catalogue
 from tools.sandbox import credentials
 from tools.sandbox import databases
@@ -526,6 +528,20 @@ class HardwareTest(testtools.TestCase):
                          hardware.summary(hardware.source('h200-vm')))
         self.assertEqual('no recorded resources',
                          hardware.summary('/nonexistent'))
+
+    def test_the_composed_eight_gpu_host_is_the_tests_host(self):
+        directory = hardware.source('hgx-8x-h100')
+        self.assertEqual('8 NVIDIA GPUs', hardware.summary(directory))
+        with open(os.path.join(directory, 'resources.json')) as handle:
+            cards = json.load(handle)['gpu']['cards']
+        # the very host the pool tests boot on (tests/fixtures/gpu_hosts)
+        self.assertEqual(gpu_hosts.hgx_eight_gpu_cards(), cards)
+        # its simulated nvidia-smi answers topo -m (the cards' links)
+        hardware.prepare(self.layout, 'hgx-8x-h100')
+        smi = os.path.join(self.layout.hardware, 'nvidia-smi')
+        out = subprocess.run([smi, 'topo', '-m'], capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn('NV18', out)
 
     def test_prepare_keep_and_remove(self):
         self.assertIn("the host's own", hardware.prepare(self.layout, '')[0])

@@ -104,6 +104,17 @@ def flavors(document, prefix, gpu_runtime):
                  + runtime(with_model))
         out.append(('%s.gpu.%s' % (prefix, name), specs,
                     '1 whole %s GPU%s' % (_model(trait), user_space(specs))))
+        # a pool counts k cards of the model: k of them in one group
+        most = max(p['inventories']['PGPU']['total'] for p in with_model)
+        size = 2
+        while size <= most:
+            specs = ([('resources:PGPU', str(size)),
+                      ('trait:%s' % trait, 'required')] +
+                     runtime(with_model))
+            out.append(('%s.gpu.%s.x%d' % (prefix, name, size), specs,
+                        '%d whole %s GPUs on one host%s' % (
+                            size, _model(trait), user_space(specs))))
+            size *= 2
     for rc in sorted(c for c in classes if c.startswith(MIG_PREFIX)):
         profile = rc[len(MIG_PREFIX):].lower().replace('_', '.')
         with_rc = [p for p in children(document) if rc in p['inventories']]

@@ -23,6 +23,7 @@ start the container.
 
 import json
 import os
+import time
 
 import nova.conf
 from nova.tests.functional.api import client as api_client
@@ -106,6 +107,16 @@ class AccelTestBase(base.LXDFunctionalTestCase):
 
     def rp(self, name):
         return self._get_provider_uuid_by_name(name)
+
+    def _wait_until_built(self, server):
+        """The server once ACTIVE or ERROR (servers booted at once)."""
+        for _ in range(600):
+            server = self.api.get_server(server['id'])
+            if server['status'] in ('ACTIVE', 'ERROR'):
+                return server
+            time.sleep(0.1)
+        self.fail('server %s stuck in %s' % (server['id'],
+                                             server['status']))
 
     def record(self, server):
         """The container as the driver sees it (through the proxy)."""
@@ -344,20 +355,6 @@ class ConcurrencyTest(AccelTestBase):
         for s in final:
             self._delete_server(s)
         self.assertEqual([], self.container_names())
-
-    def _wait_until_built(self, server):
-        for _ in range(600):
-            server = self.api.get_server(server['id'])
-            if server['status'] in ('ACTIVE', 'ERROR'):
-                return server
-            self._sleep()
-        self.fail('server %s stuck in %s' % (server['id'],
-                                             server['status']))
-
-    @staticmethod
-    def _sleep():
-        import time
-        time.sleep(0.1)
 
 
 class ValidatorTest(AccelTestBase):

@@ -35,11 +35,10 @@ def hgx_host():
             'network': {'cards': [], 'total': 0}}
 
 
-class GpuPoolTest(test_accel_binding.AccelTestBase):
+class PoolTestBase(test_accel_binding.AccelTestBase):
 
     host_resources = staticmethod(hgx_host)
     mig_text = ''
-    pool_whole_gpus = True
 
     def setUp(self):
         super().setUp()
@@ -47,6 +46,21 @@ class GpuPoolTest(test_accel_binding.AccelTestBase):
 
     def cards(self, server):
         return sorted(d['pci'] for d in self.accel_devices(server).values())
+
+    def gpu_allocations(self, server):
+        """{provider name: PGPU} of the server's allocations."""
+        names = {p['uuid']: p['name'] for p in self.placement.get(
+            '/resource_providers', version='1.14').body[
+                'resource_providers']}
+        return {names[rp]: alloc['resources']['PGPU']
+                for rp, alloc in self._get_allocations_by_server_uuid(
+                    server['id']).items()
+                if 'PGPU' in alloc['resources']}
+
+
+class GpuPoolTest(PoolTestBase):
+
+    pool_whole_gpus = True
 
     def post(self, flavor_id):
         return self.api.post_server({'server': self._build_server(
@@ -62,8 +76,7 @@ class GpuPoolTest(test_accel_binding.AccelTestBase):
         eight = self.flavor(**{'resources:PGPU': '8'})
         server = self.boot(eight)
         self.assertEqual(PCIS, self.cards(server))
-        self.assertEqual({POOL: {'PGPU': 8}},
-                         self.accel_allocations(server))
+        self.assertEqual({POOL: 8}, self.gpu_allocations(server))
         # recorded card by card under the pool's provider
         record = json.loads(self.container_of(server)['config'][
             identity.KEY_DEVICES])
@@ -104,14 +117,10 @@ class GpuPoolTest(test_accel_binding.AccelTestBase):
             self.rp(POOL)).get('PGPU', 0))
 
 
-class UpgradeToPoolsTest(test_accel_binding.AccelTestBase):
+class UpgradeToPoolsTest(PoolTestBase):
     """Servers booted on one provider per card; the compute restarts."""
 
-    host_resources = staticmethod(hgx_host)
-    mig_text = ''
-
     def test_restart_with_pools_moves_the_allocations(self):
-        self.flags(instances=-1, cores=-1, ram=-1, group='quota')
         two = self.flavor(**{'resources1:PGPU': '1', 'resources2:PGPU': '1',
                              'group_policy': 'isolate'})
         server = self.boot(two)
@@ -119,14 +128,17 @@ class UpgradeToPoolsTest(test_accel_binding.AccelTestBase):
         self.assertEqual(2, len(before))
         card_providers = {HOST + '_gpu_' + pci.replace(':', '_').replace(
             '.', '_') for pci in before}
-        self.assertEqual(card_providers, set(self.accel_allocations(server)))
+        self.assertEqual({name: 1 for name in card_providers},
+                         self.gpu_allocations(server))
 
         self.flags(pool_whole_gpus=True, group='lxd_accelerators')
-        self.compute = self.restart_compute_service(self.compute)
+        # a new driver, as a real restart (the servers stay on the daemon)
+        self.compute = self.restart_compute_service(
+            self.compute, keep_hypervisor_state=False)
 
         # the same cards, counted in the pool now
         self.assertEqual(before, self.cards(server))
-        self.assertEqual({POOL: {'PGPU': 2}}, self.accel_allocations(server))
+        self.assertEqual({POOL: 2}, self.gpu_allocations(server))
         for name in card_providers:
             self.assertIsNone(self._get_provider_uuid_by_name_or_none(name))
         # the record names the pool's provider

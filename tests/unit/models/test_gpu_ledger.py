@@ -86,12 +86,17 @@ WHOLE = '0000:00:01.0'
 MIGGPU = '0000:00:02.0'
 SHARED = '0000:00:03.0'
 MIG_RC = 'CUSTOM_MIG_1G_10GB'
+#: three identical whole GPUs counted in one provider (pool_whole_gpus)
+POOL_CARDS = ('0000:00:04.0', '0000:00:05.0', '0000:00:06.0')
+RP_POOL = 'rp-pool'
 RP = {WHOLE: 'rp-whole', MIGGPU: 'rp-mig', SHARED: 'rp-shared'}
 MIG_UUIDS = ('MIG-aaaaaaaa-0000-4000-8000-000000000000',
              'MIG-aaaaaaaa-0000-4000-8000-000000000001')
 #: what each flavor asks Placement for
-FLAVORS = {'whole': (RP[WHOLE], 'PGPU'), 'mig': (RP[MIGGPU], MIG_RC),
-           'share': (RP[SHARED], placement_names.SHARE_RC)}
+FLAVORS = {'whole': (RP[WHOLE], 'PGPU', 1), 'mig': (RP[MIGGPU], MIG_RC, 1),
+           'share': (RP[SHARED], placement_names.SHARE_RC, 1),
+           # two cards of the pool in one request (a multi-unit claim)
+           'pool2': (RP_POOL, 'PGPU', 2)}
 PROJECTS = ('proj-a', 'proj-b')
 SMI_TIMEOUT = 3
 RELEASE_WAIT = 2.0
@@ -109,7 +114,8 @@ def host_gpus(mig_uuids=MIG_UUIDS):
                            product_id='2330', driver='nvidia',
                            model='NVIDIA H100 80GB HBM3', **kw)
     return [gpu(WHOLE), gpu(MIGGPU, mig_devices=mig_devices(mig_uuids)),
-            gpu(SHARED, shared_slots=2, memory_mib=81559)]
+            gpu(SHARED, shared_slots=2, memory_mib=81559)] + [
+                gpu(pci, numa_node=0) for pci in POOL_CARDS]
 
 
 class Clock(object):
@@ -168,7 +174,7 @@ class FakeSmi(object):
 
     def query_gpu(self):
         rows = [fake_nvidia_smi.QUERY_HEADER]
-        for n, pci in enumerate((WHOLE, MIGGPU, SHARED)):
+        for n, pci in enumerate((WHOLE, MIGGPU, SHARED) + POOL_CARDS):
             rows.append(fake_nvidia_smi.gpu_row(
                 n, pci, 'GPU-%d' % n, 'NVIDIA H100 80GB HBM3',
                 used_mib=self.used(pci),
@@ -298,7 +304,11 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.watched = set(getattr(self, 'live', {}).values())
 
     def device_for_provider(self, rp_uuid):
-        return {RP[g.pci_address]: g for g in self.gpus}.get(rp_uuid)
+        if rp_uuid == RP_POOL:
+            return devices.GpuPool(gpus=tuple(
+                g for g in self.gpus if g.pci_address in POOL_CARDS))
+        return {RP[g.pci_address]: g for g in self.gpus
+                if g.pci_address in RP}.get(rp_uuid)
 
     def list_containers(self):
         records = self.client.list_containers()
@@ -387,12 +397,13 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.client.create_container(
             name, {identity.KEY_HOST: HOST,
                    identity.KEY_INSTANCE_UUID: uuid}, {}, [], {})
-        rp, rc = FLAVORS[flavor]
+        rp, rc, count = FLAVORS[flavor]
         instance = types.SimpleNamespace(
             uuid=uuid, project_id=project,
             flavor=types.SimpleNamespace(name=flavor, extra_specs={}))
         try:
-            self.claims.claim(name, {rp: {'resources': {rc: 1}}}, instance)
+            self.claims.claim(name, {rp: {'resources': {rc: count}}},
+                              instance)
         except (exception.AcceleratorUnavailable,
                 exception.AcceleratorNotBindable,
                 exception.SharedGpuOtherProject):
@@ -406,12 +417,14 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     @stateful.initialize(counts=st.tuples(st.integers(0, 1),
                                           st.integers(0, 2),
-                                          st.integers(0, 2)),
+                                          st.integers(0, 2),
+                                          st.integers(0, 1)),
                          projects=st.lists(st.sampled_from(PROJECTS),
                                            min_size=5, max_size=5))
     def busy_host(self, counts, projects):
         """Instances of each flavor, each with a process on its unit."""
-        flavors = [f for f, n in zip(('whole', 'mig', 'share'), counts)
+        flavors = [f for f, n in zip(('whole', 'mig', 'share', 'pool2'),
+                                     counts)
                    for _ in range(n)]
         for flavor, project in zip(flavors, projects):
             with self.claim_lock():
@@ -707,6 +720,19 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                                                         dirty)
                 assert record['reserved'] == want, (
                     gpu.pci_address, rc, record['reserved'], want)
+
+    @stateful.invariant()
+    def a_pool_reserves_each_held_or_dirty_card_once(self):
+        view = self.gate.view()
+        cards = [g for g in self.gpus if g.pci_address in POOL_CARDS]
+        desired = provider_tree.desired_providers(HOST, cards, [],
+                                                  pool_whole_gpus=True)
+        (pool,) = self.gate.apply(desired).values()
+        out = {pci for pci in POOL_CARDS if view.holds.get(pci)} | {
+            u.get('pci') for u in view.dirty.values()
+            if u.get('pci') in POOL_CARDS}
+        assert pool.inventory['PGPU']['reserved'] == len(out), (
+            pool.inventory['PGPU'], sorted(out))
 
     @stateful.invariant()
     def a_leftover_keeps_its_unit_from_other_tenants(self):

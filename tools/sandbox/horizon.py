@@ -140,9 +140,13 @@ def _proposals(layout):
 
 
 def _asking(proposals, prefix):
+    """The proposals asking one unit of a class starting with ``prefix``.
+
+    One: a pool's ``.x2``/``.x4`` flavors need that many free cards.
+    """
     return [p for p in proposals
-            if any(key.startswith('resources:' + prefix)
-                   for key in p['extra_specs'])]
+            if any(key.startswith('resources:' + prefix) and value == '1'
+                   for key, value in p['extra_specs'].items())]
 
 
 def test_flavor(layout):

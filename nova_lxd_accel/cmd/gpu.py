@@ -195,7 +195,12 @@ def _forget(store, conf, args):
     by, audit = _operator()
     try:
         dropped = gate_state.forget(store, args.unit, args.reason, by=by,
-                                    audit=audit)
+                                    audit=audit, checked=entry)
+    except gate_state.EntryChanged as exc:
+        # a new release since the check: its leftover was never checked
+        _error('%s: nothing was forgotten; run "gpu list" and check it '
+               'again' % exc)
+        return common.EXIT_ERROR
     except (OSError, ValueError) as exc:
         _error('cannot update %s: %s' % (store.path, exc))
         return common.EXIT_ERROR

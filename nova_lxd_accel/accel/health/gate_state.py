@@ -439,7 +439,18 @@ def release(store, pci, reason, by=None, now=None):
     return previous
 
 
-def forget(store, key, reason, by=None, now=None, audit=None):
+class EntryChanged(Exception):
+    """The dirty entry is not the one the caller checked any more."""
+
+    def __init__(self, key, entry):
+        self.key = key
+        self.entry = entry
+        super().__init__(
+            '%s was released again meanwhile (by instance %s, seq %s)' % (
+                key, entry.get('instance'), entry.get('seq')))
+
+
+def forget(store, key, reason, by=None, now=None, audit=None, checked=None):
     """Drop the dirty entry of unit ``key``: the operator's way back.
 
     The caller checks first that no live container holds the unit (see
@@ -449,10 +460,18 @@ def forget(store, key, reason, by=None, now=None, audit=None):
 
     :param audit: more of the operator, for the audit line (the user the
         command ran as, its uid).
+    :param checked: the entry the caller checked: when the unit was
+        verified clean, bound again and released dirty again since (another
+        ``seq`` or instance), nothing is dropped (:class:`EntryChanged`).
     :returns: the entry dropped, or None when ``key`` was not dirty.
     """
     now = now if now is not None else time.time()
     with store.update() as state:
+        entry = state['dirty'].get(key)
+        if entry is not None and checked is not None and (
+                (entry.get('seq'), entry.get('instance')) !=
+                (checked.get('seq'), checked.get('instance'))):
+            raise EntryChanged(key, entry)
         entry = state['dirty'].pop(key, None)
         if entry is not None:
             add_event(state, 'forget', entry.get('pci'), reason, now,

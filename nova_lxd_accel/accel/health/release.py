@@ -208,6 +208,10 @@ def holding(unit, snapshot, known, state, conf, current=None,
     if not snapshot.available:
         return 'the GPU cannot be probed (%s)' % (snapshot.error or
                                                   'nvidia-smi failed')
+    lost = getattr(snapshot.gpus.get(pci), 'lost', None)
+    if lost:
+        # a lost GPU lists no process and no slice: nothing says clean
+        return 'nvidia-smi reports the GPU lost (%s)' % lost
     if unit.get('kind') == units.KIND_MIG:
         return _mig_holding(unit, gpu, snapshot, state, conf, current,
                             attribute)

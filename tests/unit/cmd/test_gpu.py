@@ -25,6 +25,7 @@ import shutil
 import fixtures
 import testtools
 
+from nova_lxd_accel.cmd import gpu
 from nova_lxd_accel.cmd import main
 
 SAMPLES = os.path.join(os.path.dirname(__file__), 'samples', 'doctor')
@@ -372,6 +373,35 @@ class TestGpuCommand(RecordedHost):
             self.assertEqual('alice', json.load(f)['events'][-1]['by'])
         self.assertIn('forgotten by alice', log.output)
         self.assertIn('gpu-audit.jsonl', log.output)
+
+    def test_forget_never_drops_a_release_it_did_not_check(self):
+        # between the command's check and its write the unit was verified
+        # clean, bound to another project and released dirty again
+        state, instances = self.forget_setup()
+        path = os.path.join(state, 'gpu-state.json')
+        real = gpu._live_holders
+
+        def release_again(conf, args):
+            with open(path) as f:
+                data = json.load(f)
+            data['dirty']['pci:0000:00:09.0'].update(
+                instance='other-instance', seq=7,
+                holding='compute processes ./miner (pid 4242)')
+            with open(path, 'w') as f:
+                json.dump(data, f)
+            return real(conf, args)
+
+        self.useFixture(fixtures.MockPatchObject(
+            gpu, '_live_holders', side_effect=release_again))
+        rc, _, err = run('gpu', 'forget', 'pci:0000:00:09.0', '--reason',
+                         'GPU reset by hand', '--state-dir', state,
+                         '--instances-file', instances)
+        self.assertEqual(1, rc)
+        self.assertIn('released again meanwhile', err)
+        with open(path) as f:
+            kept = json.load(f)['dirty']['pci:0000:00:09.0']
+        self.assertEqual(('other-instance', 7),
+                         (kept['instance'], kept['seq']))
 
     def test_forget_without_a_reason_is_refused(self):
         state, instances = self.forget_setup()

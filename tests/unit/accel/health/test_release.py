@@ -22,6 +22,7 @@ the server as a leftover process or as compute use.
 import testtools
 
 from nova_lxd_accel.accel.health import gate_state
+from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.health import release
 from nova_lxd_accel.accel.inventory import compute_apps
 from nova_lxd_accel.accel.inventory import nvidia_smi
@@ -153,3 +154,31 @@ class TestMpsServerIsNotATenant(test_gate.GateTestCase):
         release.update_baselines(state, {}, snapshot, {})
         # a tenant's process on it: no baseline from that probe
         self.assertEqual({H100: 30}, state['baseline'])
+
+
+class TestLostGpu(testtools.TestCase):
+    """A GPU nvidia-smi reports lost lists nothing: never clean (46, 8)."""
+
+    def holding(self, unit):
+
+        snapshot = probe.Snapshot(
+            taken_at=0.0, available=True,
+            gpus={H100: nvidia_smi.GpuFacts(
+                pci_address=H100,
+                lost='Unable to determine the device handle for GPU '
+                     '0000:00:09.0: GPU is lost')},
+            apps={}, mig={})
+        state = {'baseline': {}}
+        return release.holding(unit, snapshot, {}, state,
+                               gpu_hosts.make_conf())
+
+    def test_a_released_mig_slice_of_a_lost_gpu_stays_dirty(self):
+        why = self.holding({'kind': units.KIND_MIG, 'pci': H100,
+                            'mig_uuid': None, 'resource_class':
+                            'CUSTOM_MIG_1G_10GB'})
+        self.assertIn('GPU is lost', why)
+
+    def test_a_released_whole_lost_gpu_stays_dirty(self):
+        why = self.holding({'kind': units.KIND_PGPU, 'pci': H100,
+                            'resource_class': 'PGPU'})
+        self.assertIn('GPU is lost', why)

@@ -410,7 +410,8 @@ class Migration(object):
         fragment = self._fragment(instance, instance.flavor, image_meta, host)
         host_devices = self._host_devices(context, instance, network_info,
                                           block_device_info, host)
-        with self._claims.holding(guest.name, allocations, instance) as bound:
+        with self._claims.rewriting(guest.name, allocations,
+                                    instance) as bound:
             # under the claim's lock: the new config with the units picked,
             # a read-modify-write with the container's ETag
             self._rewrite(guest.name, lambda config, devices: records.resized(

@@ -253,8 +253,11 @@ class _Base(testtools.TestCase):
         self.networking = mock.Mock()
         self.volumes = mock.Mock()
         self.volumes.connect_boot_volumes.return_value = ()
+        #: (container, instance uuid, records) the gate was told of
+        self.noted = []
         accel_claims = claims.Claims(
-            client, self.conf, lambda rp: GPU if rp == GPU_RP else None)
+            client, self.conf, lambda rp: GPU if rp == GPU_RP else None,
+            on_bound=lambda *args: self.noted.append(args))
         return migration.Migration(
             client, self.conf, identity.Owner.from_conf(self.conf, 'src'),
             self.lifecycle, accel_claims,
@@ -323,6 +326,11 @@ class SameHostTest(_Base):
         self.assertEqual('Running', now['status'])
         self.assertEqual('256MiB', now['config']['limits.memory'])
         self.assertEqual('0000:07:00.0', now['devices']['nova-gpu0']['pci'])
+        # the gate knows the new binding (a delete behind nova's back
+        # then keeps the GPU from other tenants, issue 46 item 4)
+        self.assertEqual([(NAME, UUID, ['pci:0000:07:00.0'])],
+                         [(n, u, [r['unit'] for r in records])
+                          for n, u, records in self.noted])
 
         # nova destroys the resized container, then reverts on the source;
         # this host's NICs and volumes are made again from nova's data

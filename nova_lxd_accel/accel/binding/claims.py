@@ -215,6 +215,21 @@ class Claims(object):
                         dirty_projects=self._dirty_projects,
                         nvidia=cdi.for_client(self._client, self._conf))
 
+    @contextlib.contextmanager
+    def rewriting(self, name, allocations, instance):
+        """:meth:`holding` for a body that writes the whole new config.
+
+        A resize or a migration writes its binding itself; once written,
+        still under the lock, the gate is told (``on_bound``), as a spawn's
+        claim tells it: a server of theirs deleted behind nova's back then
+        leaves its units unavailable until verified clean, like any other.
+        """
+        with self.holding(name, allocations, instance) as bound:
+            yield bound
+            if bound.units and self._on_bound is not None:
+                self._on_bound(name, getattr(instance, 'uuid', None),
+                               bound.records())
+
     def claim(self, name, allocations, instance):
         """Bind and record ``instance``'s units in container ``name``.
 

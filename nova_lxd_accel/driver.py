@@ -116,7 +116,8 @@ class LXDDriver(driver.ComputeDriver):
         try:
             reconcile.reconcile(
                 self._parts.client, host, uuids,
-                nova_lookups.placement_allocations)
+                nova_lookups.placement_allocations,
+                on_release=self._parts.gate.note_destroy)
         except Exception:
             LOG.exception('Checking the accelerator bindings of the '
                           'containers of %s failed', host)

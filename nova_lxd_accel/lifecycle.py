@@ -278,9 +278,12 @@ class Lifecycle(object):
         released = self._gate.note_destroy(read_record)
         try:
             return remove()
+        except Exception:
+            # still there: a listing showing it is its instance holding
+            # the units again, which the next probe takes off the list
+            self._gate.removal_failed(released)
+            raise
         finally:
-            # still there (the removal failed): the next probe, which
-            # finds it bound again, takes it off the dirty list
             self._gate.verify_release(released)
 
     def remove_container(self, name):

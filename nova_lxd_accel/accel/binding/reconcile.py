@@ -94,7 +94,8 @@ def release(client, record):
     client.modify_container(record['name'], drop_binding)
 
 
-def reconcile(client, host, instance_uuids, consumer_allocations=None):
+def reconcile(client, host, instance_uuids, consumer_allocations=None,
+              on_release=None):
     """Check and repair the bindings of ``host``'s containers.
 
     :param client: :class:`nova_lxd_accel.client.LXDClient`.
@@ -102,6 +103,11 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
         or None when unknown (then nothing is released).
     :param consumer_allocations: callable(instance_uuid) -> Placement
         allocations of that consumer, or None to skip that check.
+    :param on_release: callable(read_record) run before a binding is
+        released (:meth:`.gate.GpuGate.note_destroy`): the container may
+        still run a process on its GPU, so its units are dirty until
+        verified clean, and no claim made before the first refresh takes
+        them.
     :returns: names of the containers whose bindings were released.
     """
     records = [r for r in client.list_containers()
@@ -123,6 +129,8 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None):
             continue
         uuid = _instance_uuid(record)
         if instance_uuids is not None and uuid not in instance_uuids:
+            if on_release is not None:
+                on_release(lambda record=record: record)
             try:
                 release(client, record)
             except Exception as exc:

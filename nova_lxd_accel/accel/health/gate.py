@@ -77,29 +77,6 @@ RELEASE_POLL = 0.5
 FIRST_PROBE_MIN = 0.5
 
 
-def next_recheck_interval(interval, freed, conf):
-    """The re-check's next wait, in seconds.
-
-    Back to ``release_recheck_interval`` after a unit turned clean (or a
-    new one was released), else doubled up to
-    ``release_recheck_max_interval``: a unit held for hours is not probed
-    every second, one that frees soon is seen soon.
-    """
-    group = conf.lxd_accelerators
-    start = group.release_recheck_interval
-    if freed or interval is None:
-        return start
-    return min(max(interval * 2, start),
-               max(group.release_recheck_max_interval, start))
-
-
-def _busy(snapshot, pci):
-    # a tenant's process, never the MPS server alone (apps_on)
-    facts = snapshot.gpus.get(pci)
-    return bool(snapshot.apps_on(pci)) or bool(
-        facts is not None and facts.utilization_pct)
-
-
 class GpuGate(object):
     """See the module docstring.
 
@@ -264,12 +241,32 @@ class GpuGate(object):
                                              unit.get('container'))
                     if self._verifying:
                         self._mark_dirty(state, key, unit, known, now)
+                        # its container listed from now on is the one
+                        # being removed, not its instance holding it again
+                        state['dirty'][key]['removing'] = True
             self._view = reservations.GateView.of(state)
             return tuple(units) if self._verifying else ()
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
                           'container; the next probe finds them')
             return ()
+
+    def removal_failed(self, keys):
+        """The removal after :meth:`note_destroy` failed: the container stays.
+
+        A listing showing it now is its instance holding the units again.
+        Never raises.
+        """
+        if not keys:
+            return
+        try:
+            with self._store.update() as state:
+                for key in keys:
+                    (state['dirty'].get(key) or {}).pop('removing', None)
+        except Exception:
+            LOG.exception('Cannot record that the removal of the GPU units '
+                          '%s failed; they stay dirty until verified clean',
+                          ', '.join(sorted(keys)))
 
     def _known(self):
         return {g.pci_address: g for g in (self._known_gpus() or ())}
@@ -487,8 +484,8 @@ class GpuGate(object):
             # released meanwhile: from the start again
             interval = None if self._recheck_again else \
                 self.recheck_interval
-            self.recheck_interval = next_recheck_interval(interval, freed,
-                                                          self._conf)
+            self.recheck_interval = release.next_recheck_interval(
+                interval, freed, self._conf)
         return freed, left
 
     def _recheck_loop(self):
@@ -543,7 +540,8 @@ class GpuGate(object):
                                         if v is not None})
             else:
                 entry = dict(unit, since=now, last_busy=now)
-            busy = snapshot.available and _busy(snapshot, unit['pci'])
+            busy = snapshot.available and usage_record.busy(
+                snapshot, unit['pci'])
             # from the last refresh, or from the claim (note_bound) if later
             elapsed_here = max(0.0, now - max(
                 last, (before or {}).get('since') or last)) \

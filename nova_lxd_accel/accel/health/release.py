@@ -278,6 +278,22 @@ def _mig_holding(unit, gpu, snapshot, state, conf, current, attribute):
     return None
 
 
+def _held_again(state, key, unit):
+    """Whether a listing showing ``unit``'s instance on it means "again".
+
+    Not while its container is being removed (or, removed, is still
+    listed a moment, as Incus does): then the listing shows the very
+    container released. Yes once the removal failed
+    (:meth:`.gate.GpuGate.removal_failed`) or a claim bound it again
+    after the release (a migration's revert: a later ``seq``).
+    """
+    if not unit.get('removing'):
+        return True
+    bound = state['bound'].get(key) or {}
+    return (bound.get('instance') == unit.get('instance') and
+            (bound.get('seq') or 0) > (unit.get('seq') or 0))
+
+
 def mig_replacement(unit, gpu, snapshot):
     """The MIG device now in a released slice's place, or None.
 
@@ -328,10 +344,13 @@ def verify_released(state, current, snapshot, known, now, conf,
             continue
         again = current.get(key)
         if again is not None and again.get('instance') == unit.get(
-                'instance'):
+                'instance') and _held_again(state, key, unit):
             # its own instance holds it again (a migration's revert, a
-            # delete that failed): bound, not free
+            # delete that failed): bound, not free; and recorded bound, so
+            # that its container removed later is seen leaving
             del state['dirty'][key]
+            state['bound'][key] = dict(again, since=now, last_busy=now,
+                                       seq=gate_state.next_seq(state))
             continue
         replaced = mig_replacement(unit, known.get(unit.get('pci')),
                                    snapshot)
@@ -457,3 +476,19 @@ def dirty_share_projects(state, records=None):
             out.setdefault(unit.get('pci'), set()).add(
                 unit.get('project') or 'an unknown project')
     return out
+
+
+def next_recheck_interval(interval, freed, conf):
+    """The re-check's next wait, in seconds.
+
+    Back to ``release_recheck_interval`` after a unit turned clean (or a
+    new one was released), else doubled up to
+    ``release_recheck_max_interval``: a unit held for hours is not probed
+    every second, one that frees soon is seen soon.
+    """
+    group = conf.lxd_accelerators
+    start = group.release_recheck_interval
+    if freed or interval is None:
+        return start
+    return min(max(interval * 2, start),
+               max(group.release_recheck_max_interval, start))

@@ -90,3 +90,14 @@ def account(record, elapsed, busy, watts, last, now, conf):
     record['last'] = now
     energy.account(record, watts, last, now, elapsed, gap=gap)
     return gap
+
+
+def busy(snapshot, pci):
+    """Whether the GPU at ``pci`` was in use at ``snapshot``.
+
+    A tenant's process (never the MPS server alone: ``apps_on``), or
+    utilisation above zero.
+    """
+    facts = snapshot.gpus.get(pci)
+    return bool(snapshot.apps_on(pci)) or bool(
+        facts is not None and facts.utilization_pct)

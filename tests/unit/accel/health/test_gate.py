@@ -26,16 +26,20 @@ from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import metrics
 from nova_lxd_accel.accel.health import probe
+from nova_lxd_accel.accel.health import release
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.conf import accelerators
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from tests.fixtures import fake_lxd
 from tests.fixtures import gpu_hosts
 from tests.unit.accel.health import test_probe
 
@@ -308,8 +312,8 @@ def mig_container(uuid, instance=INSTANCE):
             'config': config}
 
 
-class TestReleaseAtRemoval(GateTestCase):
-    """verify_release: probed once the container is gone, not next period."""
+class ReleaseTestCase(GateTestCase):
+    """A gate whose release waits run on the test's own clock."""
 
     def setUp(self):
         super().setUp()
@@ -341,6 +345,10 @@ class TestReleaseAtRemoval(GateTestCase):
     def idle(self):
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
+
+
+class TestReleaseAtRemoval(ReleaseTestCase):
+    """verify_release: probed once the container is gone, not next period."""
 
     def test_clean_unit_is_free_when_the_removal_returns(self):
         keys = self.gate.note_destroy(container)
@@ -652,11 +660,11 @@ class TestRecheckBackoff(testtools.TestCase):
                         group='lxd_accelerators')
         waits, interval = [], None
         for _ in range(6):
-            interval = gate.next_recheck_interval(interval, False, conf)
+            interval = release.next_recheck_interval(interval, False, conf)
             waits.append(interval)
         self.assertEqual([1.0, 2.0, 4.0, 8.0, 10.0, 10.0], waits)
-        self.assertEqual(1.0, gate.next_recheck_interval(10.0, True,
-                                                         conf))
+        self.assertEqual(1.0, release.next_recheck_interval(10.0, True,
+                                                            conf))
 
 
 def share_container(slot, instance, pci=H100):
@@ -1036,3 +1044,63 @@ class TestStateFileFailsClosed(GateTestCase):
         os.unlink(restarted.store.path)
         restarted.refresh()
         self.assertEqual({}, restarted.unavailable_units([]))
+
+
+class TestDeleteInterleavings(ReleaseTestCase):
+    """Orders a delete and a refresh can run in (issue 46, items 1-3)."""
+
+    def setUp(self):
+        super().setUp()
+        self.containers = [container()]
+        self.gate.refresh()
+        # the tenant's process, which outlives its container
+        self.busy()
+
+    def dirty(self):
+        return self.gate.store.load()['dirty']
+
+    def test_a_refresh_during_a_slow_delete_keeps_the_unit_dirty(self):
+        keys = self.gate.note_destroy(container)
+        # the removal is slow: a periodic refresh still lists it
+        self.gate.refresh()
+        self.assertIn('pci:' + H100, self.dirty())
+        self.containers = []
+        self.assertEqual({'pci:' + H100}, self.gate.verify_release(keys))
+        self.assertIn('pci:' + H100, self.gate.unavailable_units([]))
+
+    def test_a_container_still_listed_after_its_delete_is_not_a_holder(self):
+        keys = self.gate.note_destroy(container)
+        # removed, but the daemon lists it a moment longer (Incus does)
+        self.assertEqual({'pci:' + H100}, self.gate.verify_release(keys))
+        self.assertIn('compute processes', self.dirty()['pci:' + H100][
+            'holding'])
+
+    def test_a_failed_removal_then_an_operator_delete(self):
+        keys = self.gate.note_destroy(container)
+        self.gate.removal_failed(keys)
+        # still there, its instance's: bound again, not dirty
+        self.gate.verify_release(keys)
+        self.assertNotIn('pci:' + H100, self.dirty())
+        # `lxc delete` by an operator; the watcher sees it gone
+        self.containers = []
+        self.assertEqual(['pci:' + H100],
+                         self.gate.note_gone(container()['name']))
+        self.assertIn('pci:' + H100, self.gate.unavailable_units([]))
+
+
+class TestReconcileAtStart(GateTestCase):
+    """init_host's reconcile, then a claim before the first refresh (46, 5).
+
+    The instance was deleted while nova-compute was down; its container
+    still runs its process on the GPU.
+    """
+
+    def test_a_binding_released_at_start_is_dirty_until_verified(self):
+        record = container()
+        record['config'][identity.KEY_HOST] = 'cmp1'
+        client = fake_lxd.FakeLXDClient(record)
+        released = reconcile.reconcile(client, 'cmp1', set(),
+                                       on_release=self.gate.note_destroy)
+        self.assertEqual([record['name']], released)
+        self.assertIn('pci:' + H100, self.gate.unavailable_units(
+            client.list_containers()))

@@ -59,6 +59,7 @@ import os
 import types
 
 import fixtures
+from hypothesis import database
 from hypothesis import settings
 from hypothesis import stateful
 from hypothesis import strategies as st
@@ -217,7 +218,11 @@ class FakeSmi(object):
 
 def model_conf(state_dir):
     conf = cfg.ConfigOpts()
-    lxd_conf.register_opts(conf)
+    # registered under group *names*: oslo.config keeps overrides on the
+    # OptGroup object, which the modules share with every ConfigOpts
+    # (overrides set on it leaked into the tests that ran after the model)
+    for group, opts in lxd_conf.list_opts():
+        conf.register_opts(opts, group=group.name)
     conf([], default_config_files=[])
     group = 'lxd_accelerators'
     for name, value in (('state_dir', state_dir),
@@ -528,8 +533,11 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     @stateful.rule()
     def periodic_refresh(self):
         start = self.clock.now - self.yield_time
-        self.gate.maybe_refresh()
-        self.unseen_gone.clear()
+        # a container removed during this refresh, after its listing, is
+        # not seen by it (the model's own false alarm, issue 46)
+        seen = set(self.unseen_gone)
+        if self.gate.maybe_refresh() is not None:
+            self.unseen_gone -= seen
         took = self.clock.now - self.yield_time - start
         # three nvidia-smi calls at most, each bounded
         assert took <= 3 * (SMI_TIMEOUT + nvidia_smi.KILL_GRACE), took
@@ -798,7 +806,22 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                 'but unavailable to a claim: %s' % (key, why)
 
 
-def _settings(examples, steps):
+def _settings(examples, steps, wide=False):
+    """The unit suite's fixed, derandomised slice; or a wider search.
+
+    ``wide`` (``LEDGER_MODEL_RANDOM=1``: ``tox -e ledger-model``,
+    ``tools/run-tests.sh --full``) draws a new seed each run and keeps
+    Hypothesis' example database (``.hypothesis/``), so a counterexample
+    found once is tried first the next time.
+    """
+    if wide:
+        return settings(max_examples=examples, stateful_step_count=steps,
+                        deadline=None, derandomize=False,
+                        database=database.DirectoryBasedExampleDatabase(
+                            os.path.join(os.path.dirname(__file__),
+                                         '..', '..', '..', '.hypothesis',
+                                         'ledger-model')),
+                        print_blob=True)
     return settings(max_examples=examples, stateful_step_count=steps,
                     deadline=None, derandomize=True, database=None,
                     print_blob=False)
@@ -808,4 +831,5 @@ def _settings(examples, steps):
 TestLedgerModel = LedgerMachine.TestCase
 TestLedgerModel.settings = _settings(
     int(os.environ.get('LEDGER_MODEL_EXAMPLES', '200')),
-    int(os.environ.get('LEDGER_MODEL_STEPS', '40')))
+    int(os.environ.get('LEDGER_MODEL_STEPS', '40')),
+    wide=os.environ.get('LEDGER_MODEL_RANDOM') == '1')

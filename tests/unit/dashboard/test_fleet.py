@@ -324,6 +324,24 @@ class BuildTest(testtools.TestCase):
                                   servers()))[A100_WHOLE]
         self.assertEqual(('gpu', ''), (card['kind'], card['pci_address']))
 
+    def test_a_pool_of_whole_gpus_is_one_row_counting_its_cards(self):
+        # pool_whole_gpus: eight cards, servers of 4 and 2, one card dirty
+        pool = '77777777-0000-4000-8000-000000000000'
+        providers = [_provider(ROOT_1, HOST_1),
+                     _provider(pool, provider_tree.gpu_pool_name(
+                         HOST_1, '10de_2330'), ROOT_1, ROOT_1)]
+        details = {pool: {
+            'inventories': _inventory(PGPU=8, reserved={'PGPU': 1}),
+            'traits': _gpu_traits(H100, '2330', '9_0'),
+            'allocations': _allocations(**{
+                SRV_TRAIN: {'PGPU': 4}, SRV_INFER: {'PGPU': 2}})}}
+        card = _cards(fleet.build(providers, details, servers()))[pool]
+        self.assertEqual(
+            ('gpu', '', fleet.Counts(free=1, in_use=6, pending=1, held=0)),
+            (card['kind'], card['pci_address'], card['counts']))
+        self.assertEqual(['4 × whole GPU', '2 × whole GPU'],
+                         [h['units'] for h in card['holders']])
+
     def test_a_nested_provider_named_for_another_host_is_left_out(self):
         # cn-gpu-02's child named like a card of cn-gpu-01 is not a card
         providers, answers = fleet_answers()

@@ -157,7 +157,7 @@ def is_poolable(gpu):
     return gpu_totals(gpu) == {orc.PGPU: 1}
 
 
-def _pool_slug(gpu):
+def pool_slug(gpu):
     """A pool's name part: ``<vendor id>_<product id>`` (``10de_2330``).
 
     From the PCI ids LXD reports, never from what the GPU probe adds
@@ -183,7 +183,7 @@ def gpu_pools(gpus, links=None):
         groups.setdefault(gpu_traits(gpu), []).append(gpu)
     slugs = {}
     for traits, cards in groups.items():
-        slugs.setdefault(_pool_slug(cards[0]), []).append(traits)
+        slugs.setdefault(pool_slug(cards[0]), []).append(traits)
     out = {}
     for slug, variants in slugs.items():
         for traits in variants:

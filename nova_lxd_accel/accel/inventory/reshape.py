@@ -50,6 +50,14 @@ def _owner_of_card(nodename, desired):
     return out
 
 
+def _gpus(desired):
+    """PCI address -> every GPU of ``desired``, pools opened."""
+    return {gpu.pci_address: gpu
+            for gpu in devices.physical_devices(
+                want.device for want in desired.values())
+            if isinstance(gpu, devices.Gpu)}
+
+
 def _cards_of_consumers(records):
     """Instance uuid -> PCI addresses of the whole GPUs it is bound to."""
     out = {}
@@ -85,12 +93,13 @@ def moved_providers(nova_tree, nodename, desired, existing, known_devices):
         else:
             device = known_devices.get(uuid)
             cards = list(getattr(device, 'pci_addresses', ()))
-            if not cards and name.startswith(provider_tree.gpu_pool_name(
-                    nodename, '')):
+            prefix = provider_tree.gpu_pool_name(nodename, '')
+            if not cards and name.startswith(prefix):
                 # an old pool, before this process saw it: its cards are
-                # those whose providers would be named otherwise now
-                cards = [pci for pci, new in owner.items()
-                         if new != name]
+                # this host's cards of its vendor and product
+                slug = name[len(prefix):]
+                cards = [pci for pci, gpu in _gpus(desired).items()
+                         if slug.startswith(provider_tree.pool_slug(gpu))]
         if cards and all(pci in owner for pci in cards):
             out[uuid] = {pci: owner[pci] for pci in cards}
     return out

@@ -300,8 +300,13 @@ def _holders(held, key):
         'pci:*' if key.startswith(('pci:', 'mig:')) else None) or []
 
 
-def provider_units(device):
-    """Resource class -> unit keys a device offers, in binding order."""
+def provider_units(device, ib_ports=False):
+    """Resource class -> unit keys a device offers, in binding order.
+
+    :param ib_ports: whole InfiniBand ports offered
+        (``[lxd_accelerators] report_infiniband_ports``); when False an
+        InfiniBand card without VFs offers nothing.
+    """
     out = {}
     if isinstance(device, devices.GpuPool):
         out[orc.PGPU] = ['pci:' + g.pci_address for g in device.gpus]
@@ -320,7 +325,7 @@ def provider_units(device):
         vfs = ['netdev:' + vf.netdevs[0] for vf in device.vfs if vf.netdevs]
         if vfs:
             out[placement_names.RC_INFINIBAND_VF] = vfs
-        else:
+        elif ib_ports:
             out[placement_names.RC_INFINIBAND_PORT] = [
                 'netdev:' + p.netdev for p in device.ports if p.netdev]
     return out

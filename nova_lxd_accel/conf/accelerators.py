@@ -107,13 +107,37 @@ Related options:
                 help="""
 Whether network cards with InfiniBand ports are reported, one child
 resource provider ``<nodename>_ib_<pci>`` per card with
-``CUSTOM_INFINIBAND_VF`` (its listed InfiniBand virtual functions) or else
-``CUSTOM_INFINIBAND_PORT`` (its InfiniBand ports). Ethernet-only cards are
-never reported (Neutron handles them).
+``CUSTOM_INFINIBAND_VF`` (its listed InfiniBand virtual functions) or else,
+only when ``report_infiniband_ports`` is enabled, ``CUSTOM_INFINIBAND_PORT``
+(its InfiniBand ports). Ethernet-only cards are never reported (Neutron
+handles them).
 
 Related options:
 
-* ``excluded_pci_addresses``
+* ``report_infiniband_ports``, ``excluded_pci_addresses``
+"""),
+    cfg.BoolOpt('report_infiniband_ports',
+                default=False,
+                help="""
+Whether whole InfiniBand ports are offered (``CUSTOM_INFINIBAND_PORT``, for
+cards without InfiniBand virtual functions).
+
+Disabled by default: LXD's ``infiniband`` device gives the container the
+port's ``issm`` and ``umad`` device nodes too, so a tenant given a whole
+port can send subnet management packets and act as a subnet manager.
+Partition keys (PKeys) do not cover subnet management packets; only the
+subnet manager's ``M_Key`` and ``SM_Key`` protect the fabric. Enable it only
+when the flavors that ask for ports are limited to trusted projects (a
+private flavor, or an aggregate those projects alone reach).
+
+When disabled, a card without InfiniBand virtual functions is not reported
+at all, and an allocation of a port (made while it was enabled) is refused
+at spawn. InfiniBand virtual functions (``CUSTOM_INFINIBAND_VF``) are
+reported either way.
+
+Related options:
+
+* ``report_infiniband``
 """),
     cfg.StrOpt('nvidia_smi_path',
                default='nvidia-smi',

@@ -211,6 +211,7 @@ scenario_debian_host_without_accelerators() {
     assert_ini "$NOVA_CONF" lxd_accelerators gpu_vendor_ids ""
     assert_ini "$NOVA_CONF" lxd_accelerators report_mig False
     assert_ini "$NOVA_CONF" lxd_accelerators report_infiniband False
+    assert_ini "$NOVA_CONF" lxd_accelerators report_infiniband_ports False
     assert_ran "nova-lxd-accel inventory --format json --config-file $NOVA_CONF --resources-file $NOVA_LXD_ACCEL_RESOURCES_FILE --nvidia-smi-list $WORK/no-mig.txt"
 
     assert_ini "$SYSTEMD_DIR/devstack@n-cpu.service" Service User stack
@@ -348,6 +349,7 @@ scenario_ubuntu_snap_host_with_two_gpus() {
     assert_ini "$NOVA_CONF" lxd_accelerators gpu_vendor_ids 10de,1002
     assert_ini "$NOVA_CONF" lxd_accelerators report_mig True
     assert_ini "$NOVA_CONF" lxd_accelerators report_infiniband True
+    assert_ini "$NOVA_CONF" lxd_accelerators report_infiniband_ports False
     assert_ini "$NOVA_CONF" lxd_accelerators excluded_pci_addresses ""
 
     assert_ran "get_extra_file https://images.example.org/jammy-lxd.tar.gz"
@@ -403,6 +405,23 @@ scenario_infiniband_host() {
 
     assert_ini "$NOVA_CONF" lxd_accelerators excluded_pci_addresses \
         0000:61:00.1
+    # whole ports are opt-in (a port's holder can be a subnet manager):
+    # 0c:00.0, ports only, is not reported and gets no flavor
+    assert_ini "$NOVA_CONF" lxd_accelerators report_infiniband_ports False
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 InfiniBand virtual function (SR-IOV VF)\" --property resources:CUSTOM_INFINIBAND_VF=1 lxd.ib.vf"
+    assert_not_ran "CUSTOM_INFINIBAND_PORT"
+    assert_count "flavor create" 2
+    assert_documented "flavor create"
+}
+
+scenario_infiniband_host_with_ports() {
+    NOVA_LXD_ACCEL_RESOURCES_FILE=$SAMPLES/handmade-lxd-connectx6-ib-vfs.json
+    NOVA_LXD_ACCEL_EXCLUDED_PCI=0000:61:00.1
+    NOVA_LXD_ACCEL_INFINIBAND_PORTS=True
+    load_plugin_settings
+    stack
+
+    assert_ini "$NOVA_CONF" lxd_accelerators report_infiniband_ports True
     assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 InfiniBand virtual function (SR-IOV VF)\" --property resources:CUSTOM_INFINIBAND_VF=1 lxd.ib.vf"
     assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 whole InfiniBand port\" --property resources:CUSTOM_INFINIBAND_PORT=1 lxd.ib.port"
     assert_count "flavor create" 3

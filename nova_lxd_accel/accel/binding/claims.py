@@ -105,7 +105,8 @@ def with_projects(share, records, exclude, dirty=None):
 @contextlib.contextmanager
 def claiming(client, name, allocations, device_for_provider,
              host_devices=(), instance=None, project=None, share=None,
-             unavailable=None, nvidia=cdi.RUNTIME, dirty_projects=None):
+             unavailable=None, nvidia=cdi.RUNTIME, dirty_projects=None,
+             ib_ports=False):
     """Pick the units of ``allocations``; the body writes them, locked.
 
     Yields the :class:`~nova_lxd_accel.accel.binding.pick.Binding`; the body of
@@ -127,6 +128,8 @@ def claiming(client, name, allocations, device_for_provider,
     :param dirty_projects: callable(records) -> shared GPU -> projects of
         its dirty slots (:meth:`.gate.GpuGate.dirty_share_projects`), read
         under the lock.
+    :param ib_ports: whole InfiniBand ports may be bound
+        (``[lxd_accelerators] report_infiniband_ports``).
     :raises: AcceleratorUnavailable, AcceleratorNotBindable.
     """
     with lockutils.lock(CLAIM_LOCK):
@@ -144,7 +147,8 @@ def claiming(client, name, allocations, device_for_provider,
                           share=with_projects(
                               share, records, (project, name),
                               dirty_projects(records) if dirty_projects
-                              else None))
+                              else None),
+                          ib_ports=ib_ports)
         yield bound
     ledger.log_bound(LOG, bound, instance)
 
@@ -213,7 +217,12 @@ class Claims(object):
                         share=share_request(self._conf, instance),
                         unavailable=self._unavailable,
                         dirty_projects=self._dirty_projects,
-                        nvidia=cdi.for_client(self._client, self._conf))
+                        nvidia=cdi.for_client(self._client, self._conf),
+                        ib_ports=self._ib_ports())
+
+    def _ib_ports(self):
+        """Whether whole InfiniBand ports may be bound (read per claim)."""
+        return self._conf.lxd_accelerators.report_infiniband_ports
 
     @contextlib.contextmanager
     def rewriting(self, name, allocations, instance):

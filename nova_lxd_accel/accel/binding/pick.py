@@ -268,7 +268,21 @@ def _pool_units(pool, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME):
             _pgpu_device(gpu, nvidia) for gpu in chosen]
 
 
-def _ib_units(card, rc, count, rp_uuid, held):
+def _ib_units(card, rc, count, rp_uuid, held, ib_ports=False):
+    if rc not in units.provider_units(card, ib_ports=ib_ports):
+        if rc == placement_names.RC_INFINIBAND_PORT and not ib_ports:
+            # a port passes issm and umad: its holder can be a subnet
+            # manager; an allocation from before the option was turned
+            # off, or made by hand, gets nothing
+            raise exception.AcceleratorNotBindable(
+                resource_class=rc, provider=rp_uuid,
+                reason='whole InfiniBand ports are not offered on this '
+                       'host ([lxd_accelerators] report_infiniband_ports '
+                       'is false)')
+        raise exception.AcceleratorNotBindable(
+            resource_class=rc, provider=rp_uuid,
+            reason='InfiniBand card %s offers no such resource class'
+                   % card.pci_address)
     if rc == placement_names.RC_INFINIBAND_VF:
         candidates = [('netdev:' + vf.netdevs[0], vf) for vf in card.vfs
                       if vf.netdevs]
@@ -303,7 +317,7 @@ def _ib_units(card, rc, count, rp_uuid, held):
 
 
 def bind(allocations, device_for_provider, held=None, nvidia=None,
-         share=None):
+         share=None, ib_ports=False):
     """Choose free units for every accelerator resource in ``allocations``.
 
     :param allocations: nova's spawn ``allocations``:
@@ -316,6 +330,9 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
         ``nvidia.runtime`` (the default), as the claim found the daemon
         (:func:`.cdi.for_client`).
     :param share: a :class:`ShareRequest` for shared GPU slots.
+    :param ib_ports: whole InfiniBand ports may be bound
+        (``[lxd_accelerators] report_infiniband_ports``); when False a
+        ``CUSTOM_INFINIBAND_PORT`` allocation is refused.
     :returns: a :class:`Binding`.
     :raises: AcceleratorUnavailable when too few units are free;
         AcceleratorNotBindable when an allocation cannot be honoured.
@@ -339,7 +356,8 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
                 picked = _gpu_units(device, rc, wanted[rc], rp_uuid, held,
                                     nvidia, share)
             elif isinstance(device, devices.IbCard):
-                picked = _ib_units(device, rc, wanted[rc], rp_uuid, held)
+                picked = _ib_units(device, rc, wanted[rc], rp_uuid, held,
+                                   ib_ports)
             else:
                 raise exception.AcceleratorNotBindable(
                     resource_class=rc, provider=rp_uuid,

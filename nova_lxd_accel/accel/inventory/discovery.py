@@ -33,6 +33,8 @@ class Options:
     excluded_pci_addresses: typing.FrozenSet[str] = frozenset()
     report_mig: bool = True
     report_infiniband: bool = True
+    #: whole InfiniBand ports offered (``report_infiniband_ports``)
+    report_infiniband_ports: bool = False
     #: ``[lxd_accelerators] shared_gpus`` entries
     shared_gpus: typing.Tuple[str, ...] = ()
     #: identical whole GPUs in one provider (``pool_whole_gpus``)
@@ -50,6 +52,7 @@ class Options:
             excluded_pci_addresses=frozenset(a for a in excluded if a),
             report_mig=group.report_mig,
             report_infiniband=group.report_infiniband,
+            report_infiniband_ports=group.report_infiniband_ports,
             shared_gpus=tuple(group.shared_gpus or ()),
             pool_whole_gpus=group.pool_whole_gpus)
 

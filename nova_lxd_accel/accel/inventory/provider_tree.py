@@ -133,18 +133,37 @@ def gpu_traits(gpu, sharing_trait=None):
     return frozenset(traits)
 
 
-def ib_totals(card):
+def ib_totals(card, ports=False):
     """Bindable units of a card: VFs with a netdev, else ports with one.
 
     A container takes an InfiniBand device as ``infiniband
     nictype=physical parent=<netdev>``, so a VF or port without a network
     device (for instance a VF bound to vfio-pci) is not counted.
+
+    :param ports: whether whole ports are offered
+        (``[lxd_accelerators] report_infiniband_ports``): a port passes its
+        ``issm`` and ``umad`` nodes, so its holder can act as a subnet
+        manager. When False a card without VFs offers nothing.
     """
     vfs = [vf for vf in card.vfs if vf.netdevs]
     if vfs:
         return {placement_names.RC_INFINIBAND_VF: len(vfs)}
+    if not ports:
+        return {}
     return {placement_names.RC_INFINIBAND_PORT: len(
         [p for p in card.ports if p.netdev])}
+
+
+def ports_not_offered(ib_cards, ports=False):
+    """The cards whose ports :func:`ib_totals` leaves out: no VF, a port.
+
+    :returns: their PCI addresses, sorted; none when ``ports`` is True.
+    """
+    if ports:
+        return []
+    return sorted(c.pci_address for c in ib_cards
+                  if not any(vf.netdevs for vf in c.vfs)
+                  and any(p.netdev for p in c.ports))
 
 
 def ib_traits(card):
@@ -197,7 +216,8 @@ def gpu_pools(gpus, links=None):
 
 
 def desired_providers(nodename, gpus, ib_cards, sharing_traits=None,
-                      pool_whole_gpus=False, links=None):
+                      pool_whole_gpus=False, links=None,
+                      report_infiniband_ports=False):
     """The child providers a host with these devices reports.
 
     :param sharing_traits: PCI address -> the sharing mode trait of each
@@ -205,6 +225,8 @@ def desired_providers(nodename, gpus, ib_cards, sharing_traits=None,
     :param pool_whole_gpus: identical whole GPUs in one provider each
         (:func:`gpu_pools`), else one provider per GPU.
     :param links: the host's GPU links, given to each pool.
+    :param report_infiniband_ports: whole InfiniBand ports offered (see
+        :func:`ib_totals`); when False a card without VFs has no provider.
     :returns: dict name -> :class:`DesiredProvider`, GPUs first (pools,
         then cards in PCI address order), then InfiniBand cards.
     """
@@ -226,7 +248,7 @@ def desired_providers(nodename, gpus, ib_cards, sharing_traits=None,
             name, inventory, gpu_traits(gpu, (sharing_traits or {}).get(
                 gpu.pci_address)), gpu)
     for card in ib_cards:
-        totals = ib_totals(card)
+        totals = ib_totals(card, ports=report_infiniband_ports)
         if not any(totals.values()):
             continue
         name = ib_provider_name(nodename, card.pci_address)

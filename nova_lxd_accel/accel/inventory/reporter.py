@@ -145,6 +145,8 @@ class AcceleratorInventory(object):
         self._list_instances = list_instances
         self._is_ours = is_ours or (lambda record: False)
         self._foreign_logged = None
+        #: InfiniBand cards already logged as offering no port
+        self._ports_logged = set()
         self._snapshot = None
         self._on_reshaped = on_reshaped
         #: the GPU links pools carry (gpu_topology.Links), and the whole
@@ -264,10 +266,26 @@ class AcceleratorInventory(object):
                 options.shared_gpus, g)] for g in gpus if g.shared_slots}
         desired = provider_tree.desired_providers(
             nodename, gpus, ib_cards, sharing_traits,
-            pool_whole_gpus=options.pool_whole_gpus, links=self._links)
+            pool_whole_gpus=options.pool_whole_gpus, links=self._links,
+            report_infiniband_ports=options.report_infiniband_ports)
+        self._log_ports_not_offered(provider_tree.ports_not_offered(
+            ib_cards, options.report_infiniband_ports))
         self._last_inputs, self._last_desired = inputs, desired
         self._reported.update(desired)
         return desired
+
+    def _log_ports_not_offered(self, cards):
+        """Say once per card that its whole ports are not offered."""
+        for pci in cards:
+            if pci in self._ports_logged:
+                continue
+            self._ports_logged.add(pci)
+            LOG.info('InfiniBand card %(pci)s has no virtual function to '
+                     'offer and its whole ports are not offered (a port '
+                     'lets its holder act as a subnet manager): it is not '
+                     'reported. Set [lxd_accelerators] '
+                     'report_infiniband_ports = true to offer them to '
+                     'trusted projects.', {'pci': pci})
 
     def _probed(self, fact):
         """PCI address -> one fact of each GPU (its memory MiB, its name).
@@ -362,11 +380,13 @@ class AcceleratorInventory(object):
         host_devices = devices.physical_devices(
             p.device for p in desired.values())
         foreign = [r for r in records or () if not self._is_ours(r)]
+        ib_ports = self._conf.lxd_accelerators.report_infiniband_ports
         held = units.held_units(foreign, host_devices=host_devices)
         out, logged = {}, []
         for name, want in desired.items():
             inventory = want.inventory
-            for rc, keys in units.provider_units(want.device).items():
+            for rc, keys in units.provider_units(
+                    want.device, ib_ports=ib_ports).items():
                 taken = [k for k in keys if units.holders_of(held, k)]
                 if rc == placement_names.RC_INFINIBAND_VF:
                     free = [k for k in keys if k not in taken]

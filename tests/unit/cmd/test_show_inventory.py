@@ -98,7 +98,17 @@ class TestInventoryCommand(CommandTestCase):
         ]}, self._json('--resources-file', H100, '--nvidia-smi-list', H100_L,
                        '--nodename', 'cmp1'))
 
+    def test_json_network_only_file_ports_not_offered_by_default(self):
+        # a card with ports and no VF: a port lets its holder act as a
+        # subnet manager, so nothing is reported unless the operator asks
+        out = self._json('--resources-file', IB, '--nodename', 'n1')
+        self.assertEqual([('n1', None)],
+                         [(p['name'], p['parent']) for p in out['providers']])
+
     def test_json_network_only_file(self):
+        self.conf_file = self._write(
+            'ports.conf', '[lxd_accelerators]\nreport_infiniband_ports = '
+            'true\n')
         out = self._json('--resources-file', IB, '--nodename', 'n1')
         self.assertEqual(
             [('n1', None), ('n1_ib_0000_04_00_0', 'n1')],

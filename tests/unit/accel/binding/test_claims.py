@@ -22,6 +22,7 @@ inventory, the last one shared in quota mode; the daemon is the shared fake
 (tests/fixtures/fake_lxd.py) with the files of its stopped containers.
 """
 
+import copy
 import json
 
 import fixtures
@@ -51,6 +52,8 @@ SHARED = '0000:17:00.0'
 WHOLE_RP = 'cmp1_gpu_0000_10_00_0'
 OTHER_RP = 'cmp1_gpu_0000_11_00_0'
 SHARED_RP = 'cmp1_gpu_0000_17_00_0'
+IB_PORT_RP = 'cmp1_ib_0000_0c_00_0'
+IB_VF_RP = 'cmp1_ib_0000_4b_00_0'
 #: Ubuntu's own /etc/environment
 UBUNTU = ('PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:'
           '/bin:/usr/games:/usr/local/games:/snap/bin"\n')
@@ -259,6 +262,64 @@ class PrepareTest(ClaimsTestBase):
             record['devices']['nova-gpu0'])
         # LXD refuses a CDI id while any nvidia.* option is true
         self.assertEqual('false', record['config']['nvidia.runtime'])
+
+
+class InfinibandPortTest(ClaimsTestBase):
+    """A whole port is bound only while the host offers ports (issue 43).
+
+    The recorded ConnectX-6 host: 0c:00.0 has one port (``ibp12s0``) and
+    no VF. A port passes its ``issm`` and ``umad`` nodes, so its holder
+    can act as a subnet manager.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.config = self.useFixture(config_fixture.Config(self.conf))
+        self.config.config(report_infiniband_ports=True,
+                           group='lxd_accelerators')
+        self.resources = gpu_hosts.load_json(
+            'handmade-lxd-connectx6-ib-vfs.json')
+        self.inventory, self.tree = gpu_hosts.report(self.resources,
+                                                     conf=self.conf)
+        self.port_rp = self.tree.data(IB_PORT_RP).uuid
+
+    def test_port_bound_while_ports_are_offered(self):
+        self.claims().prepare(
+            NAME, self.alloc((IB_PORT_RP, 'CUSTOM_INFINIBAND_PORT', 1)),
+            _instance())
+        self.assertEqual({'type': 'infiniband', 'nictype': 'physical',
+                          'parent': 'ibp12s0'},
+                         self.client.records[NAME]['devices']['nova-ib0'])
+
+    def test_port_refused_once_the_option_is_off(self):
+        self.config.config(report_infiniband_ports=False,
+                           group='lxd_accelerators')
+        # another server still holds the port: its provider stays, with
+        # every unit reserved, and the host still knows the card there
+        self.inventory.update_provider_tree(
+            self.tree, gpu_hosts.NODE,
+            {'inst-1': {'allocations': {self.port_rp: {'resources': {
+                'CUSTOM_INFINIBAND_PORT': 1}}}}},
+            resources=copy.deepcopy(self.resources))
+        self.assertIsNotNone(self.inventory.device_for_provider(
+            self.port_rp))
+        exc = self.assertRaises(
+            exception.AcceleratorNotBindable, self.claims().prepare, NAME,
+            self.alloc((IB_PORT_RP, 'CUSTOM_INFINIBAND_PORT', 1)),
+            _instance())
+        self.assertIn('report_infiniband_ports', str(exc))
+        record = self.client.records[NAME]
+        self.assertNotIn(identity.KEY_DEVICES, record['config'])
+        self.assertEqual(['root'], list(record['devices']))
+
+    def test_vf_bound_either_way(self):
+        self.config.config(report_infiniband_ports=False,
+                           group='lxd_accelerators')
+        self.claims().prepare(
+            NAME, self.alloc((IB_VF_RP, 'CUSTOM_INFINIBAND_VF', 1)),
+            _instance())
+        self.assertEqual('ibp75s0v7', self.client.records[NAME]['devices'][
+            'nova-ib0']['parent'])
 
 
 class WantsAcceleratorsTest(testtools.TestCase):

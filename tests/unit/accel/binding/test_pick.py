@@ -67,8 +67,9 @@ class BindingTestBase(base.BaseTestCase):
 
     def setUp(self):
         super().setUp()
-        self.inventory, self.tree = gpu_hosts.report(self.resources(),
-                                                     self.mig_text)
+        self.conf = gpu_hosts.make_conf()
+        self.inventory, self.tree = gpu_hosts.report(
+            self.resources(), self.mig_text, conf=self.conf)
 
     def rp(self, name):
         return self.tree.data(name).uuid
@@ -82,8 +83,9 @@ class BindingTestBase(base.BaseTestCase):
         return out
 
     def bind(self, allocations, held=None):
-        return pick.bind(allocations, self.inventory.device_for_provider,
-                         held)
+        return pick.bind(
+            allocations, self.inventory.device_for_provider, held,
+            ib_ports=self.conf.lxd_accelerators.report_infiniband_ports)
 
 
 class TestMixedHost(BindingTestBase):
@@ -143,6 +145,27 @@ class TestMixedHost(BindingTestBase):
         self.assertEqual(['nova-ib0', 'nova-ib1'], sorted(devices))
         records = {r['netdev']: r for r in result.records()}
         self.assertEqual('0000:4b:00.1', records['ibp75s0v0']['vf_pci'])
+
+    def test_port_refused_when_ports_are_not_offered(self):
+        # issue 43: an allocation of a whole port (made while ports were
+        # offered, or by hand) binds nothing once the option is off
+        allocations = self.alloc((IB_PORT, 'CUSTOM_INFINIBAND_PORT', 1))
+        error = self.assertRaises(
+            exception.AcceleratorNotBindable, pick.bind, allocations,
+            self.inventory.device_for_provider)
+        self.assertIn('report_infiniband_ports', str(error))
+        # VFs stay bindable
+        result = pick.bind(self.alloc((IB_VF, 'CUSTOM_INFINIBAND_VF', 1)),
+                           self.inventory.device_for_provider)
+        self.assertEqual(['ibp75s0v0'],
+                         [d['parent'] for d in result.devices.values()])
+
+    def test_port_of_a_card_with_vfs_is_refused(self):
+        # such a card offers its VFs, never its ports
+        error = self.assertRaises(
+            exception.AcceleratorNotBindable, self.bind,
+            self.alloc((IB_VF, 'CUSTOM_INFINIBAND_PORT', 1)))
+        self.assertIn('offers no such resource class', str(error))
 
     def test_two_gpus_in_separate_groups(self):
         result = self.bind(self.alloc((A100_0, 'PGPU', 1),

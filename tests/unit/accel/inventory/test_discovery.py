@@ -50,21 +50,23 @@ class TestOptions(testtools.TestCase):
         self.assertEqual(
             discovery.Options(),
             discovery.Options.from_conf(gpu_hosts.make_conf(
-                pool_whole_gpus=True)))
+                pool_whole_gpus=True, report_infiniband_ports=False)))
 
     def test_values_from_nova_conf_are_normalised(self):
         options = discovery.Options.from_conf(gpu_hosts.make_conf(
             gpu_vendor_ids=[' 10DE ', '', '1002'],
             excluded_pci_addresses=['3B:00.0', '', '0000:AF:00.1'],
             report_mig=False, report_infiniband=False,
-            shared_gpus=['NVIDIA_A10:4'], pool_whole_gpus=False))
+            shared_gpus=['NVIDIA_A10:4'], pool_whole_gpus=False,
+            report_infiniband_ports=True))
         self.assertEqual(
             discovery.Options(
                 gpu_vendor_ids=frozenset(('10de', '1002')),
                 excluded_pci_addresses=frozenset(('0000:3b:00.0',
                                                   '0000:af:00.1')),
                 report_mig=False, report_infiniband=False,
-                shared_gpus=('NVIDIA_A10:4',), pool_whole_gpus=False),
+                shared_gpus=('NVIDIA_A10:4',), pool_whole_gpus=False,
+                report_infiniband_ports=True),
             options)
 
 

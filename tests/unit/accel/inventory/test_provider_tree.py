@@ -19,7 +19,10 @@ import fixtures
 from oslotest import base
 
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel.inventory import discovery
+from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel.inventory import reporter
+from nova_lxd_accel.accel import units
 from tests.fixtures import gpu_hosts
 
 H100 = 'handmade-lxd-h100-mig-host.json'
@@ -257,3 +260,46 @@ class TestDescribe(base.BaseTestCase):
         self.assertEqual(
             ['CUSTOM_GPU_PRODUCT_1002_6929', 'CUSTOM_GPU_VENDOR_1002',
              'OWNER_NOVA'], out['providers'][1]['traits'])
+
+
+class TestInfinibandPortsOptIn(base.BaseTestCase):
+    """Whole InfiniBand ports are offered only when an operator says so.
+
+    A port passes its ``issm`` and ``umad`` nodes: its holder can act as a
+    subnet manager, which PKeys do not stop (issue 43). The recorded
+    ConnectX-6 host has a card with VFs (4b:00.0) and two with ports only.
+    """
+
+    def setUp(self):
+        super().setUp()
+        resources = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')
+        # nova.conf's defaults
+        self.gpus, self.cards = discovery.discover(resources, '',
+                                                   discovery.Options())
+
+    def _classes(self, **kwargs):
+        desired = provider_tree.desired_providers('cmp1', self.gpus,
+                                                  self.cards, **kwargs)
+        return {name: sorted(p.inventory) for name, p in desired.items()}
+
+    def test_default_offers_no_port_and_keeps_the_vfs(self):
+        self.assertEqual({'cmp1_ib_0000_4b_00_0': ['CUSTOM_INFINIBAND_VF']},
+                         self._classes())
+        self.assertEqual(['0000:0c:00.0', '0000:61:00.1'],
+                         provider_tree.ports_not_offered(self.cards))
+        for card in self.cards:
+            self.assertNotIn('CUSTOM_INFINIBAND_PORT',
+                             units.provider_units(card))
+
+    def test_the_option_offers_the_ports(self):
+        self.assertEqual({
+            'cmp1_ib_0000_0c_00_0': ['CUSTOM_INFINIBAND_PORT'],
+            'cmp1_ib_0000_4b_00_0': ['CUSTOM_INFINIBAND_VF'],
+            'cmp1_ib_0000_61_00_1': ['CUSTOM_INFINIBAND_PORT'],
+        }, self._classes(report_infiniband_ports=True))
+        self.assertEqual([], provider_tree.ports_not_offered(
+            self.cards, ports=True))
+        by_pci = {c.pci_address: c for c in self.cards}
+        self.assertEqual(
+            {'CUSTOM_INFINIBAND_PORT': ['netdev:ibp12s0']},
+            units.provider_units(by_pci['0000:0c:00.0'], ib_ports=True))

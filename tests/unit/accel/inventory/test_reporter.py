@@ -22,6 +22,7 @@ outside it.
 
 import copy
 
+import fixtures
 from oslotest import base
 import testtools
 
@@ -265,6 +266,32 @@ class TestSamples(base.BaseTestCase):
             'cmp1_ib_0000_4b_00_0': ({'CUSTOM_INFINIBAND_VF': 1}, traits),
             'cmp1_ib_0000_61_00_1': ({'CUSTOM_INFINIBAND_PORT': 1}, traits),
         }, self._tree('handmade-lxd-connectx6-ib-vfs.json'))
+
+    def test_connectx6_ports_not_offered_by_default(self):
+        # issue 43: a whole port passes issm and umad (a subnet manager);
+        # its VFs stay offered, the port-only cards get no provider
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.inventory.reporter', level='INFO'))
+        resources = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')
+        inventory, tree = gpu_hosts.report(
+            resources, conf=gpu_hosts.make_conf(report_infiniband_ports=False))
+        traits = MLX | {OWNER, 'CUSTOM_IB_PRODUCT_15B3_101B'}
+        self.assertEqual({
+            'cmp1_ib_0000_4b_00_0': ({'CUSTOM_INFINIBAND_VF': 1}, traits),
+        }, gpu_hosts.summary(tree))
+        # once per card, at info, naming the option that offers them
+        inventory.update_provider_tree(tree, gpu_hosts.NODE, {},
+                                       resources=copy.deepcopy(resources))
+        lines = [line for line in log.output.splitlines()
+                 if 'report_infiniband_ports' in line]
+        self.assertEqual(2, len(lines), log.output)
+        self.assertIn('0000:0c:00.0', lines[0])
+        self.assertIn('0000:61:00.1', lines[1])
+
+    def test_connectx3_two_ports_not_offered_by_default(self):
+        self.assertEqual({}, self._tree(
+            'maas-lp1939456-connectx3-infiniband.json',
+            report_infiniband_ports=False))
 
     def test_connectx6_infiniband_reporting_off(self):
         self.assertEqual({}, self._tree('handmade-lxd-connectx6-ib-vfs.json',

@@ -55,6 +55,10 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
     lifecycle_events = True
     #: [lxd_accelerators] pool_whole_gpus of the computes
     pool_whole_gpus = False
+    #: [lxd_accelerators] report_infiniband_ports of the computes: True,
+    #: the suites were written when whole ports were always offered (the
+    #: default is False: a port's holder can act as a subnet manager)
+    report_infiniband_ports = True
 
     def setUp(self):
         paste = _api_paste_config()
@@ -73,6 +77,7 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         # (test_gpu_pools runs the default, pooled layout)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,
                    pool_whole_gpus=self.pool_whole_gpus,
+                   report_infiniband_ports=self.report_infiniband_ports,
                    group='lxd_accelerators')
         # This test's image downloads only (init_host empties the dir).
         self.flags(image_download_dir=self.useFixture(

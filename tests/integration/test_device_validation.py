@@ -107,11 +107,14 @@ def _produced(mode):
         for device in gpus + ib_cards:
             providers['rp-' + device.pci_address] = device
         for rp, device in sorted(providers.items()):
-            for rc, keys in sorted(units.provider_units(device).items()):
+            # whole InfiniBand ports too (report_infiniband_ports): every
+            # device bind() can make is checked
+            for rc, keys in sorted(units.provider_units(
+                    device, ib_ports=True).items()):
                 try:
                     bound = pick.bind(
                         {rp: {'resources': {rc: len(keys)}}},
-                        providers.get, nvidia=mode)
+                        providers.get, nvidia=mode, ib_ports=True)
                 except (ValueError, exception.AcceleratorNotBindable):
                     # CDI cannot name a pre-R470 MIG device: refused
                     # before LXD, with the reason

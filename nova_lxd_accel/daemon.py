@@ -30,6 +30,12 @@ import typing
 SERVER_LXD = 'lxd'
 SERVER_INCUS = 'incus'
 
+#: The instance config key that turns the guest API (``/dev/lxd`` on LXD,
+#: ``/dev/incus`` on Incus) on or off: Incus renamed LXD's key, and each
+#: daemon refuses the other's ("Unknown configuration key").
+GUEST_API_KEYS = {SERVER_LXD: 'security.devlxd',
+                  SERVER_INCUS: 'security.guestapi'}
+
 #: API extensions the driver cannot work without, with the first releases
 #: that have them (read from ``shared/version/api.go`` of canonical/lxd's
 #: tags; Incus forked from LXD 5.18 and every Incus release has them).
@@ -131,6 +137,11 @@ class DaemonInfo:
     @property
     def is_incus(self):
         return self.server == SERVER_INCUS
+
+    @property
+    def guest_api_key(self):
+        """``security.devlxd`` on LXD, ``security.guestapi`` on Incus."""
+        return GUEST_API_KEYS.get(self.server, GUEST_API_KEYS[SERVER_LXD])
 
     def has(self, extension):
         return extension in self.extensions

@@ -201,7 +201,7 @@ _SAFE_CONFIG_PREFIXES = (
     'limits.', 'boot.', 'user.', 'environment.', 'cloud-init.',
     'snapshots.', 'migration.', 'linux.sysctl.', 'security.idmap.',
     'security.protection.')
-_SAFE_CONFIG_KEYS = ('security.devlxd',)
+_SAFE_CONFIG_KEYS = ('security.devlxd', 'security.guestapi')
 _OFF_ONLY = ('security.privileged', 'security.nesting',
              'security.syscalls.intercept.')
 # NIC types that connect a container to a network without handing it a
@@ -496,10 +496,12 @@ class Host(object):
     def policy(self):
         """The :class:`.builder.HostPolicy` containers are built under."""
         extensions = self._server_info.get('api_extensions', [])
+        daemon = lxd_daemon.DaemonInfo.from_server_info(self._server_info)
         return builder.HostPolicy.from_conf(
             self._conf, host=self.nodename,
             cloud_init_keys='cloud_init' in extensions,
-            profile_masks=self._profile_masks)
+            profile_masks=self._profile_masks,
+            guest_api_key=daemon.guest_api_key)
 
     def read_resource(self, resources):
         """The root provider's resources from a fresh ``/1.0/resources``."""

@@ -120,7 +120,11 @@ class Migration(object):
             context, instance.migration_context.migration_id, instance.uuid)
 
     def _policy(self, host):
-        return builder.HostPolicy.from_conf(self._conf, host=host)
+        # the daemon's own name of the guest API switch (LXD or Incus)
+        daemon = lxd_daemon.DaemonInfo.from_server_info(
+            self._client.server_info())
+        return builder.HostPolicy.from_conf(
+            self._conf, host=host, guest_api_key=daemon.guest_api_key)
 
     def _fragment(self, instance, flavor, image_meta, host):
         return builder.resize_fragment(instance, flavor, image_meta,

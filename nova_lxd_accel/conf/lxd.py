@@ -148,7 +148,9 @@ would apply to every instance behind the flavor's and the operator's back.
 A profile may hold only: config keys starting ``limits.``, ``boot.``,
 ``user.``, ``environment.``, ``cloud-init.``, ``snapshots.``,
 ``migration.``, ``linux.sysctl.``, ``security.idmap.``,
-``security.protection.``, and ``security.devlxd``; ``security.privileged``,
+``security.protection.``, and ``security.devlxd`` (``security.guestapi`` on
+Incus; containers set it false themselves unless ``devlxd``);
+``security.privileged``,
 ``security.nesting`` and ``security.syscalls.intercept.*`` set false;
 ``nic`` devices on a managed network or of type bridged, macvlan, ipvlan,
 routed, p2p or ovn; ``disk`` devices from a storage pool (not a host path);
@@ -196,6 +198,31 @@ trusted with root on the compute hosts.
                 help="""
 Whether a flavor may ask for nested containers (``lxd:nesting``), for
 example to run Docker inside an instance.
+"""),
+    cfg.BoolOpt('devlxd',
+                default=False,
+                help="""
+Whether containers keep the daemon's guest API: the ``/dev/lxd/sock``
+socket (``/dev/incus/sock`` on Incus) through which any process of the
+container reads the container's configuration, including the driver's
+``user.nova_lxd_accel.*`` keys (this host's name, the PCI addresses and
+MIG UUIDs of its devices, the project).
+
+False (default) sets ``security.devlxd: false`` (``security.guestapi`` on
+Incus) on every container the driver makes; cloud-init does not need the
+socket, as user data is written into the container as a NoCloud seed and
+``user.meta-data`` reaches the image's templates. True leaves the key
+unset, so the daemon's default (the socket present) or an ``[lxd]
+profiles`` value applies, as before this driver's 2026.11 release: for
+images whose agents use the guest API (cloud-init's LXD datasource on an
+image without templates, booted without user data).
+
+Existing containers change at their next resize, cold migration or
+rebuild (see the release notes); a restart does not change them.
+
+Related options:
+
+* ``profiles``
 """),
     cfg.StrOpt('image_download_dir',
                default=None,

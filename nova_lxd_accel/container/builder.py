@@ -41,6 +41,7 @@ from oslo_utils import strutils
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import nic
 from nova_lxd_accel.container import volume
+from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 
@@ -51,6 +52,11 @@ SPEC_NESTING = 'lxd:nesting'
 SPEC_ISOLATED_IDMAP = 'lxd:isolated_idmap'
 SPEC_PROCESSES = 'lxd:processes'
 SPEC_GPU_RUNTIME = 'lxd:gpu_runtime'
+
+#: The config key of the guest API (``/dev/lxd``) on LXD, and on Incus
+#: (``/dev/incus``), which renamed it; see :attr:`HostPolicy.guest_api_key`.
+GUEST_API_KEY_LXD = lxd_daemon.GUEST_API_KEYS[lxd_daemon.SERVER_LXD]
+GUEST_API_KEY_INCUS = lxd_daemon.GUEST_API_KEYS[lxd_daemon.SERVER_INCUS]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +76,15 @@ class HostPolicy(object):
     # and names of devices to mask.
     masked_config: tuple = ()
     masked_devices: tuple = ()
+    # [lxd] devlxd: whether containers keep the guest API (/dev/lxd), which
+    # shows the tenant every config key, the driver's user.* ones included.
+    devlxd: bool = False
+    # how this host's daemon names the guest API switch (LXD or Incus)
+    guest_api_key: str = GUEST_API_KEY_LXD
 
     @classmethod
     def from_conf(cls, conf, host, cloud_init_keys=True,
-                  profile_masks=None):
+                  profile_masks=None, guest_api_key=GUEST_API_KEY_LXD):
         config, devices = profile_masks or ({}, [])
         return cls(host=host,
                    storage_pool=conf.lxd.storage_pool,
@@ -82,7 +93,9 @@ class HostPolicy(object):
                    default_process_limit=conf.lxd.default_process_limit,
                    cloud_init_keys=cloud_init_keys,
                    masked_config=tuple(sorted(config.items())),
-                   masked_devices=tuple(devices))
+                   masked_devices=tuple(devices),
+                   devlxd=conf.lxd.devlxd,
+                   guest_api_key=guest_api_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,15 +188,27 @@ _OPERATOR_ALLOWED = (
 
 
 @flavor_part(config_keys=('security.privileged', 'security.nesting',
-                          'security.idmap.isolated'))
+                          'security.idmap.isolated', GUEST_API_KEY_LXD,
+                          GUEST_API_KEY_INCUS))
 def security(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
     """Unprivileged and un-nested unless the flavor asks and policy allows.
 
     Image properties are deliberately not consulted: whoever uploads an
     image must not be able to raise the privileges of the container.
+
+    No guest API (``/dev/lxd``) unless the host's ``[lxd] devlxd`` keeps
+    it: through it any process of the container reads every config key,
+    the driver's ``user.nova_lxd_accel.*`` (host, PCI addresses, MIG
+    UUIDs) included. cloud-init does not need it: user data is a NoCloud
+    seed (:func:`cloud_init_seed`) and ``user.meta-data`` reaches the
+    image's templates, both written by the daemon from the host side.
+    Declared here, so resize and migration set it again by the host's
+    policy (both daemons' names of the key).
     """
     specs = flavor.extra_specs
     config = {'security.privileged': 'false', 'security.nesting': 'false'}
+    if not policy.devlxd:
+        config[policy.guest_api_key] = 'false'
     for spec, key, feature, allowed, option in _OPERATOR_ALLOWED:
         if _spec_is_true(specs, spec):
             if not getattr(policy, allowed):

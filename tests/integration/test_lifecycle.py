@@ -17,6 +17,7 @@ from nova.compute import task_states
 from nova import exception as nova_exception
 
 from nova_lxd_accel import exception
+from tests.fixtures import lxd_fixtures
 from tests.integration import base
 
 
@@ -158,6 +159,25 @@ class LifecycleTest(base.DriverTestCase):
                            None)
         self.driver.destroy(self.context, instance, None)
         self.assertEqual([], self.container_names())
+
+    def test_no_guest_api_socket_unless_the_operator_keeps_it(self):
+        # /dev/lxd (/dev/incus on Incus) would show the tenant every config
+        # key, the driver's user.nova_lxd_accel.* ones included
+        has_socket = 'test -S /dev/lxd/sock || test -S /dev/incus/sock'
+        instance = self.make_instance()
+        self._spawn(instance)
+        key = self.driver._parts.host.policy().guest_api_key
+        self.assertEqual('false', self.container(instance)['config'][key])
+        code, _out, _err = lxd_fixtures.execute(
+            self.project.client, self.container_name(instance), has_socket)
+        self.assertNotEqual(0, code)
+        # [lxd] devlxd = true: the daemon's default, the socket is there
+        # (so the check above would see one)
+        self.flags(devlxd=True, group='lxd')
+        kept = self.make_instance()
+        self._spawn(kept)
+        self.assertNotIn(key, self.container(kept)['config'])
+        self.project.execute(self.container_name(kept), has_socket)
 
 
 class FailureTest(base.DriverTestCase):

@@ -213,6 +213,16 @@ class DaemonInfoTest(testtools.TestCase):
         self.assertTrue(lxd6.supports('cdi'))
         self.assertFalse(lxd6.supports('mig_cdi'))
 
+    def test_guest_api_key_is_each_daemons_own(self):
+        # Incus 6.0.4 answers "Unknown configuration key: security.devlxd"
+        for name, key in ((LXD_502, 'security.devlxd'),
+                          (LXD_62, 'security.devlxd'),
+                          (INCUS_604, 'security.guestapi')):
+            self.assertEqual(key, lxd_daemon.DaemonInfo.from_server_info(
+                sample(name)['metadata']).guest_api_key)
+        self.assertEqual('security.devlxd', lxd_daemon.DaemonInfo
+                         .from_server_info({}).guest_api_key)
+
     def test_missing_extension_named_with_first_releases(self):
         info = sample(LXD_502)['metadata']
         info['api_extensions'].remove('projects')

@@ -298,6 +298,27 @@ class SameHostTest(_Base):
         self.assertRaises(exception.LXDObjectNotFound, m._rewrite, 'gone',
                           make)
 
+    def test_resize_writes_the_guest_api_key_of_this_daemon(self):
+        # the record (made before [lxd] devlxd) has no key; the resize
+        # turns /dev/lxd off under the daemon's own name of the key
+        for server, key, other in (
+                ('lxd', 'security.devlxd', 'security.guestapi'),
+                ('incus', 'security.guestapi', 'security.devlxd')):
+            client = _daemon([_record(host='h')])
+            info = client.server_info()
+            info['environment']['server'] = server
+            client.server_info = lambda info=info: info
+            mig = self.mig('h', 'h')
+            m = self.make(client)
+            info = json.loads(m.migrate_disk_and_power_off(
+                None, self.instance, '10.0.0.1', _flavor(2, 256), [], {},
+                0, 0))
+            m.finish_migration(None, mig, self.instance, json.dumps(info),
+                               [], None, True, {}, {}, True)
+            config = client.records[NAME]['config']
+            self.assertEqual('false', config[key], server)
+            self.assertNotIn(other, config)
+
     def test_resize_then_revert_restores_exactly(self):
         client = _daemon([_record(host='h')])
         original = client.get_container(NAME)

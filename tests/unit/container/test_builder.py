@@ -13,6 +13,7 @@
 """The pure instance + flavor + image -> LXD container translation."""
 
 import base64
+import dataclasses
 import gzip
 import json
 
@@ -21,9 +22,12 @@ from hypothesis import strategies as st
 from nova.api.validation.extra_specs import validators
 from nova import exception as nova_exception
 from nova import objects
+from oslo_config import cfg
+from oslo_config import fixture as config_fixture
 from oslo_utils import strutils
 import testtools
 
+from nova_lxd_accel import conf as nova_lxd_accel_conf
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import nic
@@ -79,6 +83,7 @@ class BuildContainerTest(testtools.TestCase):
             'limits.processes': '8192',
             'security.privileged': 'false',
             'security.nesting': 'false',
+            'security.devlxd': 'false',
             'boot.autostart': 'false',
             'user.meta-data': json.dumps(
                 {'instance-id': UUID, 'local-hostname': 'web-1'},
@@ -226,6 +231,64 @@ class BuildContainerTest(testtools.TestCase):
                                                  identity.ROLE_RESCUE))
 
 
+class GuestAPITest(testtools.TestCase):
+    """No /dev/lxd unless the operator keeps it ([lxd] devlxd)."""
+
+    def setUp(self):
+        super(GuestAPITest, self).setUp()
+        objects.register_all()
+
+    def _conf(self, **lxd):
+        conf = cfg.ConfigOpts()
+        nova_lxd_accel_conf.register_opts(conf)
+        conf([], project='nova-lxd-accel-test')
+        # overrides live in the (shared) option groups: undo them after
+        self.useFixture(config_fixture.Config(conf)).config(group='lxd',
+                                                            **lxd)
+        return conf
+
+    def test_the_tenant_cannot_read_the_drivers_keys_by_default(self):
+        # /dev/lxd shows every config key: user.nova_lxd_accel.* included
+        policy = builder.HostPolicy.from_conf(self._conf(), host='cmp1')
+        self.assertFalse(policy.devlxd)
+        for flavor in _flavors():
+            config = _build(_instance(flavor), policy=PERMISSIVE)['config']
+            self.assertEqual('false', config['security.devlxd'])
+        self.assertEqual('false', _build(_instance(), policy=policy)[
+            'config']['security.devlxd'])
+
+    def test_the_option_keeps_the_daemons_default(self):
+        policy = builder.HostPolicy.from_conf(self._conf(devlxd=True),
+                                              host='cmp1')
+        config = _build(_instance(), policy=policy)['config']
+        # unset: LXD's default (on), or an [lxd] profiles value, applies
+        self.assertNotIn('security.devlxd', config)
+        self.assertNotIn('security.guestapi', config)
+
+    def test_incus_names_it_guestapi(self):
+        # Incus refuses security.devlxd ("Unknown configuration key")
+        policy = builder.HostPolicy.from_conf(
+            self._conf(), host='cmp1',
+            guest_api_key=builder.GUEST_API_KEY_INCUS)
+        config = _build(_instance(), policy=policy)['config']
+        self.assertEqual('false', config['security.guestapi'])
+        self.assertNotIn('security.devlxd', config)
+
+    def test_set_again_on_resize_and_migration(self):
+        # a resize or a migration writes the host's policy, whatever the
+        # container had (made before the option, or on another daemon)
+        fragment = builder.resize_fragment(_instance(), _flavor(), _image(),
+                                           POLICY)
+        self.assertEqual('false', fragment['config']['security.devlxd'])
+        self.assertLessEqual({'security.devlxd', 'security.guestapi'},
+                             builder.flavor_config_keys())
+
+    def test_the_rescue_container_has_none_either(self):
+        container = builder.rescue_container(
+            _instance(), _image(), POLICY, 'nova-' + UUID, '/var/x/rootfs')
+        self.assertEqual('false', container['config']['security.devlxd'])
+
+
 class ProfileMasksTest(testtools.TestCase):
 
     def setUp(self):
@@ -319,10 +382,13 @@ class SpecPartsTest(testtools.TestCase):
     def test_declared_keys_are_all_set_by_some_flavor(self):
         # no stale declaration: each declared key is really produced
         produced = set()
+        incus = dataclasses.replace(
+            PERMISSIVE, guest_api_key=builder.GUEST_API_KEY_INCUS)
         for flavor in _flavors():
-            produced.update(builder.build_container(
-                _instance(flavor), flavor, _image(), PERMISSIVE,
-                builders=builder.FLAVOR_PARTS)['config'])
+            for policy in (PERMISSIVE, incus):
+                produced.update(builder.build_container(
+                    _instance(flavor), flavor, _image(), policy,
+                    builders=builder.FLAVOR_PARTS)['config'])
         self.assertEqual(set(builder.flavor_config_keys()), produced)
 
     def test_other_parts_do_not_follow_the_flavor(self):

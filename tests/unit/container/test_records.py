@@ -277,3 +277,30 @@ class ResizedTest(testtools.TestCase):
         # LXD's own keys stay for the daemon that set them
         self.assertEqual(VOLATILE, {k: v for k, v in config.items()
                                     if k.startswith('volatile.')})
+
+    def test_the_guest_api_follows_the_hosts_policy(self):
+        # a container made before [lxd] devlxd existed has no key: a
+        # resize or migration turns /dev/lxd off
+        before = _record(_built())
+        del before['config']['security.devlxd']
+        fragment = builder.resize_fragment(
+            _instance(_flavor()), _flavor(), _image(), POLICY)
+        config, _devices = records.resized(before, fragment, 'dst', {},
+                                           ledger.Binding())
+        self.assertEqual('false', config['security.devlxd'])
+        # an operator who keeps it gets the daemon's default back
+        kept = builder.HostPolicy(host='dst', devlxd=True)
+        fragment = builder.resize_fragment(
+            _instance(_flavor()), _flavor(), _image(), kept)
+        config, _devices = records.resized(_record(_built()), fragment,
+                                           'dst', {}, ledger.Binding())
+        self.assertNotIn('security.devlxd', config)
+        # on Incus the key has its other name, and LXD's is not left
+        incus = builder.HostPolicy(
+            host='dst', guest_api_key=builder.GUEST_API_KEY_INCUS)
+        fragment = builder.resize_fragment(
+            _instance(_flavor()), _flavor(), _image(), incus)
+        config, _devices = records.resized(_record(_built()), fragment,
+                                           'dst', {}, ledger.Binding())
+        self.assertEqual('false', config['security.guestapi'])
+        self.assertNotIn('security.devlxd', config)

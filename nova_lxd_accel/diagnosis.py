@@ -437,9 +437,61 @@ def check_mps_partitioning(view):
                         level, '; '.join(reasons)))]
 
 
+#: NVIDIA's MIG capability files (MIG user guide, "Device Nodes and
+#: Capabilities"): each names its /dev/nvidia-caps node by minor number.
+MIG_CAPABILITIES = ('/proc/driver/nvidia/capabilities/mig/config',
+                    '/proc/driver/nvidia/capabilities/mig/monitor')
+#: nvidia.ko's capability mode: 1 devfs (the default), 0 procfs.
+CAPS_DEVFS_PARAM = '/sys/module/nvidia/parameters/nv_cap_enable_devfs'
+
+
+def _device_file_minor(text):
+    for line in (text or '').splitlines():
+        name, _sep, value = line.partition(':')
+        if name.strip() == 'DeviceFileMinor' and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def check_mig_capabilities(view):
+    """MIG isolation needs the capability device nodes (devfs mode).
+
+    Only on a host with a GPU in MIG mode. Never an error: where the files
+    do not tell, the finding says so (a GPU machine confirms them with
+    tools/gpu-acceptance.sh).
+    """
+    snapshot = view.snapshot
+    gpus = getattr(snapshot, 'gpus', None) or {}
+    if not any((facts.mig_mode or '').lower() == 'enabled'
+               for facts in gpus.values()):
+        return []
+    fix = ('load nvidia with nv_cap_enable_devfs=1 (the default) and create '
+           'the nodes: nvidia-modprobe -f %s -f %s' % MIG_CAPABILITIES)
+    if (view.read(CAPS_DEVFS_PARAM) or '').strip() == '0':
+        return [Finding('mig-capabilities', WARN, 'the NVIDIA driver is in '
+                        'procfs capability mode (nv_cap_enable_devfs=0): '
+                        'MIG access is granted through /proc, not by the '
+                        'device nodes LXD gives each container', fix)]
+    missing = []
+    for path in MIG_CAPABILITIES:
+        minor = _device_file_minor(view.read(path))
+        if minor is None:
+            return [Finding('mig-capabilities', WARN, 'cannot tell the MIG '
+                            'capability mode: %s is missing or names no '
+                            'DeviceFileMinor' % path, fix)]
+        node = '/dev/nvidia-caps/nvidia-cap%d' % minor
+        if not view.exists(node):
+            missing.append(node)
+    if missing:
+        return [Finding('mig-capabilities', WARN, 'MIG capability device '
+                        'nodes missing: %s' % ', '.join(missing), fix)]
+    return [Finding('mig-capabilities', OK, 'MIG capabilities in devfs mode '
+                    '(/dev/nvidia-caps)')]
+
+
 CHECKS = (check_daemon, check_nvidia, check_iommu_and_vfs, check_infiniband,
           check_cgroup, check_nova_conf, check_shared_gpus,
-          check_mps_partitioning, check_gpu_states)
+          check_mps_partitioning, check_mig_capabilities, check_gpu_states)
 
 
 def run(view):

@@ -83,6 +83,23 @@ for arg in "$@"; do
     fi
     args+=("$arg")
 done
+# MIG capability mode, for doctor's mig-capabilities check (diagnosis.py
+# assumes these files): printed as FACT lines, not counted. Confirm that
+# nv_cap_enable_devfs reads 1, each capability file names a
+# DeviceFileMinor and its /dev/nvidia-caps/nvidia-capN node exists.
+if nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader \
+        2>/dev/null | grep -q Enabled; then
+    caps=/proc/driver/nvidia/capabilities/mig
+    echo "FACT nv_cap_enable_devfs=$(cat \
+        /sys/module/nvidia/parameters/nv_cap_enable_devfs 2>/dev/null \
+        || echo absent)"
+    for file in "$caps/config" "$caps/monitor"; do
+        minor=$(sed -n 's/^DeviceFileMinor: *//p' "$file" 2>/dev/null || true)
+        node=/dev/nvidia-caps/nvidia-cap${minor:-?}
+        [ -c "$node" ] && state=present || state=missing
+        echo "FACT $file DeviceFileMinor=${minor:-absent} $node $state"
+    done
+fi
 site=${GPU_ACCEPTANCE_SITE:-./gpu-acceptance-site}
 export PYTHONPATH=$repo${site:+:$site}
 exec python3 "$repo/tools/gpu_acceptance.py" --lxc "${LXC:-lxc}" \

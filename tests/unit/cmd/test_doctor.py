@@ -149,6 +149,42 @@ class TestRecorded(test_gpu.RecordedHost):
         self.assertEqual('no nvidia-smi: no GPU', view.snapshot.error)
         self.assertEqual(['0000:07:00.0'], sorted(view.state['holds']))
 
+    def mig_findings(self, path):
+        _rc, _status, _found, data = self.doctor(path)
+        return {f['check']: f for f in data['findings']}
+
+    def test_mig_capability_mode(self):
+        # devfs mode with its nodes: fine
+        path = self.host('h100-mig-cdi')
+        found = self.mig_findings(path)
+        self.assertEqual('ok', found['mig-capabilities']['status'])
+        caps = os.path.join(path, 'root', 'dev', 'nvidia-caps')
+        # a node missing (nvidia-modprobe -f never ran)
+        os.unlink(os.path.join(caps, 'nvidia-cap2'))
+        found = self.mig_findings(path)
+        self.assertEqual('warning', found['mig-capabilities']['status'])
+        self.assertIn('/dev/nvidia-caps/nvidia-cap2',
+                      found['mig-capabilities']['message'])
+        # procfs mode
+        param = os.path.join(path, 'root', 'sys', 'module', 'nvidia',
+                             'parameters', 'nv_cap_enable_devfs')
+        with open(param, 'w') as f:
+            f.write('0\n')
+        found = self.mig_findings(path)
+        self.assertEqual('warning', found['mig-capabilities']['status'])
+        self.assertIn('procfs', found['mig-capabilities']['message'])
+        # no capability files at all: cannot tell, a warning, never an error
+        os.unlink(param)
+        shutil.rmtree(os.path.join(path, 'root', 'proc', 'driver', 'nvidia',
+                                   'capabilities'))
+        found = self.mig_findings(path)
+        self.assertEqual('warning', found['mig-capabilities']['status'])
+        self.assertIn('cannot tell', found['mig-capabilities']['message'])
+        # no GPU in MIG mode: no finding
+        path = self.host('a100-unhealthy-no-cdi')
+        found = self.mig_findings(path)
+        self.assertNotIn('mig-capabilities', found)
+
     def test_bad_configuration_exits_2_before_looking(self):
         conf = os.path.join(self.useFixture(fixtures.TempDir()).path,
                             'nova.conf')

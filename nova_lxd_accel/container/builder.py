@@ -41,7 +41,6 @@ from oslo_utils import strutils
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import nic
 from nova_lxd_accel.container import volume
-from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 
@@ -55,8 +54,8 @@ SPEC_GPU_RUNTIME = 'lxd:gpu_runtime'
 
 #: The config key of the guest API (``/dev/lxd``) on LXD, and on Incus
 #: (``/dev/incus``), which renamed it; see :attr:`HostPolicy.guest_api_key`.
-GUEST_API_KEY_LXD = lxd_daemon.GUEST_API_KEYS[lxd_daemon.SERVER_LXD]
-GUEST_API_KEY_INCUS = lxd_daemon.GUEST_API_KEYS[lxd_daemon.SERVER_INCUS]
+GUEST_API_KEY_LXD = 'security.devlxd'
+GUEST_API_KEY_INCUS = 'security.guestapi'
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ import fixtures
 import testtools
 
 from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 from tests.fixtures import recorded_daemon
@@ -222,6 +223,11 @@ class DaemonInfoTest(testtools.TestCase):
                 sample(name)['metadata']).guest_api_key)
         self.assertEqual('security.devlxd', lxd_daemon.DaemonInfo
                          .from_server_info({}).guest_api_key)
+        # the builder (container/, which imports no daemon code) agrees
+        self.assertEqual(
+            {lxd_daemon.SERVER_LXD: builder.GUEST_API_KEY_LXD,
+             lxd_daemon.SERVER_INCUS: builder.GUEST_API_KEY_INCUS},
+            lxd_daemon.GUEST_API_KEYS)
 
     def test_missing_extension_named_with_first_releases(self):
         info = sample(LXD_502)['metadata']

@@ -472,6 +472,8 @@ ALLOWED_CONFIG_KEYS = frozenset((
     identity.KEY_INSTANCE_UUID, identity.KEY_HOST,
     'limits.cpu', 'limits.memory', 'limits.processes',
     'security.privileged', 'security.nesting', 'security.idmap.isolated',
+    # the guest API off ([lxd] devlxd): LXD's name and Incus'
+    'security.devlxd', 'security.guestapi',
     'nvidia.runtime', 'boot.autostart', 'user.meta-data'))
 #: The root disk's keys: the driver's pool, size and I/O limits only (a
 #: ``source`` would show a host path to the tenant).

@@ -91,6 +91,9 @@ class LXDToIncusTest(base.DriverTestCase):
             lxd_fixtures.tiny_image_bytes(self.project.name), wait=True)
         config = {key: value for key, value in record['config'].items()
                   if not key.startswith(('volatile.', 'image.'))}
+        # lxd-to-incus renames the guest API key Incus renamed
+        if 'security.devlxd' in config:
+            config['security.guestapi'] = config.pop('security.devlxd')
         self.target.client.instances.create({
             'name': name, 'config': config, 'devices': record['devices'],
             'profiles': record['profiles'],

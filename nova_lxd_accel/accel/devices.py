@@ -216,9 +216,9 @@ class IbCard(PciCard):
 
 @dataclasses.dataclass(frozen=True)
 class GpuPool:
-    """Whole GPUs no flavor can tell apart, counted in one provider.
+    """Whole GPUs of one model, counted in one provider.
 
-    Same model and traits, none split into MIG devices or shared: a
+    Same PCI vendor and product id, none split into MIG devices or shared: a
     scheduler asks for ``resources:PGPU=k`` of them in one request group
     and the pick (:mod:`nova_lxd_accel.accel.binding.pick`) chooses which
     cards, by topology.

@@ -79,9 +79,9 @@ Related options:
                 help="""
 Whether identical whole GPUs are counted in one resource provider.
 
-When enabled (the default), the whole GPUs of a host that no flavor can
-tell apart (same vendor, product, model and compute capability; not split
-into MIG devices, not shared) are one child provider
+When enabled (the default), the whole GPUs of a host of one model (same
+PCI vendor and product id; not split into MIG devices, not shared) are one
+child provider
 ``<nodename>_gpu_pool_<vendor id>_<product id>`` with ``PGPU`` total =
 their number, so a flavor asks for k of them as ``resources:PGPU=k`` in
 one request group, and the driver picks which cards, by topology: one

@@ -357,10 +357,10 @@ scenario_ubuntu_snap_host_with_two_gpus() {
     assert_ran "openstack --os-cloud devstack-admin image create --public --disk-format raw --container-format bare --property hypervisor_type=lxc --file $WORK/files/jammy-lxd.tar.gz tiny-lxd"
     assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 whole GPU, any model, with NVIDIA's user space (nvidia.runtime)\" --property resources:PGPU=1 --property lxd:gpu_runtime=nvidia lxd.gpu"
     assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 1 whole NVIDIA A100 SXM4 80GB GPU, with NVIDIA's user space (nvidia.runtime)\" --property resources:PGPU=1 --property trait:CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB=required --property lxd:gpu_runtime=nvidia lxd.gpu.nvidia-a100-sxm4-80gb"
-    # one A100 has no nvidia object (no model trait without a probe): the
-    # two are not identical, so no pool of two and no .x2 flavor
-    assert_not_ran "lxd.gpu.nvidia-a100-sxm4-80gb.x2"
-    assert_count "flavor create" 3
+    # the two A100s are one pool (same PCI ids; the one without LXD's
+    # nvidia object gets the model the other has): both in one group
+    assert_ran "openstack --os-cloud devstack-admin --os-compute-api-version 2.55 flavor create --public --vcpus 1 --ram 512 --disk 1 --description \"1 vCPU, 512 MiB RAM, 1 GiB disk: 2 whole NVIDIA A100 SXM4 80GB GPUs on one host, with NVIDIA's user space (nvidia.runtime)\" --property resources:PGPU=2 --property trait:CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB=required --property lxd:gpu_runtime=nvidia lxd.gpu.nvidia-a100-sxm4-80gb.x2"
+    assert_count "flavor create" 4
     assert_documented "^sudo (snap|lxc .* create)"
     assert_documented "flavor create"
     # No devstack@n-cpu unit here: nothing to restart.

@@ -25,7 +25,6 @@ number of providers are used per provider, so one update stays linear.
 """
 
 import dataclasses
-import hashlib
 import re
 import typing
 
@@ -189,30 +188,24 @@ def pool_slug(gpu):
 
 
 def gpu_pools(gpus, links=None):
-    """Identical whole GPUs grouped: pool slug -> :class:`devices.GpuPool`.
+    """Whole GPUs of one model grouped: pool slug -> :class:`devices.GpuPool`.
 
-    Cards are identical when their providers would carry the same traits
-    (vendor, product, model, compute capability): then no flavor can
-    tell them apart and Placement may count them together. Two groups
-    with the same PCI ids but other traits get a suffix from their
-    traits, so a name never moves between them.
+    By PCI vendor and product id, which LXD always reports: cards with the
+    same ids are the same model, whatever else is known of each (one may
+    lack LXD's ``nvidia`` object until the probe names it). So a pool's
+    name and members never change with what the probe adds later, and
+    :func:`pool_traits` gives the pool everything known of any card.
     """
     groups = {}
     for gpu in sorted(gpus, key=lambda g: g.pci_address):
-        groups.setdefault(gpu_traits(gpu), []).append(gpu)
-    slugs = {}
-    for traits, cards in groups.items():
-        slugs.setdefault(pool_slug(cards[0]), []).append(traits)
-    out = {}
-    for slug, variants in slugs.items():
-        for traits in variants:
-            name = slug
-            if len(variants) > 1:
-                name = '%s_%s' % (slug, hashlib.sha256(
-                    ','.join(sorted(traits)).encode()).hexdigest()[:8])
-            out[name] = devices.GpuPool(gpus=tuple(groups[traits]),
-                                        links=links)
-    return dict(sorted(out.items()))
+        groups.setdefault(pool_slug(gpu), []).append(gpu)
+    return {slug: devices.GpuPool(gpus=tuple(cards), links=links)
+            for slug, cards in sorted(groups.items())}
+
+
+def pool_traits(pool):
+    """The traits of a pool's provider: those of its cards, together."""
+    return frozenset().union(*[gpu_traits(g) for g in pool.gpus])
 
 
 def desired_providers(nodename, gpus, ib_cards, sharing_traits=None,
@@ -238,7 +231,7 @@ def desired_providers(nodename, gpus, ib_cards, sharing_traits=None,
             count = len(pool.gpus)
             desired[name] = DesiredProvider(
                 name, {orc.PGPU: inventory_record(count)},
-                gpu_traits(pool.gpus[0]), pool)
+                pool_traits(pool), pool)
         gpus = [g for g in gpus if not is_poolable(g)]
     for gpu in gpus:
         name = gpu_provider_name(nodename, gpu.pci_address)

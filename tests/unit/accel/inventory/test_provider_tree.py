@@ -303,3 +303,31 @@ class TestInfinibandPortsOptIn(base.BaseTestCase):
         self.assertEqual(
             {'CUSTOM_INFINIBAND_PORT': ['netdev:ibp12s0']},
             units.provider_units(by_pci['0000:0c:00.0'], ib_ports=True))
+
+
+class TestGpuPools(base.BaseTestCase):
+    """Whole GPUs of one model, by PCI ids: one pool, however named."""
+
+    def gpu(self, pci, model=None, product='20b2'):
+        return devices.Gpu(pci_address=pci, vendor_id='10de',
+                           product_id=product, model=model)
+
+    def test_a_card_lxd_does_not_name_joins_its_models_pool(self):
+        # one A100 without LXD's nvidia object (no model until the probe)
+        desired = provider_tree.desired_providers('cmp1', [
+            self.gpu('0000:07:00.0', 'NVIDIA A100-SXM4-80GB'),
+            self.gpu('0000:85:00.0')], [], pool_whole_gpus=True)
+        (name, want), = desired.items()
+        self.assertEqual('cmp1_gpu_pool_10de_20b2', name)
+        self.assertEqual(2, want.inventory['PGPU']['total'])
+        # the pool carries the model known of either card
+        self.assertIn('CUSTOM_GPU_MODEL_NVIDIA_A100_SXM4_80GB', want.traits)
+
+    def test_other_products_are_other_pools(self):
+        desired = provider_tree.desired_providers('cmp1', [
+            self.gpu('0000:07:00.0'), self.gpu('0000:85:00.0', product='2330'),
+            self.gpu('0000:86:00.0', product='2330')], [],
+            pool_whole_gpus=True)
+        self.assertEqual(
+            {'cmp1_gpu_pool_10de_20b2': 1, 'cmp1_gpu_pool_10de_2330': 2},
+            {n: w.inventory['PGPU']['total'] for n, w in desired.items()})

@@ -264,27 +264,10 @@ def pci_sort_key(pci_address):
 
 
 def read(path='nvidia-smi', timeout=10):
-    """Run ``<path> topo -m`` and return its output.
-
-    :returns: the output; '' when the binary is absent or finds no device
-        (no topology); None when it failed or timed out: unknown this
-        time, the caller keeps what it knew before.
-    """
-    rc, out, err = nvidia_smi.run(path, ['topo', '-m'], timeout)
-    if rc is None:
-        LOG.debug('%s not found: no GPU topology', path)
-        return ''
-    if rc == nvidia_smi.FAILED_TO_RUN:
-        LOG.warning('%s topo -m: %s; GPU topology unknown this time', path,
-                    err)
-        return None
-    if rc != 0:
-        if 'No devices were found' in out + err:
-            return ''
-        LOG.warning('%s topo -m failed with status %s: %s', path, rc,
-                    (err or out).strip())
-        return None
-    return out
+    """Run ``<path> topo -m`` (see :func:`.nvidia_smi.run_text`)."""
+    return nvidia_smi.run_text(path, ['topo', '-m'], timeout,
+                               'no GPU topology',
+                               'GPU topology unknown this time')
 
 
 def read_links(gpus, path='nvidia-smi', timeout=10):

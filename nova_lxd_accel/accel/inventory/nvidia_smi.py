@@ -670,26 +670,30 @@ def run(path, args, timeout):
     return FAILED_TO_RUN, '', message
 
 
-def run_list(path='nvidia-smi', timeout=10):
-    """Run ``<path> -L`` and return its output.
+def run_text(path, args, timeout, absent, failed):
+    """The output; '' when absent or no device; None (logged) on failure.
 
-    :returns: the output; '' when the binary is absent or finds no device
-        (no MIG); None when it failed or timed out, meaning "unknown": the
-        caller then keeps what it knew before rather than dropping every
-        MIG device of the host for one bad run.
+    None is "unknown this time": the caller keeps what it knew before.
+    ``absent`` and ``failed`` end the debug and warning lines.
     """
-    rc, out, err = run(path, ['-L'], timeout)
+    command = '%s %s' % (path, ' '.join(args))
+    rc, out, err = run(path, args, timeout)
     if rc is None:
-        LOG.debug('%s not found: no MIG devices reported', path)
+        LOG.debug('%s not found: %s', path, absent)
         return ''
     if rc == FAILED_TO_RUN:
-        LOG.warning('%s -L: %s; keeping the MIG devices seen last', path,
-                    err)
+        LOG.warning('%s: %s; %s', command, err, failed)
         return None
     if rc != 0:
         if 'No devices were found' in out + err:
             return ''
-        LOG.warning('%s -L failed with status %s: %s', path, rc,
+        LOG.warning('%s failed with status %s: %s', command, rc,
                     (err or out).strip())
         return None
     return out
+
+
+def run_list(path='nvidia-smi', timeout=10):
+    """Run ``<path> -L``: the MIG listing (see :func:`run_text`)."""
+    return run_text(path, ['-L'], timeout, 'no MIG devices reported',
+                    'keeping the MIG devices seen last')

@@ -97,6 +97,18 @@ class SharedGpuOtherProject(AcceleratorUnavailable):
                'nova-compute logs which projects)')
 
 
+class SharedGpuMpsOtherProject(SharedGpuOtherProject):
+    msg_fmt = ('Shared GPU %(pci)s (resource provider %(provider)s) serves '
+               'instances of another project, and this flavor has a GPU '
+               'memory or compute quota: quota instances share the MPS '
+               'daemon\'s /dev/shm and pipe directory read-write, so they '
+               'never share a GPU across projects, even with '
+               '[lxd_accelerators] shared_gpu_any_project. Nova reschedules '
+               'this instance to another host; a flavor without a quota '
+               '(time-sliced) can share across projects where that option '
+               'allows it.')
+
+
 class SharedGpuModeMismatch(AcceleratorUnavailable):
     msg_fmt = ('Flavor %(flavor)s %(quota)s, so it needs a GPU shared in '
                '%(flavor_mode)s mode, but GPU %(pci)s is shared in '

@@ -489,6 +489,9 @@ default a shared GPU serves the instances of one project at a time: the
 claim refuses an instance of a second project and Nova reschedules it.
 Sharing isolates neither GPU memory contents against a faulty driver nor
 timing side channels, so enable this only where projects trust each other.
+It applies to time-sliced instances only: instances with a GPU memory or
+compute quota share the MPS daemon's ``/dev/shm`` and pipe directory, so
+they never share a GPU with another project.
 
 Related options:
 

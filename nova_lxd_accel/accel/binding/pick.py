@@ -175,14 +175,24 @@ def _share_units(gpu, rc, count, rp_uuid, held, share):
     sharing.check_mode(share.shared_gpus, gpu, share.memory_mb,
                        share.flavor, rp_uuid)
     others = {p for p in share.projects.get(gpu.pci_address, ()) if p}
-    if not share.any_project and others and others != {share.project_id}:
+    # A quota instance mounts the MPS daemon's /dev/shm and pipe directory
+    # read-write: the same host directories for every instance on the
+    # card, so any_project never extends to it.
+    uses_mps = (share.memory_mb is not None
+                or share.compute_percent is not None)
+    if others and others != {share.project_id} and (
+            uses_mps or not share.any_project):
         LOG.warning('Shared GPU %(pci)s serves project(s) %(projects)s: '
-                    'not bound for project %(project)s',
+                    'not bound for project %(project)s%(why)s',
                     {'pci': gpu.pci_address,
                      'projects': ', '.join(sorted(others)),
-                     'project': share.project_id})
-        raise exception.SharedGpuOtherProject(
-            pci=gpu.pci_address, provider=rp_uuid)
+                     'project': share.project_id,
+                     'why': ' (a quota instance shares the MPS daemon\'s '
+                            'memory: never across projects)'
+                     if uses_mps and share.any_project else ''})
+        error = (exception.SharedGpuMpsOtherProject if uses_mps
+                 else exception.SharedGpuOtherProject)
+        raise error(pci=gpu.pci_address, provider=rp_uuid)
     blockers = units.holders_of(held, 'pci:' + gpu.pci_address)
     candidates = [(units.share_key(gpu.pci_address, slot), slot)
                   for slot in range(gpu.shared_slots)]

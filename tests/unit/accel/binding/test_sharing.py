@@ -258,6 +258,28 @@ class SharedBindingTest(test_pick.BindingTestBase):
                                 [first])
         self.assertEqual(1, bound.records()[0]['slot'])
 
+    def test_quota_instances_never_share_across_projects(self):
+        # a quota instance mounts the MPS daemon's /dev/shm read-write:
+        # shared_gpu_any_project must not put two projects on it
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
+        first = self.container(
+            self.bind_share(self.share('p1', memory_mb=4096)), 'a')
+        held = units.held_units([first])
+        exc = self.assertRaises(
+            exception.SharedGpuMpsOtherProject, self.bind_share,
+            self.share('p2', memory_mb=4096, any_project=True), held,
+            [first])
+        self.assertIn('never across projects', log.output)
+        self.assertNotIn('p1', str(exc))
+        self.assertIn('/dev/shm', str(exc))
+        # reschedulable, and caught where the plain refusal is
+        self.assertIsInstance(exc, exception.SharedGpuOtherProject)
+        # the same project still shares the card
+        bound = self.bind_share(self.share('p1', memory_mb=4096), held,
+                                [first])
+        self.assertEqual(1, bound.records()[0]['slot'])
+
     def test_foreign_holder_of_the_gpu_leaves_no_slot(self):
         foreign = {'name': 'by-hand', 'project': 'other', 'config': {},
                    'devices': {'g': {'type': 'gpu', 'pci': A100_SHARED}}}

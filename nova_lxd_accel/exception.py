@@ -109,6 +109,16 @@ class SharedGpuMpsOtherProject(SharedGpuOtherProject):
                'allows it.')
 
 
+class InfinibandCardOtherProject(AcceleratorUnavailable):
+    msg_fmt = ('The InfiniBand virtual functions of card %(pci)s (resource '
+               'provider %(provider)s) serve instances of another project: '
+               'a card\'s virtual functions serve one project at a time '
+               '(their GUIDs, and so their partitions, are fixed per card), '
+               'so nova reschedules this instance to another host '
+               '([lxd_accelerators] infiniband_vf_any_project lets projects '
+               'share a card; nova-compute logs which projects)')
+
+
 class SharedGpuModeMismatch(AcceleratorUnavailable):
     msg_fmt = ('Flavor %(flavor)s %(quota)s, so it needs a GPU shared in '
                '%(flavor_mode)s mode, but GPU %(pci)s is shared in '

@@ -271,7 +271,11 @@ def share_key(pci_address, slot):
 
 
 def share_projects(records, exclude=None):
-    """Shared GPU PCI address -> the project ids of the instances on it.
+    """Card PCI address -> the project ids of the instances sharing it.
+
+    The cards are shared GPUs (their slots) and InfiniBand cards (their
+    virtual functions); a unit recorded before its project was recorded
+    counts no project.
 
     :param exclude: as for :func:`held_units`.
     """
@@ -283,7 +287,8 @@ def share_projects(records, exclude=None):
                 exclude == (record.get('project'), name)):
             continue
         for unit in identity.recorded_units(record.get('config')):
-            if unit.get('kind') == KIND_SHARE and unit.get('pci'):
+            if unit.get('kind') in (KIND_SHARE, KIND_IB_VF) and \
+                    unit.get('pci'):
                 out.setdefault(unit['pci'], set()).add(
                     unit.get('project_id'))
     return out

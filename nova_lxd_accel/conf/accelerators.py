@@ -139,6 +139,25 @@ Related options:
 
 * ``report_infiniband``
 """),
+    cfg.BoolOpt('infiniband_vf_any_project',
+                default=False,
+                help="""
+Let instances of different projects use InfiniBand virtual functions of
+one card at the same time.
+
+By default the virtual functions of a card serve one project at a time: a
+claim for another project is refused on this host and Nova reschedules the
+instance. A virtual function's port GUID is fixed, and the subnet manager
+puts GUIDs in partitions (PKeys): with one project per card, a partition
+per card keeps projects apart on the fabric while the card serves them.
+Reconfigure the card's partition when the card changes project. Enable this
+only where projects may share partitions or the subnet manager assigns
+PKeys per virtual function on its own.
+
+Related options:
+
+* ``report_infiniband``
+"""),
     cfg.StrOpt('nvidia_smi_path',
                default='nvidia-smi',
                help="""

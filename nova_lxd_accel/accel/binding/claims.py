@@ -80,6 +80,7 @@ def share_request(conf, instance):
     return pick.ShareRequest(
         project_id=project_id,
         any_project=group.shared_gpu_any_project,
+        vf_any_project=group.infiniband_vf_any_project,
         memory_mb=number('lxd:gpu_memory_mb'),
         compute_percent=number('lxd:gpu_compute_percent'),
         mps_pipe=group.mps_pipe_directory,

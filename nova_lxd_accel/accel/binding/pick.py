@@ -75,6 +75,7 @@ class ShareRequest:
 
     :ivar project_id: the instance's project.
     :ivar any_project: ``[lxd_accelerators] shared_gpu_any_project``.
+    :ivar vf_any_project: ``[lxd_accelerators] infiniband_vf_any_project``.
     :ivar projects: :func:`share_projects` of the other instances.
     :ivar memory_mb: ``lxd:gpu_memory_mb`` of the flavor, or None.
     :ivar compute_percent: ``lxd:gpu_compute_percent``, or None.
@@ -86,6 +87,7 @@ class ShareRequest:
 
     project_id: typing.Optional[str] = None
     any_project: bool = False
+    vf_any_project: bool = False
     projects: typing.Dict[str, set] = dataclasses.field(default_factory=dict)
     memory_mb: typing.Optional[int] = None
     compute_percent: typing.Optional[int] = None
@@ -278,7 +280,22 @@ def _pool_units(pool, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME):
             _pgpu_device(gpu, nvidia) for gpu in chosen]
 
 
-def _ib_units(card, rc, count, rp_uuid, held, ib_ports=False):
+def _check_vf_project(card, rp_uuid, share):
+    """Refuse a card whose VFs serve another project (unless allowed)."""
+    if share is None or share.vf_any_project:
+        return
+    others = {p for p in share.projects.get(card.pci_address, ()) if p}
+    if others and others != {share.project_id}:
+        LOG.warning('The InfiniBand VFs of card %(pci)s serve project(s) '
+                    '%(projects)s: not bound for project %(project)s',
+                    {'pci': card.pci_address,
+                     'projects': ', '.join(sorted(others)),
+                     'project': share.project_id})
+        raise exception.InfinibandCardOtherProject(
+            pci=card.pci_address, provider=rp_uuid)
+
+
+def _ib_units(card, rc, count, rp_uuid, held, ib_ports=False, share=None):
     if rc not in units.provider_units(card, ib_ports=ib_ports):
         if rc == placement_names.RC_INFINIBAND_PORT and not ib_ports:
             # a port passes issm and umad: its holder can be a subnet
@@ -297,6 +314,7 @@ def _ib_units(card, rc, count, rp_uuid, held, ib_ports=False):
         candidates = [('netdev:' + vf.netdevs[0], vf) for vf in card.vfs
                       if vf.netdevs]
         kind = units.KIND_IB_VF
+        _check_vf_project(card, rp_uuid, share)
         others = units.unspecified_vfs(held, card)
         if others:
             # as many VFs as sriov devices of the card's ports elsewhere
@@ -320,6 +338,8 @@ def _ib_units(card, rc, count, rp_uuid, held, ib_ports=False):
         detail = {'netdev': parent}
         if kind == units.KIND_IB_VF:
             detail['vf_pci'] = item.pci_address
+            if share is not None:
+                detail['project_id'] = share.project_id
         out.append((kind, key, {'type': 'infiniband',
                                 'nictype': 'physical', 'parent': parent},
                     detail))
@@ -339,7 +359,8 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
     :param nvidia: :class:`.cdi.NvidiaBinding`: by CDI id or with
         ``nvidia.runtime`` (the default), as the claim found the daemon
         (:func:`.cdi.for_client`).
-    :param share: a :class:`ShareRequest` for shared GPU slots.
+    :param share: a :class:`ShareRequest`: the instance's project and the
+        projects on each shared GPU and InfiniBand card.
     :param ib_ports: whole InfiniBand ports may be bound
         (``[lxd_accelerators] report_infiniband_ports``); when False a
         ``CUSTOM_INFINIBAND_PORT`` allocation is refused.
@@ -367,7 +388,7 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
                                     nvidia, share)
             elif isinstance(device, devices.IbCard):
                 picked = _ib_units(device, rc, wanted[rc], rp_uuid, held,
-                                   ib_ports)
+                                   ib_ports, share)
             else:
                 raise exception.AcceleratorNotBindable(
                     resource_class=rc, provider=rp_uuid,

@@ -146,6 +146,43 @@ class TestMixedHost(BindingTestBase):
         records = {r['netdev']: r for r in result.records()}
         self.assertEqual('0000:4b:00.1', records['ibp75s0v0']['vf_pci'])
 
+    def _vf_container(self, project):
+        share = pick.ShareRequest(project_id=project)
+        bound = pick.bind(self.alloc((IB_VF, 'CUSTOM_INFINIBAND_VF', 1)),
+                          self.inventory.device_for_provider, share=share)
+        return {'name': 'vf-' + project, 'project': 'default',
+                'config': {identity.KEY_DEVICES: json.dumps(
+                    bound.records())},
+                'devices': bound.devices}
+
+    def _bind_vf(self, project, records, any_project=False):
+        share = pick.ShareRequest(
+            project_id=project, vf_any_project=any_project,
+            projects=units.share_projects(records))
+        return pick.bind(self.alloc((IB_VF, 'CUSTOM_INFINIBAND_VF', 1)),
+                         self.inventory.device_for_provider,
+                         units.held_units(records), share=share)
+
+    def test_ib_vfs_serve_one_project_at_a_time(self):
+        # issue 43: a VF's GUID is fixed, so its card's partitions are;
+        # the card's VFs go to one project unless the operator allows more
+        log = self.useFixture(fixtures.FakeLogger(
+            name='nova_lxd_accel.accel.binding.pick'))
+        first = self._vf_container('p1')
+        self.assertEqual('p1', json.loads(
+            first['config'][identity.KEY_DEVICES])[0]['project_id'])
+        error = self.assertRaises(exception.InfinibandCardOtherProject,
+                                  self._bind_vf, 'p2', [first])
+        self.assertIsInstance(error, exception.AcceleratorUnavailable)
+        self.assertNotIn('p1', str(error))
+        self.assertIn('serve project(s) p1: not bound for project p2',
+                      log.output)
+        # the same project gets the card's next VF; any project when allowed
+        for project, allowed in (('p1', False), ('p2', True)):
+            bound = self._bind_vf(project, [first], allowed)
+            self.assertEqual(['ibp75s0v1'],
+                             [d['parent'] for d in bound.devices.values()])
+
     def test_port_refused_when_ports_are_not_offered(self):
         # issue 43: an allocation of a whole port (made while ports were
         # offered, or by hand) binds nothing once the option is off

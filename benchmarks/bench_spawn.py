@@ -55,6 +55,8 @@ import pylxd  # noqa: E402
 from nova_lxd_accel import client as lxd_client  # noqa: E402
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel.container import builder  # noqa: E402
+from nova_lxd_accel.container import identity  # noqa: E402
+from nova_lxd_accel import host as lxd_host  # noqa: E402
 from nova_lxd_accel import image_cache  # noqa: E402
 from nova_lxd_accel import lifecycle  # noqa: E402
 
@@ -106,7 +108,8 @@ def bench(conf, socket, rounds, image_path):
     client = lxd_client.LXDClient(conf)
     images = image_cache.ImageCache(
         client, conf, image_api=LocalImageAPI(image_path))
-    life = lifecycle.Lifecycle(client, conf, images)
+    life = lifecycle.Lifecycle(client, conf, images, lxd_host.Host(
+        client, conf, identity.Owner(host='bench')))
     policy = builder.HostPolicy(host='bench')
     context = nova_context.get_admin_context()
     image_meta = objects.ImageMeta.from_dict({

@@ -152,6 +152,8 @@ def _has_root_volume(block_device_info):
 class Lifecycle(object):
     """Spawn, destroy, rescue and snapshot of one host's containers.
 
+    :param host: the host's :class:`.host.Host`, which makes each
+        instance's :class:`.guest.Guest`.
     :param plumbing: the host's :class:`.plumbing.HostPlumbing` (None: no
         ports, no volumes).
     :param claims: the host's :class:`.claims.Claims` (None: a spawn
@@ -161,17 +163,18 @@ class Lifecycle(object):
         release, or None.
     """
 
-    def __init__(self, client, conf, images, plumbing=None,
+    def __init__(self, client, conf, images, host, plumbing=None,
                  claims=None, gpu_gate=None):
         self._client = client
         self._conf = conf
         self._images = images
+        self._host = host
         self._plumbing = plumbing or lxd_plumbing.HostPlumbing()
         self._claims = claims
         self._gate = gpu_gate
 
     def guest(self, instance):
-        return lxd_guest.Guest(self._client, self._conf, instance)
+        return self._host.guest(instance)
 
     def spawn(self, context, instance, image_meta, injected_files, policy,
               block_device_info=None, power_on=True, allocations=None,

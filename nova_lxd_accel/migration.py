@@ -98,12 +98,16 @@ class Migration(object):
         are removed through it, so their GPUs are verified at release).
     :param claims: the host's :class:`.accel.binding.claims.Claims`.
     :param plumbing: the host's :class:`.plumbing.HostPlumbing`.
+    :param host: the host's :class:`.host.Host`: the policy containers are
+        built under.
     """
 
-    def __init__(self, client, conf, owner, lifecycle, claims, plumbing):
+    def __init__(self, client, conf, owner, lifecycle, claims, plumbing,
+                 host):
         self._client = client
         self._conf = conf
         self._owner = owner
+        self._host = host
         self._lifecycle = lifecycle
         self._claims = claims
         self._plumbing = plumbing
@@ -119,23 +123,16 @@ class Migration(object):
         return objects.Migration.get_by_id_and_instance(
             context, instance.migration_context.migration_id, instance.uuid)
 
-    def _policy(self, host):
-        # the daemon's own name of the guest API switch (LXD or Incus)
-        daemon = lxd_daemon.DaemonInfo.from_server_info(
-            self._client.server_info())
-        return builder.HostPolicy.from_conf(
-            self._conf, host=host, guest_api_key=daemon.guest_api_key)
-
-    def _fragment(self, instance, flavor, image_meta, host):
+    def _fragment(self, instance, flavor, image_meta):
         return builder.resize_fragment(instance, flavor, image_meta,
-                                       self._policy(host))
+                                       self._host.policy())
 
     def _host_devices(self, context, instance, network_info,
-                      block_device_info, host, plug_ports=True):
-        """This host's NICs and volumes, made here (container.HOST_PARTS)."""
+                      block_device_info, plug_ports=True):
+        """This host's NICs and volumes, made here (builder.HOST_PARTS)."""
         host_side = self._plumbing.connect(context, instance, network_info,
                                            block_device_info, plug_ports)
-        return builder.host_fragment(instance, self._policy(host),
+        return builder.host_fragment(instance, self._host.policy(),
                                      host_side)['devices']
 
     def _rewrite(self, name, make, instance=None):
@@ -226,7 +223,7 @@ class Migration(object):
         try:
             # Refuse a flavor the container cannot take while it still
             # runs: nova then leaves the instance as it was.
-            self._fragment(instance, flavor, None, source_host)
+            self._fragment(instance, flavor, None)
             if flavor.root_gb and flavor.root_gb < instance.flavor.root_gb:
                 raise nova_exception.ResizeError(
                     reason='the root disk cannot shrink (%d GiB to %d GiB)'
@@ -411,9 +408,9 @@ class Migration(object):
 
     def _finish(self, context, instance, guest, record, host, network_info,
                 image_meta, allocations, block_device_info, power_on):
-        fragment = self._fragment(instance, instance.flavor, image_meta, host)
+        fragment = self._fragment(instance, instance.flavor, image_meta)
         host_devices = self._host_devices(context, instance, network_info,
-                                          block_device_info, host)
+                                          block_device_info)
         with self._claims.rewriting(guest.name, allocations,
                                     instance) as bound:
             # under the claim's lock: the new config with the units picked,
@@ -481,7 +478,7 @@ class Migration(object):
         devices = {k: v for k, v in record['devices'].items()
                    if not records.is_host_side_device(k, v)}
         devices.update(self._host_devices(
-            context, instance, network_info, block_device_info, host,
+            context, instance, network_info, block_device_info,
             plug_ports=False))
         self._rewrite(record['name'], lambda current, _devices: (
             records.restored_config(record['config'], host), devices))

@@ -14,9 +14,11 @@
 
 Every part gets its collaborators as constructor arguments here, in the
 order they depend on each other: the daemon client first, the container
-names (:class:`.container.identity.Owner`), the host side (ports, volumes), the
-accelerators (what was reported, the GPU gate, the inventory, the one
-claim), and last the instance operations that use them all.
+names (:class:`.container.identity.Owner`), the GPU gate (and what was
+reported, which it judges), the host (:class:`.host.Host`: the one maker
+of each instance's :class:`.guest.Guest` and of the policy containers are
+built under), the host side (ports, volumes), the accelerator inventory and
+the one claim, and last the instance operations that use them all.
 """
 
 import dataclasses
@@ -64,16 +66,19 @@ class Parts(object):
         """
         client = client or lxd_client.LXDClient(conf)
         owner = identity.Owner.from_conf(conf, host)
-        images = image_cache.ImageCache(client, conf)
-        networking = network.Networking(client, conf, virtapi)
-        volumes = lxd_volumes.Volumes(client, conf)
-        plumbing = lxd_plumbing.HostPlumbing(networking, volumes)
         reported = reporter.ReportedGpus()
         gpu_gate = gate.GpuGate(
             conf, client.list_containers, reported.gpus,
             functools.partial(nova_lookups.nova_instance_projects, host),
             on_clean=functools.partial(nova_lookups.update_resources, virtapi,
                                        host))
+        # the one maker of each instance's Guest and of the host policy
+        host_part = lxd_host.Host(client, conf, owner,
+                                  on_gone=gpu_gate.note_gone)
+        images = image_cache.ImageCache(client, conf)
+        networking = network.Networking(client, conf, virtapi)
+        volumes = lxd_volumes.Volumes(client, conf, host_part.guest)
+        plumbing = lxd_plumbing.HostPlumbing(networking, volumes)
         inventory = reporter.AcceleratorInventory(
             client.resources, conf=conf,
             list_instances=client.list_all_instances,
@@ -86,12 +91,11 @@ class Parts(object):
             on_bound=gpu_gate.note_bound,
             dirty_projects=gpu_gate.dirty_share_projects)
         lifecycle = lxd_lifecycle.Lifecycle(
-            client, conf, images, plumbing=plumbing, claims=accel_claims,
-            gpu_gate=gpu_gate)
+            client, conf, images, host_part, plumbing=plumbing,
+            claims=accel_claims, gpu_gate=gpu_gate)
         migration = lxd_migration.Migration(
-            client, conf, owner, lifecycle, accel_claims, plumbing)
-        host_part = lxd_host.Host(client, conf, owner,
-                                  on_gone=gpu_gate.note_gone)
+            client, conf, owner, lifecycle, accel_claims, plumbing,
+            host_part)
         return cls(owner=owner, client=client, host=host_part, images=images,
                    networking=networking, volumes=volumes,
                    plumbing=plumbing, gate=gpu_gate, inventory=inventory,

@@ -49,7 +49,6 @@ from oslo_utils import excutils
 
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
-from nova_lxd_accel import guest as lxd_guest
 
 LOG = logging.getLogger(__name__)
 
@@ -62,11 +61,6 @@ CAPABILITIES = {
     # is not implemented.
     'supports_extend_volume': False,
 }
-
-
-def devices_lock_name(instance):
-    """Lock held while a container's device list is read and rewritten."""
-    return 'lxd-accel-devices-%s' % instance.uuid
 
 
 def _not_a_block_device(path):
@@ -86,10 +80,16 @@ def _is_encrypted(connection_info, encryption):
 
 
 class Volumes(object):
+    """Cinder volumes of one host's containers.
 
-    def __init__(self, client, conf):
+    :param guest_of: callable(instance) -> its :class:`.guest.Guest` (the
+        host's :meth:`.host.Host.guest`).
+    """
+
+    def __init__(self, client, conf, guest_of):
         self._client = client
         self._conf = conf
+        self._guest_of = guest_of
         self._connectors = {}
 
     # -- host side (os-brick) ---------------------------------------------
@@ -217,7 +217,7 @@ class Volumes(object):
 
         ``disk_bus`` and ``device_type`` mean nothing to a container.
         """
-        guest = lxd_guest.Guest(self._client, self._conf, instance)
+        guest = self._guest_of(instance)
         guest.require_record()
         name = volume.device_name(connection_info, mountpoint)
         path, device_info = self._connect(connection_info, encryption)
@@ -263,7 +263,7 @@ class Volumes(object):
     def detach(self, context, connection_info, instance, mountpoint,
                encryption=None):
         """Remove the volume's device from the container, then disconnect."""
-        guest = lxd_guest.Guest(self._client, self._conf, instance)
+        guest = self._guest_of(instance)
         name = volume.device_name(connection_info, mountpoint)
         removed = []
 

@@ -35,6 +35,7 @@ from nova_lxd_accel import client
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import nic
 from nova_lxd_accel.container import volume
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import network
 from nova_lxd_accel import volumes
 from tests.integration import base
@@ -144,8 +145,10 @@ class ETagTest(base.DriverTestCase):
                 network.Networking(clients[0], CONF, None).attach_interface,
                 self.instance, vif)),
             threading.Thread(target=run, args=(
-                volumes.Volumes(clients[1], CONF).attach, self.context,
-                info, self.instance, '/dev/vdb')),
+                volumes.Volumes(clients[1], CONF, lxd_host.Host(
+                    clients[1], CONF,
+                    identity.Owner(host=self.host)).guest).attach,
+                self.context, info, self.instance, '/dev/vdb')),
             threading.Thread(target=run, args=(
                 reconcile.reconcile, clients[2], self.host, set())),
         ]
@@ -163,5 +166,6 @@ class ETagTest(base.DriverTestCase):
         self.assertNotIn(identity.KEY_DEVICES, record['config'])
         # two of them found the container changed (412) and wrote again
         self.assertGreaterEqual(sum(c.reads for c in clients), 5)
-        volumes.Volumes(clients[1], CONF).detach(
+        volumes.Volumes(clients[1], CONF, lxd_host.Host(
+            clients[1], CONF, identity.Owner(host=self.host)).guest).detach(
             self.context, info, self.instance, '/dev/vdb')

@@ -35,6 +35,7 @@ from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image_cache
 from nova_lxd_accel import lifecycle
 from tests.fixtures import fake_lxd
@@ -71,6 +72,11 @@ def lifecycle_conf():
     return conf
 
 
+def _host(client, conf):
+    """The Host part that makes each instance's Guest."""
+    return lxd_host.Host(client, conf, identity.Owner(host='cmp1'))
+
+
 class SpawnTest(testtools.TestCase):
 
     def setUp(self):
@@ -80,6 +86,7 @@ class SpawnTest(testtools.TestCase):
         self.client = fake_lxd.FakeLXDClient()
         self.lifecycle = lifecycle.Lifecycle(
             self.client, self.conf, FakeImages(),
+            _host(self.client, self.conf),
             claims=claims.Claims(self.client, self.conf,
                                  {GPU_RP: GPU}.get))
         self.policy = builder.HostPolicy(host='cmp1')
@@ -317,7 +324,8 @@ class RescuePoolTest(testtools.TestCase):
             self.client, 'storage_pool', side_effect=self.pools.get,
             create=True))
         self.lifecycle = lifecycle.Lifecycle(
-            self.client, self.conf, FakeImages())
+            self.client, self.conf, FakeImages(),
+            _host(self.client, self.conf))
         self.instance = objects.Instance(uuid=RESCUE_UUID)
 
     def rescue(self):

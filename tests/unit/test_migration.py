@@ -37,6 +37,7 @@ from nova_lxd_accel.container import records
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import migration
 from nova_lxd_accel import plumbing
 from tests.fixtures import fake_lxd
@@ -261,7 +262,9 @@ class _Base(testtools.TestCase):
         return migration.Migration(
             client, self.conf, identity.Owner.from_conf(self.conf, 'src'),
             self.lifecycle, accel_claims,
-            plumbing.HostPlumbing(self.networking, self.volumes))
+            plumbing.HostPlumbing(self.networking, self.volumes),
+            lxd_host.Host(client, self.conf,
+                          identity.Owner.from_conf(self.conf, 'src')))
 
     def mig(self, source, dest):
         mig = mock.Mock(source_compute=source, dest_compute=dest,

@@ -36,8 +36,10 @@ import testtools
 
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import network
 from nova_lxd_accel import plumbing
 from nova_lxd_accel import volumes
@@ -128,7 +130,8 @@ class PlumbingTestCase(testtools.TestCase):
         self.virtapi = VirtAPI(self.host)
         client = fake_lxd.FakeLXDClient()
         self.networking = network.Networking(client, CONF, self.virtapi)
-        self.volumes = volumes.Volumes(client, CONF)
+        self.volumes = volumes.Volumes(client, CONF, lxd_host.Host(
+            client, CONF, identity.Owner(host='h')).guest)
         self.instance = objects.Instance(
             id=1, uuid=UUID, project_id='p', display_name='i', host='h',
             task_state=task_states.SPAWNING)

@@ -25,8 +25,10 @@ import testtools
 
 from nova_lxd_accel import conf
 from nova_lxd_accel.container import builder
+from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import volumes
 from tests.fixtures import fake_lxd
 
@@ -55,7 +57,8 @@ class VolumesTestCase(testtools.TestCase):
         self.client = fake_lxd.FakeLXDClient({
             'name': NAME, 'status': 'Running', 'config': {'a': 'b'},
             'devices': {}, 'profiles': ['default']})
-        self.volumes = volumes.Volumes(self.client, self.conf)
+        self.volumes = volumes.Volumes(self.client, self.conf, lxd_host.Host(
+            self.client, self.conf, identity.Owner(host='h')).guest)
         self.brick = mock.Mock()
         self.brick.connect_volume.side_effect = (
             lambda data: {'type': 'local', 'path': data['device_path']})

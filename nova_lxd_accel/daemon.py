@@ -135,10 +135,6 @@ class DaemonInfo:
         return display_name(self.server)
 
     @property
-    def is_incus(self):
-        return self.server == SERVER_INCUS
-
-    @property
     def guest_api_key(self):
         """``security.devlxd`` on LXD, ``security.guestapi`` on Incus."""
         return GUEST_API_KEYS.get(self.server, GUEST_API_KEYS[SERVER_LXD])
@@ -167,14 +163,10 @@ class DaemonInfo:
 def cli_for(client, command, **values):
     """:func:`cli` for the daemon behind a :class:`LXDClient`.
 
-    Falls back to LXD's form when the daemon cannot be asked (it is down,
-    or ``client`` is a test double without ``daemon_info``).
+    Falls back to LXD's form when the daemon cannot be asked.
     """
-    daemon_info = getattr(client, 'daemon_info', None)
-    server = SERVER_LXD
-    if daemon_info is not None:
-        try:
-            server = daemon_info().server
-        except Exception:  # noqa: B902 - only the message depends on it
-            pass
+    try:
+        server = client.daemon_info().server
+    except Exception:  # noqa: B902 - only the message depends on it
+        server = SERVER_LXD
     return cli(server, command, **values)

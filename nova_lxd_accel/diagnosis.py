@@ -63,6 +63,9 @@ class HostView:
     :ivar server_error: why the daemon could not be asked, or None.
     :ivar pool_error: why the storage pool is unusable, or None (not
         checked when ``pool_checked`` is False).
+    :ivar start_checked: whether the daemon went through nova-compute's
+        own check (:func:`nova_lxd_accel.host.check_daemon`): a live host.
+    :ivar start_error: why that check refuses the daemon, or None.
     """
 
     conf: object
@@ -71,6 +74,8 @@ class HostView:
     server_error: typing.Optional[str] = None
     pool_checked: bool = False
     pool_error: typing.Optional[str] = None
+    start_checked: bool = False
+    start_error: typing.Optional[str] = None
     resources: typing.Optional[dict] = None
     snapshot: object = None
     mig_text: typing.Optional[str] = None
@@ -120,6 +125,15 @@ def check_daemon(view):
     else:
         out.append(Finding('daemon-extensions', OK,
                            'every required API extension is present'))
+    if view.start_checked:
+        if view.start_error:
+            out.append(Finding(
+                'daemon-usable', ERROR, 'nova-compute refuses this daemon at '
+                'its start: %s' % view.start_error,
+                'fix what it names: nova-compute makes the same check'))
+        else:
+            out.append(Finding('daemon-usable', OK, "nova-compute's start-up "
+                               'check of the daemon passes'))
     if view.pool_checked:
         if view.pool_error:
             out.append(Finding('storage-pool', ERROR, view.pool_error,

@@ -36,17 +36,10 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 
-def _daemon_of(client, info):
-    daemon_info = getattr(client, 'daemon_info', None)
-    if daemon_info is not None:
-        return daemon_info()
-    return lxd_daemon.DaemonInfo.from_server_info(info)
-
-
 def check_lxd(client, conf):
     """Fail with every missing piece named, and how to fix it."""
     info = client.server_info()
-    daemon = _daemon_of(client, info)
+    daemon = client.daemon_info()
     problems = []
     for ext, since in daemon.missing_required():
         problems.append('API extension %s is missing (%s %s is too old; '
@@ -89,6 +82,21 @@ def check_lxd(client, conf):
                                         endpoint=client.endpoint,
                                         reason='; '.join(problems))
     return info
+
+
+def check_daemon(client, conf):
+    """The one check of the daemon: nova-compute's at its start, doctor's.
+
+    :func:`check_lxd` (extensions, trust, storage pool, project, GPU
+    binding, profiles), then :func:`check_profiles` and the pool's driver.
+
+    :returns: (``GET /1.0`` metadata, ``profile_masks`` of the profiles,
+        the storage pool's driver).
+    :raises: DaemonNotUsable or LXDNotReady, naming what to fix.
+    """
+    info = check_lxd(client, conf)
+    masks = check_profiles(client, conf)
+    return info, masks, pool_driver(client, conf)
 
 
 def pool_driver(client, conf):
@@ -468,9 +476,8 @@ class Host(object):
 
         :raises: the project's exceptions, saying what to fix.
         """
-        self._server_info = check_lxd(self._client, self._conf)
-        self._profile_masks = check_profiles(self._client, self._conf)
-        self._pool_driver = pool_driver(self._client, self._conf)
+        self._server_info, self._profile_masks, self._pool_driver = (
+            check_daemon(self._client, self._conf))
         LOG.info('%s', startup_line(self._client.daemon_info(), self._conf))
 
     def start_watcher(self, emit):

@@ -12,7 +12,8 @@
 
 """``nova-lxd-accel doctor``: check this compute host.
 
-It asks the daemon (``GET /1.0``, the storage pool, ``/1.0/resources``),
+It asks the daemon (``GET /1.0``, the storage pool, ``/1.0/resources``)
+and runs nova-compute's own check of it (:func:`.host.check_daemon`),
 runs the GPU probe and ``nvidia-smi -L``, reads the GPU state file and
 looks at ``/proc``, ``/sys`` and ``/etc/cdi``; then prints what is wrong
 and how to fix it (:mod:`nova_lxd_accel.diagnosis`). Exit status: 0
@@ -85,6 +86,7 @@ def recorded_view(conf, directory, now):
 
 def live_view(conf, now):
     from nova_lxd_accel import client as lxd_client
+    from nova_lxd_accel import host as lxd_host
 
     view = diagnosis.HostView(conf=conf, now=now)
     client = lxd_client.LXDClient(conf)
@@ -94,6 +96,13 @@ def live_view(conf, now):
     except Exception as exc:
         view.server_error = str(exc)
     if view.server_error is None:
+        # the check nova-compute makes at its start (init_host), so a host
+        # doctor passes is one nova-compute starts on
+        view.start_checked = True
+        try:
+            lxd_host.check_daemon(client, conf)
+        except Exception as exc:
+            view.start_error = str(exc)
         view.pool_checked = True
         try:
             client.storage_pool(conf.lxd.storage_pool)

@@ -29,9 +29,13 @@ import fixtures
 from requests_mock.contrib import fixture as requests_mock_fixture
 import testtools
 
+from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import doctor
+from nova_lxd_accel.container import identity
 from nova_lxd_accel import diagnosis
+from nova_lxd_accel import exception
+from nova_lxd_accel import host as lxd_host
 from tests.fixtures import seam_helpers
 from tests.unit.cmd import test_gpu
 
@@ -215,14 +219,14 @@ class TestLiveHost(testtools.TestCase):
             exchanges += seam_helpers.load('lxd-5.0.2', step)['exchanges']
         mock.add_matcher(seam_helpers.Replay(exchanges))
 
-    def conf(self, pool='default', endpoint=None):
+    def conf(self, pool='default', endpoint=None, lxd=''):
         path = os.path.join(self.tmp, 'nova.conf')
         with open(path, 'w') as f:
             f.write('[lxd]\nendpoint = %s\nproject = %s\ntimeout = %d\n'
-                    'storage_pool = %s\n[lxd_accelerators]\n'
+                    'storage_pool = %s\n%s[lxd_accelerators]\n'
                     'nvidia_smi_path = %s\nstate_dir = %s\nkernel_log =\n' % (
                         endpoint or self.socket.path, seam_helpers.PROJECT,
-                        seam_helpers.TIMEOUT, pool,
+                        seam_helpers.TIMEOUT, pool, lxd,
                         os.path.join(self.tmp, 'no-nvidia-smi'),
                         os.path.join(self.tmp, 'state')))
         return path
@@ -268,6 +272,32 @@ class TestLiveHost(testtools.TestCase):
         self.assertIn('set [lxd] endpoint', found['daemon']['fix'])
         self.assertNotIn('storage-pool', found)
         self.assertNotIn('daemon-extensions', found)
+
+    def test_the_daemon_passes_nova_computes_start_up_check(self):
+        self.serve('server_info', 'host_reads')
+        rc, found = self.doctor(self.conf())
+        self.assertEqual('ok', found['daemon-usable']['status'])
+
+    def test_doctor_refuses_what_nova_compute_refuses_at_its_start(self):
+        # a profile of [lxd] profiles the daemon does not have: every
+        # check of doctor's own passes, nova-compute's init_host refuses
+        self.serve('server_info', 'host_reads')
+        path = self.conf(lxd='profiles = gpu-extra\n')
+        conf = common.load_conf(argparse.Namespace(config_file=[path],
+                                                   state_dir=None))
+        client = lxd_client.LXDClient(conf)
+        refused = self.assertRaises(
+            exception.DaemonNotUsable,
+            lxd_host.Host(client, conf, identity.Owner(host='cmp1')).check)
+        self.assertIn('profiles gpu-extra do not exist', str(refused))
+        rc, found = self.doctor(path)
+        self.assertEqual(1, rc)
+        usable = found['daemon-usable']
+        self.assertEqual(
+            ('error', 'nova-compute refuses this daemon at its start: %s'
+             % refused), (usable['status'], usable['message']))
+        self.assertEqual('ok', found['daemon-extensions']['status'])
+        self.assertEqual('ok', found['storage-pool']['status'])
 
     def test_live_view_reads_the_state_directory(self):
         self.serve('server_info', 'host_reads')

@@ -111,7 +111,7 @@ class LXDDriver(driver.ComputeDriver):
 
     def _reconcile_accelerators(self, host, instances):
         # LXD's container configs say who holds which device; compare them
-        # with nova and Placement after a restart (see accel.reconcile).
+        # with nova and Placement after a restart (accel.binding.reconcile).
         uuids = None if instances is None else {i.uuid for i in instances}
         try:
             reconcile.reconcile(
@@ -145,7 +145,8 @@ class LXDDriver(driver.ComputeDriver):
 
     def update_provider_tree(self, provider_tree, nodename, allocations=None):
         # Under nova's resource tracker lock: no read of the host here,
-        # only what get_available_resource read last (accel.Snapshot).
+        # only what get_available_resource read last (the inventory's
+        # reporter.Snapshot).
         snapshot = self._parts.inventory.snapshot()
         self._parts.host.update_root_provider(
             provider_tree, snapshot.resources,
@@ -276,7 +277,7 @@ class LXDDriver(driver.ComputeDriver):
 
     def destroy(self, context, instance, network_info, block_device_info=None,
                 destroy_disks=True, destroy_secrets=True):
-        # its GPUs are verified clean at release (accel.gpu_gate)
+        # its GPUs are verified clean at release (accel.health.gate)
         self._parts.lifecycle.destroy(instance)
         # Like libvirt's cleanup: a failed unplug is logged, never blocks
         # the deletion.

@@ -59,7 +59,8 @@ VIRT_PASSTHROUGH = 'passthrough'
 VIRT_MIG = 'MIG'
 VIRT_SHARED = 'shared'
 
-#: Every ``Accelerator:`` key a flavor may carry (see extra_specs_accel).
+#: Every ``Accelerator:`` key a flavor may carry (see
+#: extra_specs.accelerator_keys).
 KEYS = ('Accelerator:Type', 'Accelerator:Vendor', 'Accelerator:Model',
         'Accelerator:Number', 'Accelerator:Memory',
         'Accelerator:VirtualizationType')

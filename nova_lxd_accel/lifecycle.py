@@ -72,13 +72,6 @@ HOST_LOCAL_REASONS = (
         '"' + prefix for prefix in identity.ACCEL_DEVICE_PREFIXES)
 
 
-def _classes(*names):
-    # Some of these classes are newer than others; look them up by name
-    # so that this list never breaks an import.
-    return tuple(filter(None, (getattr(exception, name, None)
-                               for name in names)))
-
-
 #: Raised as they are: already decided, or nova's compute manager
 #: aborts the build on them itself (ImageUnacceptable, InvalidInput).
 _DECIDED = (nova_exception.BuildAbortException,
@@ -87,13 +80,16 @@ _DECIDED = (nova_exception.BuildAbortException,
 
 #: Failures of this host: nova reschedules them (they name the daemon).
 _HOST_LOCAL = (nova_exception.VirtualInterfacePlugException,
-               nova_exception.VirtualInterfaceCreateException) + _classes(
-    'LXDUnreachable', 'LXDOperationTimeout', 'AcceleratorUnavailable',
-    'LXDPreconditionFailed', 'LXDConcurrentUpdate')
+               nova_exception.VirtualInterfaceCreateException,
+               exception.LXDUnreachable, exception.LXDOperationTimeout,
+               exception.AcceleratorUnavailable,
+               exception.LXDPreconditionFailed,
+               exception.LXDConcurrentUpdate)
 
 #: Failures of the request: every host refuses it the same way.
-_REQUEST_FAULTS = (nova_exception.Invalid,) + _classes(
-    'FlavorNotAllowed', 'FlavorExtraSpecInvalid', 'AcceleratorNotBindable')
+_REQUEST_FAULTS = (nova_exception.Invalid, exception.FlavorNotAllowed,
+                   exception.FlavorExtraSpecInvalid,
+                   exception.AcceleratorNotBindable)
 
 
 def build_failure(instance, exc):

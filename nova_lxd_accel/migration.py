@@ -482,8 +482,3 @@ class Migration(object):
             plug_ports=False))
         self._rewrite(record['name'], lambda current, _devices: (
             records.restored_config(record['config'], host), devices))
-
-    # -- live migration ---------------------------------------------------
-
-    def check_can_live_migrate(self, *args, **kwargs):
-        raise refuse_live_migration()

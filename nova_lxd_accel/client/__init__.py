@@ -41,7 +41,6 @@ WELL_KNOWN_SOCKETS = connection.WELL_KNOWN_SOCKETS
 candidate_sockets = connection.candidate_sockets
 discover = connection.discover
 verify_setting = connection.verify_setting
-_socket_problem = connection._socket_problem
 
 EventStream = events.EventStream
 LXDClient = instances.LXDClient

@@ -34,7 +34,7 @@ def accelerator_device_names(record):
     names.update(name for name in record.get('devices') or {}
                  if name.startswith(identity.ACCEL_DEVICE_PREFIXES))
     if any(unit.get('mps_pipe') for unit in units):
-        # a shared GPU's MPS quota mounts (accel.sharing.lxd_config)
+        # a shared GPU's MPS quota mounts (accel.binding.sharing.lxd_config)
         names.update(MPS_DEVICE_NAMES)
     names.discard(None)
     return names
@@ -59,7 +59,7 @@ def without_accelerators(record):
         del config[key]
     if names:
         # the binding adds the NVIDIA runtime for MIG devices; the flavor
-        # may ask for it again (container.gpu_runtime)
+        # may ask for it again (builder.gpu_runtime)
         config.pop('nvidia.runtime', None)
     devices = {name: dict(device) for name, device in
                (record.get('devices') or {}).items() if name not in names}
@@ -106,7 +106,7 @@ def transfer_record(record, dest_host):
 
 
 #: Keys a flavor may set or not; removed before the new flavor's are set.
-#: Declared by the flavor's parts of the spec (container.FLAVOR_PARTS).
+#: Declared by the flavor's parts of the spec (builder.FLAVOR_PARTS).
 FLAVOR_KEYS = builder.flavor_config_keys()
 
 
@@ -114,11 +114,11 @@ def resized(record, fragment, host, host_devices, bound):
     """The container after a resize or migration, as config and devices.
 
     :param record: the container as it is (copied or migrated).
-    :param fragment: :func:`.container.resize_fragment` of the
+    :param fragment: :func:`.builder.resize_fragment` of the
         new flavor.
     :param host: the host that owns it now.
     :param host_devices: this host's NIC and volume devices.
-    :param bound: the :class:`nova_lxd_accel.accel.binding.pick.Binding` of
+    :param bound: the :class:`nova_lxd_accel.accel.binding.ledger.Binding` of
         the new allocation.
     """
     config, devices = without_accelerators(record)

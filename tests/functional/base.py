@@ -72,7 +72,7 @@ class LXDFunctionalTestCase(integrated_helpers.ProviderUsageBaseTestCase):
                    lifecycle_poll_interval=self.lifecycle_poll_interval,
                    lifecycle_events=self.lifecycle_events,
                    storage_pool=lxd_fixtures.pool_name(), group='lxd')
-        # each test has its own GPU state file (accel.gpu_state); one
+        # each test has its own GPU state file (accel.health.gate_state); one
         # provider per whole GPU, the layout most tests were written for
         # (test_gpu_pools runs the default, pooled layout)
         self.flags(state_dir=self.useFixture(fixtures.TempDir()).path,

@@ -26,6 +26,7 @@ import fixtures
 import testtools
 
 from nova_lxd_accel import client as lxd_client
+from nova_lxd_accel.client import connection
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
@@ -122,11 +123,11 @@ class DiscoverTest(testtools.TestCase):
         daemon = self.useFixture(RecordedDaemon(INCUS_604, directory=root))
         os.chown(daemon.socket_path, 0, grp.getgrnam('disk').gr_gid)
         os.chmod(daemon.socket_path, 0o660)
-        self.assertIsNone(lxd_client._socket_problem(daemon.socket_path))
+        self.assertIsNone(connection._socket_problem(daemon.socket_path))
         os.setegid(65534)
         os.seteuid(65534)
         try:
-            problem = lxd_client._socket_problem(daemon.socket_path)
+            problem = connection._socket_problem(daemon.socket_path)
         finally:
             os.seteuid(0)
             os.setegid(0)

@@ -17,7 +17,7 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
 
 1. under :data:`CLAIM_LOCK`, read every instance of the daemon (all
    projects, containers and VMs, devices from profiles included: see
-   :func:`nova_lxd_accel.accel.binding.pick.held_units`), and then, still under
+   :func:`nova_lxd_accel.accel.units.held_units`), and then, still under
    the lock, add the units released but not yet verified clean and those
    of containers removed behind nova's back (:meth:`nova_lxd_accel.accel.
    gate.GpuGate.unavailable_units`, read from the GPU state file after
@@ -60,7 +60,7 @@ CLAIM_LOCK = 'lxd-accel-binding'
 
 
 def share_request(conf, instance):
-    """The :class:`.binding.ShareRequest` of an instance (no projects yet).
+    """The :class:`.pick.ShareRequest` of an instance (no projects yet).
 
     :param conf: ConfigOpts with ``[lxd_accelerators]``.
     """
@@ -110,16 +110,16 @@ def claiming(client, name, allocations, device_for_provider,
              ib_ports=False):
     """Pick the units of ``allocations``; the body writes them, locked.
 
-    Yields the :class:`~nova_lxd_accel.accel.binding.pick.Binding`; the body of
-    the ``with`` runs under :data:`CLAIM_LOCK` and writes the binding into
-    the container (:func:`record`, or a migration's whole new config). A
-    body that raises fails the claim and writes nothing else.
+    Yields the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`; the
+    body of the ``with`` runs under :data:`CLAIM_LOCK` and writes the
+    binding into the container (:func:`record`, or a migration's whole new
+    config). A body that raises fails the claim and writes nothing else.
 
     :param name: the container (created and stopped).
     :param device_for_provider: callable(rp_uuid) -> device reported there.
     :param host_devices: the host's accelerator devices, to resolve every
         GPU selector foreign instances use.
-    :param share: a :class:`.binding.ShareRequest` (:func:`share_request`)
+    :param share: a :class:`.pick.ShareRequest` (:func:`share_request`)
         for slots of shared GPUs.
     :param unavailable: unit key -> reasons, units no claim may pick
         (released and not yet verified clean), as
@@ -158,7 +158,7 @@ def claim(client, name, allocations, device_for_provider, host_devices=(),
           **kwargs):
     """:func:`claiming` that records the binding in the container.
 
-    :returns: the :class:`~nova_lxd_accel.accel.binding.pick.Binding`.
+    :returns: the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`.
     :raises: as :func:`claiming`, and ContainerNotFound.
     """
     return _recorded(client, name, kwargs.get('instance'), claiming(

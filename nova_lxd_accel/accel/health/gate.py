@@ -14,9 +14,9 @@
 
 :meth:`GpuGate.refresh` runs from the driver's ``get_available_resource``,
 before nova's resource tracker takes its lock: it lists the daemon's
-containers, then probes the GPUs (:mod:`.gpu_probe`), and under the state
+containers, then probes the GPUs (:mod:`.probe`), and under the state
 file's lock (:mod:`.gate_state`) accounts usage, verifies released units
-(:mod:`.gpu_release`) and applies the health gate (:mod:`.gpu_health`).
+(:mod:`.release`) and applies the health gate (:mod:`.holds`).
 
 The ledger's rules:
 

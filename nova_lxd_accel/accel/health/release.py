@@ -446,7 +446,7 @@ def _gone_bound(state, records):
 def unavailable(state, records=None):
     """Unit key -> why no claim may pick it.
 
-    In the :func:`.binding.held_units` format: the dirty units, and the
+    In the :func:`.units.held_units` format: the dirty units, and the
     units recorded bound to a container the claim's own listing
     (``records``) no longer shows (removed behind nova's back, not yet
     verified).

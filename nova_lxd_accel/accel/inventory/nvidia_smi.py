@@ -12,8 +12,9 @@
 
 """nvidia-smi: the one place it is run, and every parser of its output.
 
-:func:`run` starts nvidia-smi (the probe, :mod:`.gpu_probe`, and the
-inventory's :func:`run_list` go through it); the parsers are pure:
+:func:`run` starts nvidia-smi (the probe,
+:mod:`nova_lxd_accel.accel.health.probe`, and the inventory's
+:func:`run_list` go through it); the parsers are pure:
 
 * ``nvidia-smi -L`` (:func:`parse_list`): the GPUs and their MIG devices
   (LXD does not list MIG devices). Two UUID formats exist: ``MIG-<uuid>``

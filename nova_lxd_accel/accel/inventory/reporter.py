@@ -336,7 +336,7 @@ class AcceleratorInventory(object):
         if records is not None:
             desired = self.with_foreign_reserved(desired, records)
         if self._gate is not None:
-            # held, unhealthy and not yet verified units (accel.gpu_gate)
+            # held, unhealthy and not yet verified units (accel.health.gate)
             desired = self._gate.apply(desired)
         first = nodename not in self._states
         state = self._states.setdefault(nodename, provider_tree.TreeState())

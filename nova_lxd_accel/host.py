@@ -114,7 +114,6 @@ def features_in_use(daemon, conf):
         mig = 'unsupported'
     else:
         mig = nvidia.name
-    migration_conf = getattr(conf, 'lxd_migration', None)
     interval = conf.lxd.lifecycle_poll_interval
     return {
         'MIG binding': mig,
@@ -122,9 +121,8 @@ def features_in_use(daemon, conf):
             'available' if daemon.has(cdi.EXT_GPU_CDI) else 'no'),
         'InfiniBand': 'yes' if accel.report_infiniband and daemon.supports(
             'infiniband') else 'no',
-        'migration': 'yes' if daemon.supports('migration') and (
-            migration_conf is None or migration_conf.client_cert)
-        else 'no',
+        'migration': 'yes' if daemon.supports('migration') and
+        conf.lxd_migration.client_cert else 'no',
         'events': _events_mode(conf.lxd, interval),
     }
 
@@ -132,7 +130,7 @@ def features_in_use(daemon, conf):
 def _events_mode(lxd_conf, interval):
     if not interval:
         return 'off'
-    if getattr(lxd_conf, 'lifecycle_events', False):
+    if lxd_conf.lifecycle_events:
         return 'stream (poll every %ss without one)' % interval
     return 'poll every %ss' % interval
 

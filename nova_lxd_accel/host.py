@@ -503,11 +503,9 @@ class Host(object):
         # before init_host (a tool, a spawn in a process of its own) the
         # daemon is asked: Incus refuses LXD's guest API key
         info = self._server_info or self._client.server_info()
-        extensions = info.get('api_extensions', [])
         daemon = lxd_daemon.DaemonInfo.from_server_info(info)
         return builder.HostPolicy.from_conf(
             self._conf, host=self.nodename,
-            cloud_init_keys='cloud_init' in extensions,
             profile_masks=self._profile_masks,
             guest_api_key=daemon.guest_api_key)
 

@@ -67,9 +67,6 @@ class HostPolicy(object):
     allow_privileged: bool = False
     allow_nesting: bool = False
     default_process_limit: int = 8192
-    # LXD has the ``cloud_init`` extension (user data no longer goes into
-    # config keys: see cloud_init_seed).
-    cloud_init_keys: bool = True
     # Unsafe content of [lxd] profiles each container overrides (see
     # nova_lxd_accel.host.check_profiles): (key, value) pairs of config,
     # and names of devices to mask.
@@ -82,15 +79,14 @@ class HostPolicy(object):
     guest_api_key: str = GUEST_API_KEY_LXD
 
     @classmethod
-    def from_conf(cls, conf, host, cloud_init_keys=True,
-                  profile_masks=None, guest_api_key=GUEST_API_KEY_LXD):
+    def from_conf(cls, conf, host, profile_masks=None,
+                  guest_api_key=GUEST_API_KEY_LXD):
         config, devices = profile_masks or ({}, [])
         return cls(host=host,
                    storage_pool=conf.lxd.storage_pool,
                    allow_privileged=conf.lxd.allow_privileged_containers,
                    allow_nesting=conf.lxd.allow_nesting,
                    default_process_limit=conf.lxd.default_process_limit,
-                   cloud_init_keys=cloud_init_keys,
                    masked_config=tuple(sorted(config.items())),
                    masked_devices=tuple(devices),
                    devlxd=conf.lxd.devlxd,

@@ -65,6 +65,19 @@ class FlavorNotAllowed(LXDAccelException):
                'host does not allow: %(how)s')
 
 
+class MpsNeedsSharedIdmap(FlavorNotAllowed):
+    """An MPS quota share in a container with a user-id range of its own."""
+
+    msg_fmt = ('Flavor %(flavor)s asks for a share of a GPU with MPS quotas '
+               '(lxd:gpu_memory_mb) in a container with a host user-id '
+               'range of its own (security.idmap.isolated, from %(why)s): '
+               'an MPS server serves one host user at a time, so its '
+               'clients in other containers would wait, without an error, '
+               'until it exits. Set lxd:isolated_idmap=false on the flavor '
+               '(`openstack flavor set --property lxd:isolated_idmap=false '
+               '%(flavor)s`).')
+
+
 class RescueFailed(LXDAccelException):
     msg_fmt = 'Cannot rescue instance %(instance_id)s: %(reason)s'
 

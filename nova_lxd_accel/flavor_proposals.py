@@ -194,6 +194,9 @@ def _propose_share(out, gpu, model, vendor, memory_by_pci, vcpus, ram, disk,
                  for k, v in specs.items()}
         specs['resources1:%s' % placement_names.MEMORY_RC] = str(quota)
         specs['lxd:gpu_memory_mb'] = str(quota)
+        # the MPS server serves one host user at a time: its clients share
+        # one id map (container.builder refuses an isolated one)
+        specs['lxd:isolated_idmap'] = 'false'
         how = ('MPS quota: %d MiB of its memory' % quota)
     else:
         how = 'time-sliced%s' % (

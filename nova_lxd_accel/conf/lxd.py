@@ -199,6 +199,34 @@ trusted with root on the compute hosts.
 Whether a flavor may ask for nested containers (``lxd:nesting``), for
 example to run Docker inside an instance.
 """),
+    cfg.BoolOpt('isolated_idmap',
+                default=True,
+                help="""
+Whether each container gets a host user-id range of its own
+(``security.idmap.isolated: true``), so that a process escaping one
+container as its root (or any other user) owns nothing in the other
+containers of the host. A flavor overrides it either way with the
+``lxd:isolated_idmap`` extra spec (flavor extra specs are admin-only).
+
+True (default since this driver's 2026.11 release): LXD gives each
+container 65536 ids of root's range in ``/etc/subuid`` and
+``/etc/subgid``; ``root:100000:10000001`` (a range of ten million ids)
+holds about 150 isolated containers per daemon, beyond which LXD refuses
+to start another. With the kernel's idmapped mounts (5.12 or later, shown
+as ``idmapped_mounts: "true"`` by ``lxc info``) the root file system is
+not rewritten, so a boot costs about the same as without.
+
+False: every container shares one range, as before that release.
+
+A share of a GPU with MPS quotas (``lxd:gpu_memory_mb``) needs its
+container to share the MPS server's user: an MPS server serves one host
+user at a time and the clients of any other wait, without an error, until
+it exits. Such a flavor is refused at boot and resize in an isolated
+container: give it ``lxd:isolated_idmap=false``.
+
+Existing containers change at their next resize, cold migration or
+rebuild; a restart does not change them.
+"""),
     cfg.BoolOpt('devlxd',
                 default=False,
                 help="""

@@ -43,6 +43,7 @@ from nova_lxd_accel.container import nic
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
+from nova_lxd_accel.extra_specs import sharing_modes
 
 # Flavor extra specs of the ``lxd:`` namespace read here (validated at the
 # API by nova_lxd_accel.extra_specs.lxd_keys).
@@ -66,6 +67,9 @@ class HostPolicy(object):
     storage_pool: str = 'default'
     allow_privileged: bool = False
     allow_nesting: bool = False
+    # [lxd] isolated_idmap: a host user-id range per container unless the
+    # flavor's lxd:isolated_idmap says otherwise
+    isolated_idmap: bool = True
     default_process_limit: int = 8192
     # Unsafe content of [lxd] profiles each container overrides (see
     # nova_lxd_accel.host.check_profiles): (key, value) pairs of config,
@@ -86,6 +90,7 @@ class HostPolicy(object):
                    storage_pool=conf.lxd.storage_pool,
                    allow_privileged=conf.lxd.allow_privileged_containers,
                    allow_nesting=conf.lxd.allow_nesting,
+                   isolated_idmap=conf.lxd.isolated_idmap,
                    default_process_limit=conf.lxd.default_process_limit,
                    masked_config=tuple(sorted(config.items())),
                    masked_devices=tuple(devices),
@@ -220,9 +225,32 @@ def security(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
             flavor=flavor.name, feature='nested containers with a MIG slice',
             how='MIG isolation needs an un-nested container; remove '
                 'lxd:nesting from the flavor')
-    if _spec_is_true(specs, SPEC_ISOLATED_IDMAP):
-        config['security.idmap.isolated'] = 'true'
+    config['security.idmap.isolated'] = _isolated_idmap(flavor, policy)
     return {'config': config}
+
+
+def _isolated_idmap(flavor, policy):
+    """``security.idmap.isolated``: the flavor's choice, else the host's.
+
+    Set either way, so that an ``[lxd] profiles`` value never decides it.
+    A share of a GPU with MPS quotas needs the container's users to be the
+    MPS server's: an MPS server serves one host user at a time, and the
+    clients of another user (another isolated container) wait without an
+    error until it exits. So such a flavor is refused here, before
+    anything is made, in an isolated container.
+    """
+    specs = flavor.extra_specs
+    if SPEC_ISOLATED_IDMAP in specs:
+        isolated = _spec_is_true(specs, SPEC_ISOLATED_IDMAP)
+        why = 'its %s=%s' % (SPEC_ISOLATED_IDMAP, specs[SPEC_ISOLATED_IDMAP])
+    else:
+        isolated = policy.isolated_idmap
+        why = "this host's [lxd] isolated_idmap = true"
+    if not isolated:
+        return 'false'
+    if sharing_modes.flavor_mode(specs) == sharing_modes.MODE_QUOTA:
+        raise exception.MpsNeedsSharedIdmap(flavor=flavor.name, why=why)
+    return 'true'
 
 
 #: a flavor's request of a MIG slice (resources[N]:CUSTOM_MIG_<PROFILE>)

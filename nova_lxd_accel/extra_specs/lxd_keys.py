@@ -75,9 +75,12 @@ EXTRA_SPEC_VALIDATORS = [
         'Refused at boot unless the compute host sets [lxd] '
         'allow_nesting = true.')),
     _flag('lxd:isolated_idmap', (
-        'Give the container a user-id range of its own '
+        'Whether the container gets a host user-id range of its own '
         '(LXD security.idmap.isolated), so its root cannot touch files '
-        'of other containers.')),
+        'of other containers. Unset: the compute host\'s [lxd] '
+        'isolated_idmap (true by default). A share of a GPU with MPS '
+        'quotas (lxd:gpu_memory_mb) needs false: an MPS server serves one '
+        'host user at a time.')),
     LXDExtraSpecValidator(
         name='lxd:processes',
         description='Largest number of processes in the container '

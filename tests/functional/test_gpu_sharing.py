@@ -105,7 +105,9 @@ class SharedGpuTestBase(test_claims.ClaimTestBase):
             # slot and memory from one GPU: one numbered request group
             specs = {'resources1:%s' % SHARE_RC: '1',
                      'resources1:%s' % MEMORY_RC: str(memory_mb),
-                     'lxd:gpu_memory_mb': str(memory_mb)}
+                     'lxd:gpu_memory_mb': str(memory_mb),
+                     # MPS serves one host user: no isolated id map
+                     'lxd:isolated_idmap': 'false'}
         return self._create_flavor(memory_mb=128, vcpu=1, disk=disk,
                                    ephemeral=0, extra_spec=specs)
 

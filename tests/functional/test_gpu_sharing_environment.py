@@ -56,6 +56,7 @@ class MpsEnvironmentTest(sharing_ft.SharedGpuTestBase):
                 'resources1:%s' % sharing_ft.SHARE_RC: '1',
                 'resources1:%s' % sharing_ft.MEMORY_RC: str(memory_mb),
                 'lxd:gpu_memory_mb': str(memory_mb),
+                'lxd:isolated_idmap': 'false',
                 'lxd:gpu_compute_percent': str(compute_percent)})
 
     def read(self, server, path):

@@ -67,7 +67,9 @@ class SharingModeTest(test_claims.ClaimTestBase):
             # slot and memory from one GPU: one numbered request group
             specs = {'resources1:%s' % SHARE_RC: '1',
                      'resources1:%s' % MEMORY_RC: str(QUOTA_MIB),
-                     'lxd:gpu_memory_mb': str(QUOTA_MIB)}
+                     'lxd:gpu_memory_mb': str(QUOTA_MIB),
+                     # MPS serves one host user: no isolated id map
+                     'lxd:isolated_idmap': 'false'}
         if with_trait:
             mode = (sharing_modes.MODE_QUOTA if quota
                     else sharing_modes.MODE_TIMESLICE)

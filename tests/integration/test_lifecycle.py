@@ -179,8 +179,45 @@ class LifecycleTest(base.DriverTestCase):
         self.assertNotIn(key, self.container(kept)['config'])
         self.project.execute(self.container_name(kept), has_socket)
 
+    def test_own_user_id_range_by_default(self):
+        # [lxd] isolated_idmap = true: each container's ids are a host
+        # range no other container has; lxd:isolated_idmap=false shares
+        # the daemon's one range (as an MPS quota share must)
+        first, second = self.make_instance(), self.make_instance()
+        shared = self.make_instance(
+            extra_specs={'lxd:isolated_idmap': 'false'})
+        bases = {}
+        for instance in (first, second, shared):
+            self._spawn(instance)
+            record = self.container(instance)
+            self.assertEqual('Running', record['status'])
+            self.project.execute(self.container_name(instance), 'true')
+            bases[instance.uuid] = (
+                record['config']['security.idmap.isolated'],
+                record['config']['volatile.idmap.base'])
+        self.assertEqual('true', bases[first.uuid][0])
+        self.assertEqual('true', bases[second.uuid][0])
+        self.assertEqual('false', bases[shared.uuid][0])
+        self.assertEqual(3, len({base for _, base in bases.values()}),
+                         bases)
+
 
 class FailureTest(base.DriverTestCase):
+
+    def test_mps_quota_share_refused_in_an_isolated_container(self):
+        # an MPS server serves one host user at a time: refused before
+        # anything is made, rather than left to queue behind another
+        # container's clients
+        instance = self.make_instance(extra_specs={
+            'resources1:CUSTOM_GPU_SHARE': '1',
+            'resources1:CUSTOM_GPU_MEMORY_MB': '1024',
+            'trait1:CUSTOM_GPU_SHARING_QUOTA': 'required',
+            'lxd:gpu_memory_mb': '1024'})
+        error = self.assertRaises(
+            nova_exception.BuildAbortException, self.driver.spawn,
+            self.context, instance, self.tiny_image(), [], None, {})
+        self.assertIn('lxd:isolated_idmap=false', str(error))
+        self.assertEqual([], self.container_names())
 
     def test_vm_disk_format_refused_before_download(self):
         image = self.create_image(b'QFI\xfb' + b'\0' * 100,

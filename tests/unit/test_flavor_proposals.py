@@ -17,6 +17,7 @@ import json
 
 from nova.api.validation.extra_specs import validators
 from nova import exception
+from nova import objects
 import testtools
 
 from nova_lxd_accel.accel.inventory import discovery
@@ -25,6 +26,7 @@ from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import flavors
+from nova_lxd_accel.container import builder
 from nova_lxd_accel import flavor_proposals
 from tests.fixtures import gpu_hosts
 
@@ -104,6 +106,30 @@ class TestPropose(testtools.TestCase):
         validators.load_validators()
         for key, value in p.extra_specs.items():
             validators.validate(key, value)
+
+    def test_share_flavors_of_both_modes_boot_on_a_default_host(self):
+        # an MPS quota share needs its container to share the MPS server's
+        # user: the proposal turns the host's isolated id map off
+        objects.register_all()
+        gpus = _gpus('handmade-lxd-two-a100-no-nvidia-object.json',
+                     'mig-L-a100-sxm4-80gb-7x1g10gb.txt')
+        shared = [dataclasses.replace(g, shared_slots=4) for g in gpus
+                  if g.pci_address == '0000:07:00.0']
+        isolated = {}
+        for mode in ('quota', 'timeslice'):
+            [p] = flavor_proposals.propose(
+                shared, {'0000:07:00.0': 81920},
+                share_modes={'0000:07:00.0': mode})
+            flavor = objects.Flavor(
+                name=p.name, vcpus=p.vcpus, memory_mb=p.ram, root_gb=p.disk,
+                ephemeral_gb=0, swap=0, extra_specs=p.extra_specs)
+            instance = objects.Instance(
+                uuid='7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21', hostname='x',
+                key_data=None, user_data=None, flavor=flavor)
+            isolated[mode] = builder.resize_fragment(
+                instance, flavor, None, builder.HostPolicy(host='cmp1'))[
+                    'config']['security.idmap.isolated']
+        self.assertEqual({'quota': 'false', 'timeslice': 'true'}, isolated)
 
     def test_identical_cards_get_one_model_trait_and_one_flavor(self):
         # the recorded sandbox host: LXD names its two A100s only by their

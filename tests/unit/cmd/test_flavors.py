@@ -167,9 +167,10 @@ class TestSavedFiles(FlavorsTest):
         share = found['g1.a100-sxm4-80gb-share-1of4-quota']
         self.assertEqual(['0000:07:00.0'], share['gpus'])
         # 81920 MiB in 4 slots
-        self.assertEqual(('20480', 'required'), (
+        self.assertEqual(('20480', 'required', 'false'), (
             share['extra_specs']['lxd:gpu_memory_mb'],
-            share['extra_specs']['trait1:CUSTOM_GPU_SHARING_QUOTA']))
+            share['extra_specs']['trait1:CUSTOM_GPU_SHARING_QUOTA'],
+            share['extra_specs']['lxd:isolated_idmap']))
         self.assertEqual(['0000:85:00.0'], found['g1.a100-sxm4-80gb']['gpus'])
 
     def test_host_without_gpu(self):

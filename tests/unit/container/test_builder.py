@@ -84,6 +84,7 @@ class BuildContainerTest(testtools.TestCase):
             'security.privileged': 'false',
             'security.nesting': 'false',
             'security.devlxd': 'false',
+            'security.idmap.isolated': 'true',
             'boot.autostart': 'false',
             'user.meta-data': json.dumps(
                 {'instance-id': UUID, 'local-hostname': 'web-1'},
@@ -157,11 +158,6 @@ class BuildContainerTest(testtools.TestCase):
         allowed = builder.HostPolicy(host='cmp1', allow_nesting=True)
         self.assertEqual('true', _build(_instance(flavor), policy=allowed)[
             'config']['security.nesting'])
-
-    def test_isolated_idmap(self):
-        flavor = _flavor(extra_specs={'lxd:isolated_idmap': 'True'})
-        self.assertEqual('true', _build(_instance(flavor))['config'][
-            'security.idmap.isolated'])
 
     def test_gpu_runtime(self):
         flavor = _flavor(extra_specs={'lxd:gpu_runtime': 'nvidia'})
@@ -312,6 +308,81 @@ class ProfileMasksTest(testtools.TestCase):
         container = _build(_instance())
         self.assertNotIn('raw.lxc', container['config'])
         self.assertNotIn('gpu0', container['devices'])
+
+
+#: a share of a GPU with MPS quotas, as ``nova-lxd-accel flavors`` makes it
+MPS_QUOTA_SPECS = {'resources1:CUSTOM_GPU_SHARE': '1',
+                   'resources1:CUSTOM_GPU_MEMORY_MB': '1024',
+                   'trait1:CUSTOM_GPU_SHARING_QUOTA': 'required',
+                   'lxd:gpu_memory_mb': '1024'}
+
+
+class IsolatedIdmapTest(testtools.TestCase):
+    """A host user-id range per container unless the flavor says not."""
+
+    def setUp(self):
+        super(IsolatedIdmapTest, self).setUp()
+        objects.register_all()
+
+    def isolated(self, policy=POLICY, **specs):
+        return _build(_instance(_flavor(extra_specs=specs)), policy=policy)[
+            'config']['security.idmap.isolated']
+
+    def test_on_by_default(self):
+        self.assertEqual('true', self.isolated())
+        conf = self.useFixture(config_fixture.Config(cfg.ConfigOpts())).conf
+        nova_lxd_accel_conf.register_opts(conf)
+        conf([], default_config_files=[])
+        self.assertTrue(conf.lxd.isolated_idmap)
+        self.assertEqual('true', self.isolated(
+            policy=builder.HostPolicy.from_conf(conf, 'cmp1')))
+        conf.set_override('isolated_idmap', False, group='lxd')
+        self.assertEqual('false', self.isolated(
+            policy=builder.HostPolicy.from_conf(conf, 'cmp1')))
+
+    def test_the_flavor_decides_either_way(self):
+        shared = builder.HostPolicy(host='cmp1', isolated_idmap=False)
+        self.assertEqual('false', self.isolated(policy=shared))
+        self.assertEqual('true', self.isolated(
+            policy=shared, **{'lxd:isolated_idmap': 'True'}))
+        self.assertEqual('false', self.isolated(
+            **{'lxd:isolated_idmap': 'false'}))
+
+    def test_mps_quota_share_refused_in_an_isolated_container(self):
+        # an MPS server serves one host user at a time: the clients of
+        # another isolated container would queue without an error
+        error = self.assertRaises(
+            exception.MpsNeedsSharedIdmap, self.isolated, **MPS_QUOTA_SPECS)
+        self.assertIsInstance(error, exception.FlavorNotAllowed)
+        self.assertIn("this host's [lxd] isolated_idmap = true", str(error))
+        self.assertIn('lxd:isolated_idmap=false', str(error))
+        error = self.assertRaises(
+            exception.MpsNeedsSharedIdmap, self.isolated,
+            policy=builder.HostPolicy(host='cmp1', isolated_idmap=False),
+            **dict(MPS_QUOTA_SPECS, **{'lxd:isolated_idmap': 'yes'}))
+        self.assertIn('its lxd:isolated_idmap=yes', str(error))
+
+    def test_mps_quota_share_with_the_flavor_turning_isolation_off(self):
+        self.assertEqual('false', self.isolated(
+            **dict(MPS_QUOTA_SPECS, **{'lxd:isolated_idmap': 'false'})))
+
+    def test_time_sliced_share_runs_isolated(self):
+        # no MPS server on a time-sliced GPU
+        self.assertEqual('true', self.isolated(**{
+            'resources:CUSTOM_GPU_SHARE': '1',
+            'trait:CUSTOM_GPU_SHARING_TIMESLICE': 'required'}))
+
+    def test_resize_to_an_mps_quota_flavor_refused(self):
+        self.assertRaises(
+            exception.MpsNeedsSharedIdmap, builder.resize_fragment,
+            _instance(), _flavor(extra_specs=MPS_QUOTA_SPECS), _image(),
+            POLICY)
+        fragment = builder.resize_fragment(
+            _instance(), _flavor(extra_specs=dict(
+                MPS_QUOTA_SPECS, **{'lxd:isolated_idmap': 'false'})),
+            _image(), POLICY)
+        self.assertEqual('false',
+                         fragment['config']['security.idmap.isolated'])
 
 
 class ResizeChecksExtraSpecsTest(testtools.TestCase):

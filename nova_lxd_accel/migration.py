@@ -34,9 +34,11 @@ has the working container under the usual name.
   allocation for the migration); then the NICs are unplugged and the volumes
   disconnected, as the libvirt driver does.
 * ``finish_migration`` (destination): the new flavor's limits, the NICs
-  and volumes of this host, and accelerators bound afresh from the
-  destination's allocation (never the source's devices: the hosts'
-  devices differ), then start.
+  and volumes of this host, this host's ``[lxd] profiles`` with the masks
+  of their unsafe content (never the source's: the container is sent
+  without profiles, and its old masks are dropped), and accelerators bound
+  afresh from the destination's allocation (never the source's devices:
+  the hosts' devices differ), then start.
 * ``confirm_migration`` (source): delete the backup, which releases the
   devices it held.
 * ``finish_revert_migration`` (source, after nova destroyed the
@@ -135,7 +137,7 @@ class Migration(object):
         return builder.host_fragment(instance, self._host.policy(),
                                      host_side)['devices']
 
-    def _rewrite(self, name, make, instance=None):
+    def _rewrite(self, name, make, instance=None, profiles=None):
         """Replace a container's whole config and devices.
 
         :param make: callable(current config, current devices) ->
@@ -143,6 +145,7 @@ class Migration(object):
             concurrent change.
         :param instance: whose container it is: a missing one raises
             ContainerNotFound (else LXDObjectNotFound).
+        :param profiles: the profiles it gets instead of its own, if given.
 
         A read-modify-write with the container's ETag, as every change to
         an instance (:meth:`nova_lxd_accel.client.LXDClient.
@@ -156,7 +159,8 @@ class Migration(object):
             devices.clear()
             devices.update(copy.deepcopy(new_devices))
 
-        if self._client.modify_container(name, rewrite) is None:
+        if self._client.modify_container(name, rewrite,
+                                         profiles=profiles) is None:
             if instance is not None:
                 raise exception.ContainerNotFound(
                     instance_id=instance.uuid, container=name)
@@ -414,10 +418,13 @@ class Migration(object):
         with self._claims.rewriting(guest.name, allocations,
                                     instance) as bound:
             # under the claim's lock: the new config with the units picked,
-            # a read-modify-write with the container's ETag
+            # a read-modify-write with the container's ETag; this host's
+            # [lxd] profiles (the fragment masks their unsafe content),
+            # whatever the container was given where it comes from
             self._rewrite(guest.name, lambda config, devices: records.resized(
                 dict(record, config=config, devices=devices), fragment, host,
-                host_devices, bound), instance)
+                host_devices, bound), instance,
+                profiles=list(self._conf.lxd.profiles))
         # written (or, the quota gone, removed) before the start
         mps_environment.reapply(self._client, guest.name, bound.config,
                                 record.get('config'), instance)

@@ -252,13 +252,15 @@ class LXDClient(events.EventsClient, images.ImageClient):
         """The lock serialising this process's writes to one instance."""
         return 'lxd-instance-%s-%s' % (self._conf.lxd.project, name)
 
-    def modify_container(self, name, change, attempts=10):
+    def modify_container(self, name, change, attempts=10, profiles=None):
         """Read-modify-write of one container, guarded by its ETag.
 
         :param change: callable(config, devices) that edits copies of the
             container's own ``config`` and ``devices`` in place, touching
             only the keys its caller owns, and returns False when there is
             nothing to write. It may be called again with fresher copies.
+        :param profiles: the list of profiles to write with them, if given
+            (else the container keeps its own).
         :returns: the record as written, or None when there is no such
             container.
         :raises: LXDConcurrentUpdate after ``attempts`` 412 answers.
@@ -279,6 +281,8 @@ class LXDClient(events.EventsClient, images.ImageClient):
                 if change(config, devices) is False:
                     return record
                 record = dict(record, config=config, devices=devices)
+                if profiles is not None:
+                    record['profiles'] = list(profiles)
                 try:
                     self._put_if_match(name, record, etag)
                 except exception.LXDPreconditionFailed:

@@ -126,6 +126,10 @@ Possible values:
 LXD profiles applied to every instance, in order, before the driver's own
 configuration (which always wins for limits, security and devices).
 
+A container a resize or cold migration finishes on this host gets these
+profiles then (not the ones it had on its old host), masked by this
+host's check (``unsafe_profile_content``).
+
 Possible values:
 
 * a comma separated list of existing profile names; empty (default) means
@@ -147,7 +151,8 @@ What to do, when ``nova-compute`` starts, about ``profiles`` content that
 would apply to every instance behind the flavor's and the operator's back.
 A profile may hold only: config keys starting ``limits.``, ``boot.``,
 ``user.``, ``environment.``, ``cloud-init.``, ``snapshots.``,
-``migration.``, ``linux.sysctl.``, ``security.idmap.``,
+``migration.``, ``linux.sysctl.``, ``security.idmap.`` (containers set
+``security.idmap.isolated`` themselves, see ``isolated_idmap``),
 ``security.protection.``, and ``security.devlxd`` (``security.guestapi`` on
 Incus; containers set it false themselves unless ``devlxd``);
 ``security.privileged``,

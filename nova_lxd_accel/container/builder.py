@@ -133,15 +133,26 @@ def _spec_is_true(extra_specs, key):
     return strutils.bool_from_string(extra_specs.get(key, 'false'))
 
 
+#: Config keys that only :func:`profile_masks` sets (the other parts
+#: never set ``raw.*`` or syscall interception); masked devices are the
+#: ``none`` devices, which no other part makes either. A resize or a
+#: migration drops these, the old host's masks, before the new host's own
+#: are set (:func:`.records.resized`).
+MASK_ONLY_CONFIG_PREFIXES = ('raw.', 'security.syscalls.intercept.')
+MASK_DEVICE_TYPE = 'none'
+
+
 def profile_masks(instance, flavor, image_meta, policy,
                   host_side=NO_HOST_SIDE):
     """Override the unsafe content of ``[lxd] profiles`` (strip mode).
 
     First of the builders, so the driver's own choices (security, limits)
-    still win over the neutral values set here.
+    still win over the neutral values set here. Built again from the
+    destination's policy on resize and migration (:func:`resize_fragment`):
+    the profiles, and so the masks, are each host's own.
     """
     return {'config': dict(policy.masked_config),
-            'devices': {name: {'type': 'none'}
+            'devices': {name: {'type': MASK_DEVICE_TYPE}
                         for name in policy.masked_devices}}
 
 
@@ -432,14 +443,17 @@ def build_container(instance, flavor, image_meta, policy,
 
 
 def resize_fragment(instance, flavor, image_meta, policy):
-    """The part of the container that follows the flavor on resize.
+    """The part of the container that follows the flavor and the host.
 
+    What a resize or a migration writes again on the host that finishes
+    it: the flavor's parts and this host's masks of its ``[lxd]
+    profiles``, never the ones the container brings from its old host.
     The new flavor's ``lxd:`` extra specs are checked first, as at spawn
     (the migration calls this before it stops the container).
     """
     lxd_keys.check_flavor(flavor, policy)
     return build_container(instance, flavor, image_meta, policy,
-                           builders=FLAVOR_PARTS)
+                           builders=(profile_masks,) + FLAVOR_PARTS)
 
 
 def host_fragment(instance, policy, host_side):

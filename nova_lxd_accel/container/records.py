@@ -94,7 +94,13 @@ def restored_config(config, host):
 
 
 def transfer_record(record, dest_host):
-    """What the destination daemon creates: no host-side or bound devices."""
+    """What the destination daemon creates: no host-side or bound devices.
+
+    And no profiles: the destination gives the container its own ``[lxd]
+    profiles``, with its own masks, when it finishes the migration
+    (:func:`resized`); the source's profile names may not exist there, or
+    name other profiles.
+    """
     config, devices = without_accelerators(record)
     config = restored_config(config, dest_host)
     devices = {name: device for name, device in devices.items()
@@ -102,7 +108,7 @@ def transfer_record(record, dest_host):
     config = {key: value for key, value in config.items()
               if not key.startswith('volatile.')}
     return {'architecture': record['architecture'], 'config': config,
-            'devices': devices, 'profiles': record.get('profiles') or []}
+            'devices': devices, 'profiles': []}
 
 
 #: Keys a flavor may set or not; removed before the new flavor's are set.
@@ -110,12 +116,23 @@ def transfer_record(record, dest_host):
 FLAVOR_KEYS = builder.flavor_config_keys()
 
 
+def without_profile_masks(config):
+    """``config`` without what an old host's profile masks set.
+
+    The destination of a migration masks its own ``[lxd] profiles``
+    (:func:`.builder.profile_masks`, in the resize fragment), not the
+    source's, which it does not check.
+    """
+    return {key: value for key, value in config.items()
+            if not key.startswith(builder.MASK_ONLY_CONFIG_PREFIXES)}
+
+
 def resized(record, fragment, host, host_devices, bound):
     """The container after a resize or migration, as config and devices.
 
     :param record: the container as it is (copied or migrated).
     :param fragment: :func:`.builder.resize_fragment` of the
-        new flavor.
+        new flavor, with this host's profile masks.
     :param host: the host that owns it now.
     :param host_devices: this host's NIC and volume devices.
     :param bound: the :class:`nova_lxd_accel.accel.binding.ledger.Binding` of
@@ -124,10 +141,12 @@ def resized(record, fragment, host, host_devices, bound):
     config, devices = without_accelerators(record)
     for key in FLAVOR_KEYS:
         config.pop(key, None)
+    config = without_profile_masks(config)
     config.update(fragment.get('config', {}))
     config = restored_config(config, host)
     devices = {name: device for name, device in devices.items()
-               if not is_host_side_device(name, device)}
+               if not is_host_side_device(name, device) and
+               device.get('type') != builder.MASK_DEVICE_TYPE}
     devices.update(fragment.get('devices', {}))
     devices.update(host_devices)
     container = builder.with_accelerators(

@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 from unittest import mock
+import uuid
 
 import fixtures
 from nova import exception as nova_exception
@@ -301,6 +302,36 @@ class ColdMigrationTest(_MigrationTestBase):
         self.assertEqual(b'still here', read_file(
             self.project.client, name, '/root/hello'))
         self.driver.destroy(self.context, instance, None)
+
+    def test_the_destination_masks_its_own_profiles(self):
+        # issue 43 item 11: the container gets the destination's [lxd]
+        # profiles there, their unsafe content masked by the destination's
+        # own check (strip mode), whatever the source had
+        name = 'nova-lxd-accel-%s' % uuid.uuid4().hex[:10]
+        self.peer.admin.api.profiles.post(json={
+            'name': name,
+            'config': {'security.syscalls.intercept.mknod': 'true'},
+            'devices': {'hostdir': {'type': 'disk', 'source': '/tmp',
+                                    'path': '/mnt/hostdir'}}})
+        self.addCleanup(self.peer.admin.api.profiles[name].delete)
+        instance = self.spawn(vcpus=1, memory_mb=128)
+        # before the profile goes: LXD keeps a profile in use
+        self.addCleanup(self.peer_driver.destroy, self.context, instance,
+                        None)
+        self.flags(profiles=[name], unsafe_profile_content='strip',
+                   group='lxd')
+        self.peer_driver._parts.host.check()     # the peer's init_host
+        mig = self._migrate(instance)
+        record = self.peer.instance(self.container_name(instance))
+        self.assertEqual('Running', record['status'])
+        self.assertEqual([name], record['profiles'])
+        self.assertEqual('false', record['expanded_config'][
+            'security.syscalls.intercept.mknod'])
+        self.assertEqual('none', record['expanded_devices']['hostdir'][
+            'type'])
+        self.driver.confirm_migration(self.context, mig, instance, None)
+        self.peer_driver.destroy(self.context, instance, None)
+        self.assertEqual([], self.peer_names())
 
     def test_unreachable_destination_rolls_back(self):
         instance = self.spawn()

@@ -146,7 +146,7 @@ class PureTest(testtools.TestCase):
         self.assertNotIn('volatile.uuid', sent['config'])
         self.assertNotIn(identity.KEY_DEVICES, sent['config'])
         self.assertNotIn(identity.KEY_BACKUP_OF, sent['config'])
-        self.assertEqual(['default'], sent['profiles'])
+        self.assertEqual([], sent['profiles'])
 
     def test_resized(self):
         record = _record()
@@ -249,7 +249,7 @@ class _Base(testtools.TestCase):
         self.instance = mock.Mock(uuid=UUID, flavor=_flavor())
         self.instance.name = 'inst'
 
-    def make(self, client):
+    def make(self, client, host_policy=None):
         self.lifecycle = FakeLifecycle(client, self.conf)
         self.networking = mock.Mock()
         self.volumes = mock.Mock()
@@ -259,12 +259,16 @@ class _Base(testtools.TestCase):
         accel_claims = claims.Claims(
             client, self.conf, lambda rp: GPU if rp == GPU_RP else None,
             on_bound=lambda *args: self.noted.append(args))
+        host_part = lxd_host.Host(client, self.conf,
+                                  identity.Owner.from_conf(self.conf, 'src'))
+        if host_policy is not None:
+            # the policy init_host found (its profiles' masks)
+            host_part.policy = host_policy
         return migration.Migration(
             client, self.conf, identity.Owner.from_conf(self.conf, 'src'),
             self.lifecycle, accel_claims,
             plumbing.HostPlumbing(self.networking, self.volumes),
-            lxd_host.Host(client, self.conf,
-                          identity.Owner.from_conf(self.conf, 'src')))
+            host_part)
 
     def mig(self, source, dest):
         mig = mock.Mock(source_compute=source, dest_compute=dest,
@@ -529,3 +533,30 @@ class OtherHostTest(_Base):
         self.networking.plug_vifs.assert_called_once_with(
             self.instance, [VIF])
         self.assertEqual('Running', record['status'])
+
+    def test_destination_masks_its_own_profiles(self):
+        # item 11 of issue 43: the destination writes its own [lxd]
+        # profiles and their masks; the source's are not carried
+        source = self.client.records[NAME]
+        source['profiles'] = ['src-profile']
+        source['config']['raw.lxc'] = '# stripped by nova-lxd-accel'
+        source['devices']['src-gpu'] = {'type': 'none'}
+        self.mig('src', 'dst')
+        self.make(self.client).migrate_disk_and_power_off(
+            None, self.instance, '10.0.0.2', _flavor(), [], {}, 0, 0)
+        self.assertEqual([], self.dest.records[NAME]['profiles'])
+        self.conf.set_override('profiles', ['dst-profile'], group='lxd')
+        dest_policy = builder.HostPolicy(
+            host='elsewhere', masked_config=(('raw.apparmor', '# x'),),
+            masked_devices=('dst-socket',))
+        self.make(self.dest, host_policy=lambda: dest_policy).\
+            finish_migration(None, self.mig('src', 'dst'), self.instance,
+                             '{}', [VIF], None, False, {}, {}, True)
+        record = self.dest.records[NAME]
+        self.assertEqual(['dst-profile'], record['profiles'])
+        self.assertEqual('# x', record['config']['raw.apparmor'])
+        self.assertEqual({'type': 'none'}, record['devices']['dst-socket'])
+        self.assertNotIn('raw.lxc', record['config'])
+        self.assertNotIn('src-gpu', record['devices'])
+        # owned by the host that finished it, whatever the policy's name
+        self.assertEqual('dst', record['config'][identity.KEY_HOST])

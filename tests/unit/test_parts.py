@@ -41,6 +41,7 @@ from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import nova_lookups
 from nova_lxd_accel import parts
 from tests.fixtures import fake_lxd
@@ -167,6 +168,20 @@ class OwnerAndClientTest(PartsTestCase):
         self.assertEqual(['nova-' + UUID], list(self.client.records))
         # spawn's host side and the driver's are the same ports
         self.assertIs(built.networking, built.plumbing.networking)
+
+    def test_migrations_finish_under_this_hosts_profile_masks(self):
+        # issue 43 item 11: what init_host found in this host's [lxd]
+        # profiles is masked in a container it finishes a move of
+        built = self.build()
+        built.host._profile_masks = lxd_host.profile_masks([{
+            'config': {'raw.lxc': 'lxc.apparmor.profile=unconfined'},
+            'devices': {'socket': {'type': 'proxy'}}}])
+        # the migration builds under the Host part's policy, not its own
+        self.assertIs(built.host, built.migration._host)
+        policy = built.migration._host.policy()
+        self.assertEqual(('socket',), policy.masked_devices)
+        self.assertEqual(('raw.lxc', '# stripped by nova-lxd-accel'),
+                         policy.masked_config[0])
 
 
 class AcceleratorWiringTest(PartsTestCase):

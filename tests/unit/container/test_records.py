@@ -32,6 +32,7 @@ from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import records
 from nova_lxd_accel.container import volume
+from nova_lxd_accel import host
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 PORT = 'b1e0c5a2-7f3d-4e8b-9a61-2c4d5e6f7a80'
@@ -219,8 +220,12 @@ class TransferRecordTest(testtools.TestCase):
         records.backup_config(record['config'], 'src')
         self.assertEqual(before, record)
 
-    def test_no_profiles_field_sends_an_empty_list(self):
+    def test_the_source_profiles_are_not_sent(self):
+        # the destination gives it its own [lxd] profiles when it finishes
         record = _record(_built())
+        record['profiles'] = ['default', 'gpu-everywhere']
+        self.assertEqual([], records.transfer_record(record, 'dst')[
+            'profiles'])
         del record['profiles']
         self.assertEqual([], records.transfer_record(record, 'dst')[
             'profiles'])
@@ -304,3 +309,77 @@ class ResizedTest(testtools.TestCase):
                                            'dst', {}, ledger.Binding())
         self.assertEqual('false', config['security.guestapi'])
         self.assertNotIn('security.devlxd', config)
+
+
+#: the masks of the [lxd] profiles of the source and of the destination
+#: (nova_lxd_accel.host.profile_masks of their unsafe content, strip mode)
+SOURCE_POLICY = builder.HostPolicy(
+    host='src', masked_config=(('raw.lxc', '# stripped by nova-lxd-accel'),
+                               ('security.syscalls.intercept.mknod',
+                                'false')),
+    masked_devices=('src-gpu',))
+DEST_POLICY = builder.HostPolicy(
+    host='dst', masked_config=(('raw.apparmor',
+                                '# stripped by nova-lxd-accel'),
+                               ('security.privileged', 'false')),
+    masked_devices=('dst-socket', 'root'))
+
+
+class ProfileMasksTest(testtools.TestCase):
+    """A migration writes the destination's masks, not the source's.
+
+    Each host masks the unsafe content of its own ``[lxd] profiles``; the
+    destination's profiles are not the source's, so the masks the
+    container brings would hide the wrong things and miss the
+    destination's.
+    """
+
+    def setUp(self):
+        super(ProfileMasksTest, self).setUp()
+        objects.register_all()
+
+    def moved(self, policy=DEST_POLICY):
+        flavor = _flavor()
+        old = builder.build_container(_instance(flavor), flavor, _image(),
+                                      SOURCE_POLICY, HOST_SIDE)
+        fragment = builder.resize_fragment(_instance(flavor), flavor,
+                                           _image(), policy)
+        return records.resized(_record(old), fragment, 'dst', {},
+                               ledger.Binding())
+
+    def test_the_destination_masks_its_own_profiles(self):
+        config, devices = self.moved()
+        self.assertEqual('# stripped by nova-lxd-accel',
+                         config['raw.apparmor'])
+        self.assertEqual({'type': 'none'}, devices['dst-socket'])
+        # the driver's own choices still win over a mask
+        self.assertEqual('disk', devices['root']['type'])
+
+    def test_the_source_masks_are_not_carried(self):
+        config, devices = self.moved()
+        self.assertNotIn('raw.lxc', config)
+        self.assertNotIn('security.syscalls.intercept.mknod', config)
+        self.assertNotIn('src-gpu', devices)
+        # nor on a destination that masks nothing
+        config, devices = self.moved(builder.HostPolicy(host='dst'))
+        self.assertEqual([], [k for k in config if k.startswith(
+            builder.MASK_ONLY_CONFIG_PREFIXES)])
+        self.assertEqual([], [n for n, d in devices.items()
+                              if d['type'] == builder.MASK_DEVICE_TYPE])
+
+    def test_every_mask_is_dropped_or_set_again(self):
+        # each key a mask can set (nova_lxd_accel.host.profile_masks) is
+        # either a mask-only key, dropped on resize and migration, or a
+        # flavor key, which the new flavor's parts set again
+        unsafe = {'config': {
+            'raw.lxc': 'x', 'raw.apparmor': 'x',
+            'security.privileged': 'true', 'security.nesting': 'true',
+            'security.syscalls.intercept.mknod': 'true',
+            'security.syscalls.intercept.bpf': 'true'},
+            'devices': {'g': {'type': 'gpu'}}}
+        config, _devices = host.profile_masks([unsafe])
+        self.assertEqual(6, len(config))
+        for key in config:
+            self.assertTrue(key.startswith(
+                builder.MASK_ONLY_CONFIG_PREFIXES) or
+                key in records.FLAVOR_KEYS, key)

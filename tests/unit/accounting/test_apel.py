@@ -28,21 +28,21 @@ import fixtures
 import testtools
 
 from nova_lxd_accel.accounting import apel
-from tests.unit.cmd import test_gpu
+from tests.fixtures import host_cli
 
-IDLE = test_gpu.IDLE
+IDLE = host_cli.IDLE
 FIRST, LAST = 1784000000.0, 1784093600.0
 BUSY = 7200
 
 
-class TestUsageExport(test_gpu.RecordedHost):
+class TestUsageExport(host_cli.RecordedHost):
 
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.path = os.path.join(self.dir, 'host-a.json')
         state = os.path.join(self.host('h100-mig-cdi'), 'state')
-        rc, out, err = test_gpu.run('usage', '--state-dir', state,
+        rc, out, err = host_cli.run('usage', '--state-dir', state,
                                     '--export', self.path)
         self.assertEqual((0, '', ''), (rc, out, err))
 
@@ -135,7 +135,7 @@ class TestUsageExport(test_gpu.RecordedHost):
 
     def test_unwritable_export_fails(self):
         state = os.path.join(self.host('h100-mig-cdi'), 'state')
-        rc, _, err = test_gpu.run('usage', '--state-dir', state, '--export',
+        rc, _, err = host_cli.run('usage', '--state-dir', state, '--export',
                                   os.path.join(self.dir, 'no', 'such.json'))
         self.assertEqual(1, rc)
         self.assertIn('such.json', err)

@@ -36,10 +36,10 @@ from nova_lxd_accel.container import identity
 from nova_lxd_accel import diagnosis
 from nova_lxd_accel import exception
 from nova_lxd_accel import host as lxd_host
+from tests.fixtures import host_cli
 from tests.fixtures import seam_helpers
-from tests.unit.cmd import test_gpu
 
-AT = test_gpu.AT
+AT = host_cli.AT
 
 
 def _conf(test):
@@ -84,10 +84,10 @@ class TestFormatTable(testtools.TestCase):
                           'mig    OK       fine'], lines)
 
 
-class TestRecorded(test_gpu.RecordedHost):
+class TestRecorded(host_cli.RecordedHost):
 
     def test_table_of_an_unhealthy_host_exits_1(self):
-        rc, out, err = test_gpu.run('doctor', '--recorded', self.host(
+        rc, out, err = host_cli.run('doctor', '--recorded', self.host(
             'a100-unhealthy-no-cdi'), '--at', AT)
         self.assertEqual((1, ''), (rc, err))
         lines = out.splitlines()
@@ -112,14 +112,14 @@ class TestRecorded(test_gpu.RecordedHost):
         # the bound slice was last busy at 1784007200; idle after a day
         path = self.host('h100-mig-cdi')
         for at, idle in (('1784050000', False), ('1784093600', True)):
-            rc, out, _ = test_gpu.run('doctor', '--recorded', path,
+            rc, out, _ = host_cli.run('doctor', '--recorded', path,
                                       '--format', 'json', '--at', at)
             checks = {f['check'] for f in json.loads(out)['findings']}
             self.assertEqual(idle, 'gpu-idle' in checks, at)
 
     def test_recorded_directory_that_does_not_exist_is_bad_input(self):
         path = os.path.join(self.useFixture(fixtures.TempDir()).path, 'no')
-        rc, out, err = test_gpu.run('doctor', '--recorded', path)
+        rc, out, err = host_cli.run('doctor', '--recorded', path)
         self.assertEqual((2, ''), (rc, out))
         self.assertEqual(
             'nova-lxd-accel doctor: error: %s: no such directory (--recorded'
@@ -129,7 +129,7 @@ class TestRecorded(test_gpu.RecordedHost):
         path = self.host('cpu-only-lxd502')
         with open(os.path.join(path, 'server.json'), 'w') as f:
             f.write('{"environment": ')
-        rc, out, err = test_gpu.run('doctor', '--recorded', path)
+        rc, out, err = host_cli.run('doctor', '--recorded', path)
         self.assertEqual((2, ''), (rc, out))
         self.assertEqual(1, err.count('\n'), err)
         self.assertTrue(err.startswith('nova-lxd-accel doctor: error: '), err)
@@ -139,7 +139,7 @@ class TestRecorded(test_gpu.RecordedHost):
         state = os.path.join(path, 'state', 'gpu-state.json')
         with open(state, 'w') as f:
             f.write('{"holds": {')
-        rc, out, err = test_gpu.run('doctor', '--recorded', path)
+        rc, out, err = host_cli.run('doctor', '--recorded', path)
         self.assertEqual((2, ''), (rc, out))
         self.assertIn(state + ' is not valid JSON', err)
 
@@ -194,7 +194,7 @@ class TestRecorded(test_gpu.RecordedHost):
                             'nova.conf')
         with open(conf, 'w') as f:
             f.write('[lxd_accelerators]\nreport_mig = perhaps\n')
-        rc, out, err = test_gpu.run('doctor', '--recorded',
+        rc, out, err = host_cli.run('doctor', '--recorded',
                                     self.host('cpu-only-lxd502'),
                                     '--config-file', conf)
         self.assertEqual((2, ''), (rc, out))
@@ -232,7 +232,7 @@ class TestLiveHost(testtools.TestCase):
         return path
 
     def doctor(self, conf):
-        rc, out, err = test_gpu.run('doctor', '--format', 'json',
+        rc, out, err = host_cli.run('doctor', '--format', 'json',
                                     '--config-file', conf)
         data = json.loads(out)
         return rc, {f['check']: f for f in data['findings']}
@@ -302,7 +302,7 @@ class TestLiveHost(testtools.TestCase):
     def test_live_view_reads_the_state_directory(self):
         self.serve('server_info', 'host_reads')
         state = os.path.join(self.tmp, 'state')
-        shutil.copytree(os.path.join(test_gpu.SAMPLES,
+        shutil.copytree(os.path.join(host_cli.SAMPLES,
                                      'a100-unhealthy-no-cdi', 'state'),
                         state)
         rc, found = self.doctor(self.conf())

@@ -34,14 +34,14 @@ from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel import flavor_proposals
 from tests.fixtures import fake_nvidia_smi
 from tests.fixtures import gpu_hosts
+from tests.fixtures import host_cli
 from tests.fixtures import seam_helpers
-from tests.unit.cmd import test_gpu
 
 TWO_A100 = gpu_hosts.sample_path('handmade-lxd-two-a100-no-nvidia-object.json')
 A100_MIG_L = gpu_hosts.sample_path('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
 GTX970 = gpu_hosts.sample_path('handmade-lxd-6195-gtx970-from-text.json')
 #: the two A100s as the probe reads them (80 GiB each)
-A100_QUERY = os.path.join(test_gpu.SAMPLES, 'a100-unhealthy-no-cdi',
+A100_QUERY = os.path.join(host_cli.SAMPLES, 'a100-unhealthy-no-cdi',
                           'query-gpu.csv')
 
 
@@ -80,7 +80,7 @@ class FlavorsTest(testtools.TestCase):
         return path
 
     def run_flavors(self, *argv):
-        return test_gpu.run('flavors', '--config-file', self.conf, *argv)
+        return host_cli.run('flavors', '--config-file', self.conf, *argv)
 
     def proposals(self, *argv):
         rc, out, err = self.run_flavors('--format', 'json', *argv)

@@ -16,47 +16,22 @@ The hosts are ``samples/doctor/*`` (see its README); the commands run
 through ``nova-lxd-accel``'s own entry point.
 """
 
-import contextlib
-import io
 import json
 import os
 import shutil
 
 import fixtures
-import testtools
 
 from nova_lxd_accel.cmd import gpu
-from nova_lxd_accel.cmd import main
+from tests.fixtures import host_cli
 
-SAMPLES = os.path.join(os.path.dirname(__file__), 'samples', 'doctor')
-AT = '1784100000'
-IDLE = '7c1d3e2a-5b4f-4e6d-9a8b-0c1d2e3f4a5b'
-
-
-def run(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main.main(list(argv) + ['--config-file', '/dev/null'])
-    return rc, out.getvalue(), err.getvalue()
+SAMPLES = host_cli.SAMPLES
+AT = host_cli.AT
+IDLE = host_cli.IDLE
+run = host_cli.run
 
 
-class RecordedHost(testtools.TestCase):
-
-    def host(self, name):
-        """A private copy of a recorded host (tests may change it)."""
-        path = os.path.join(self.useFixture(fixtures.TempDir()).path, name)
-        shutil.copytree(os.path.join(SAMPLES, name), path)
-        return path
-
-    def doctor(self, path):
-        rc, out, _ = run('doctor', '--recorded', path, '--format', 'json',
-                         '--at', AT)
-        data = json.loads(out)
-        return rc, data['status'], {(f['check'], f['status'])
-                                    for f in data['findings']}, data
-
-
-class TestDoctor(RecordedHost):
+class TestDoctor(host_cli.RecordedHost):
 
     def test_cpu_only_host_says_no_gpu_and_passes(self):
         rc, status, found, _ = self.doctor(self.host('cpu-only-lxd502'))
@@ -240,7 +215,7 @@ class TestDoctor(RecordedHost):
         self.assertIn(('cgroup', 'warning'), found)
 
 
-class TestUsageIdleMetrics(RecordedHost):
+class TestUsageIdleMetrics(host_cli.RecordedHost):
 
     def state_dir(self, name='h100-mig-cdi'):
         return os.path.join(self.host(name), 'state')
@@ -295,7 +270,7 @@ class TestUsageIdleMetrics(RecordedHost):
                       text)
 
 
-class TestGpuCommand(RecordedHost):
+class TestGpuCommand(host_cli.RecordedHost):
 
     def test_hold_list_release(self):
         state = self.state_dir()

@@ -29,10 +29,10 @@ import fixtures
 import testtools
 
 from nova_lxd_accel.cmd import usage
-from tests.unit.cmd import test_gpu
+from tests.fixtures import host_cli
 
 AT = 1784100000
-IDLE = test_gpu.IDLE
+IDLE = host_cli.IDLE
 PROJECT = '3f0b4c5d6e7f40a1b2c3d4e5f6a7b8c9'
 
 #: three instances: two units of one GPU, a whole GPU, and a unit of an
@@ -74,7 +74,7 @@ class CommandTest(testtools.TestCase):
     def recorded_state_dir(self):
         path = os.path.join(self.tmp, 'h100')
         if not os.path.exists(path):
-            shutil.copytree(os.path.join(test_gpu.SAMPLES, 'h100-mig-cdi',
+            shutil.copytree(os.path.join(host_cli.SAMPLES, 'h100-mig-cdi',
                                          'state'), path)
         return path
 
@@ -131,7 +131,7 @@ class TestUsage(CommandTest):
                           row['busy_percent']))
 
     def test_table_per_project(self):
-        rc, out, err = test_gpu.run('usage', '--state-dir',
+        rc, out, err = host_cli.run('usage', '--state-dir',
                                     self.state_dir(STATE), '--by', 'project')
         self.assertEqual((0, ''), (rc, err))
         header, no_project, first, second = out.splitlines()
@@ -145,7 +145,7 @@ class TestUsage(CommandTest):
                          second.split())
 
     def test_table_per_instance_names_the_project(self):
-        rc, out, _ = test_gpu.run('usage', '--state-dir',
+        rc, out, _ = host_cli.run('usage', '--state-dir',
                                   self.state_dir(STATE))
         lines = out.splitlines()
         self.assertEqual(['INSTANCE', 'PROJECT'], lines[0].split()[:2])
@@ -153,7 +153,7 @@ class TestUsage(CommandTest):
                          lines[2].split())
 
     def test_json(self):
-        rc, out, _ = test_gpu.run('usage', '--state-dir',
+        rc, out, _ = host_cli.run('usage', '--state-dir',
                                   self.state_dir(STATE), '--format', 'json')
         self.assertEqual(0, rc)
         self.assertEqual(usage.usage_rows(STATE), json.loads(out))
@@ -162,7 +162,7 @@ class TestUsage(CommandTest):
         # its content is bad input, as a wrong shape is (test_gpu)
         state = self.state_dir(text='{"usage": ')
         for command in ('usage', 'idle', 'metrics'):
-            rc, out, err = test_gpu.run(command, '--state-dir', state)
+            rc, out, err = host_cli.run(command, '--state-dir', state)
             self.assertEqual((2, ''), (rc, out), command)
             self.assertIn('nova-lxd-accel %s: error: ' % command, err)
             self.assertIn(os.path.join(state, 'gpu-state.json') +
@@ -171,7 +171,7 @@ class TestUsage(CommandTest):
     def test_bad_configuration_exits_2(self):
         conf = self.conf('[lxd_accelerators]\nidle_report_after = soon\n')
         for command in ('usage', 'idle', 'metrics'):
-            rc, out, err = test_gpu.run(command, '--state-dir',
+            rc, out, err = host_cli.run(command, '--state-dir',
                                         self.state_dir(STATE),
                                         '--config-file', conf)
             self.assertEqual((2, ''), (rc, out), command)
@@ -183,7 +183,7 @@ class TestUsage(CommandTest):
 class TestIdle(CommandTest):
 
     def test_table_line_says_since_when(self):
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.recorded_state_dir(), '--at', str(AT))
         self.assertEqual(0, rc)
         # last busy at 1784007200: 92800 s before AT
@@ -194,31 +194,31 @@ class TestIdle(CommandTest):
 
     def test_threshold_comes_from_nova_conf(self):
         conf = self.conf('[lxd_accelerators]\nidle_report_after = 100000\n')
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.recorded_state_dir(), '--at', str(AT),
                                   '--config-file', conf)
         self.assertEqual(0, rc)
         self.assertEqual('No GPU of a running instance has been idle for '
                          '100000 seconds or more.', out.strip())
         # --after wins over nova.conf
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.recorded_state_dir(), '--at', str(AT),
                                   '--config-file', conf, '--after', '3600')
         self.assertIn('idle since', out)
 
     def test_reporting_off(self):
         conf = self.conf('[lxd_accelerators]\nidle_report_after = 0\n')
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.recorded_state_dir(), '--at', str(AT),
                                   '--config-file', conf)
         self.assertEqual(0, rc)
         self.assertEqual('Idle reporting is off ([lxd_accelerators] '
                          'idle_report_after = 0).', out.strip())
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.recorded_state_dir(), '--at', str(AT),
                                   '--format', 'json')
         self.assertEqual(1, len(json.loads(out)))
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.recorded_state_dir(), '--at', str(AT),
                                   '--format', 'json', '--after', '0')
         self.assertEqual([], json.loads(out))
@@ -227,7 +227,7 @@ class TestIdle(CommandTest):
         state = {'bound': {'pci:0000:07:00.0': {
             'pci': '0000:07:00.0', 'instance': 'inst-x', 'project': None,
             'running': True, 'since': AT - 7200.0}}}
-        rc, out, _ = test_gpu.run('idle', '--state-dir',
+        rc, out, _ = host_cli.run('idle', '--state-dir',
                                   self.state_dir(state), '--at', str(AT),
                                   '--after', '3600')
         self.assertIn('instance inst-x  project -  pci:0000:07:00.0', out)
@@ -243,7 +243,7 @@ class TestMetrics(CommandTest):
                                        'reason': 'firmware',
                                        'since': AT - 60.0}},
             'probe': {'at': AT - 30.0, 'available': True}}
-        rc, out, err = test_gpu.run('metrics', '--state-dir',
+        rc, out, err = host_cli.run('metrics', '--state-dir',
                                     self.state_dir(state), '--at', str(AT))
         self.assertEqual((0, ''), (rc, err))
         self.assertIn('# TYPE nova_lxd_accel_gpu_state gauge', out)
@@ -257,7 +257,7 @@ class TestMetrics(CommandTest):
 
     def test_unwritable_output_exits_1(self):
         target = os.path.join(self.tmp, 'no', 'such', 'gpu.prom')
-        rc, out, err = test_gpu.run('metrics', '--state-dir',
+        rc, out, err = host_cli.run('metrics', '--state-dir',
                                     self.state_dir(STATE), '--output',
                                     target)
         self.assertEqual((1, ''), (rc, out))
@@ -286,7 +286,7 @@ class TestUsageEnergy(CommandTest):
                          (row['project'], row['gpu_energy_wh']))
 
     def test_table_shows_the_energy_column(self):
-        rc, out, err = test_gpu.run('usage', '--state-dir',
+        rc, out, err = host_cli.run('usage', '--state-dir',
                                     self.state_dir(self.energy_state()))
         self.assertEqual((0, ''), (rc, err))
         lines = out.splitlines()
@@ -296,7 +296,7 @@ class TestUsageEnergy(CommandTest):
         self.assertEqual('-', lines[2].split()[-1])
 
     def test_no_energy_column_without_power_readings(self):
-        rc, out, _ = test_gpu.run('usage', '--state-dir',
+        rc, out, _ = host_cli.run('usage', '--state-dir',
                                   self.state_dir(STATE))
         self.assertNotIn('Wh', out)
         self.assertNotIn('gpu_energy_wh', usage.usage_rows(STATE)[0])

@@ -25,172 +25,36 @@ from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel_dashboard import fleet
+from tests.fixtures import sample_fleet
 
-HOST_1 = 'cn-gpu-01'
-HOST_2 = 'cn-gpu-02'
-
-ROOT_1 = '4e8e5957-649f-477b-9e5b-f1f75b21c03c'
-ROOT_2 = '7a3f2c1d-5b6e-4f70-8a9b-0c1d2e3f4a5b'
-ROOT_CPU = '1b2c3d4e-5f60-4718-9a2b-3c4d5e6f7a8b'
-NFS_POOL = 'c0ffee00-1234-4567-89ab-cdef01234567'
-OVS_AGENT = '2d9b4f3e-61a7-4c8e-b5d2-9e0f1a2b3c4d'
-OVS_BRIDGE = '3e0c5a4f-72b8-4d9f-86e3-af102b3c4d5e'
-
-H100_MIG = 'a1c7f2e4-0d3b-4b6a-9e51-2f8c6d7e0a11'
-A100_WHOLE = 'b2d8e3f5-1e4c-4c7b-8f62-3a9d7e8f1b22'
-A100_SICK = 'c3e9f4a6-2f5d-4d8c-9a73-4b0e8f9a2c33'
-A100_UNPROBED = 'd4f0a5b7-3a6e-4e9d-8b84-5c1f9a0b3d44'
-IB_CARD = 'e5a1b6c8-4b7f-4f0e-9c95-6d2a0b1c4e55'
-H100_DIRTY = 'f6b2c7d9-5c8a-4a1f-8da6-7e3b1c2d5f66'
-A100_SHARED = '07c3d8ea-6d9b-4b2a-9eb7-8f4c2d3e6a77'
-
-PROJECT_ALPHA = 'a4f7c2d9e1b84c3fa6e0d5b2c9f81e37'
-PROJECT_BETA = 'b5e8d3eaf2c95d4ab7f1e6c3da092f48'
-PROJECT_GAMMA = 'e6f9e4fb03da6e5bc802f7d4eb1a3059'
-
-SRV_TRAIN = '5f1e2d3c-4b5a-4697-8877-665544332211'
-SRV_INFER = '6a2f3e4d-5c6b-4708-9988-776655443322'
-SRV_BETA_WHOLE = '7b3a4f5e-6d7c-4819-8a99-887766554433'
-SRV_BETA_SICK = '8c4b5a6f-7e8d-492a-9baa-998877665544'
-SRV_GAMMA = '9d5c6b7a-8f9e-4a3b-acbb-aa9988776655'
-SRV_SHARE_A = 'ae6d7c8b-9a0f-4b4c-bdcc-bbaa99887766'
-SRV_SHARE_G = 'bf7e8d9c-0b1a-4c5d-8edd-ccbbaa998877'
-#: a consumer Nova does not list (a server being deleted, a migration)
-UNKNOWN_CONSUMER = 'c08f9e0d-1c2b-4d6e-9fee-ddccbbaa9988'
-
-H100 = 'NVIDIA_H100_80GB_HBM3'
-A100 = 'NVIDIA_A100_SXM4_80GB'
-
-
-def _gpu_name(host, pci):
-    return provider_tree.gpu_provider_name(host, pci)
-
-
-def _provider(uuid, name, parent=None, root=None):
-    """A provider of ``GET /resource_providers`` at microversion 1.14."""
-    base = '/resource_providers/%s' % uuid
-    return {'uuid': uuid, 'name': name, 'generation': 7,
-            'parent_provider_uuid': parent, 'root_provider_uuid': root or uuid,
-            'links': [{'rel': 'self', 'href': base},
-                      {'rel': 'inventories', 'href': base + '/inventories'},
-                      {'rel': 'usages', 'href': base + '/usages'},
-                      {'rel': 'aggregates', 'href': base + '/aggregates'},
-                      {'rel': 'traits', 'href': base + '/traits'},
-                      {'rel': 'allocations', 'href': base + '/allocations'}]}
-
-
-def _inventory(reserved=None, **totals):
-    reserved = reserved or {}
-    return {rc: provider_tree.inventory_record(total, reserved.get(rc, 0))
-            for rc, total in totals.items()}
-
-
-def _gpu_traits(model, product, cuda, *more):
-    return ['OWNER_NOVA', 'CUSTOM_GPU_VENDOR_10DE',
-            'CUSTOM_GPU_PRODUCT_10DE_%s' % product,
-            'CUSTOM_GPU_MODEL_%s' % model, 'CUSTOM_CUDA_CC_%s' % cuda] + list(
-                more)
-
-
-def _allocations(**by_consumer):
-    return {consumer: {'resources': resources}
-            for consumer, resources in by_consumer.items()}
-
-
-def fleet_answers():
-    """(listing, {uuid: (inventories, traits, allocations)}) of the fleet."""
-    providers = [
-        _provider(ROOT_1, HOST_1),
-        _provider(H100_MIG, _gpu_name(HOST_1, '0000:07:00.0'), ROOT_1, ROOT_1),
-        _provider(A100_WHOLE, _gpu_name(HOST_1, '0000:85:00.0'), ROOT_1,
-                  ROOT_1),
-        _provider(A100_SICK, _gpu_name(HOST_1, '0000:86:00.0'), ROOT_1,
-                  ROOT_1),
-        _provider(A100_UNPROBED, _gpu_name(HOST_1, '0000:c1:00.0'), ROOT_1,
-                  ROOT_1),
-        _provider(IB_CARD, provider_tree.ib_provider_name(
-            HOST_1, '0000:3b:00.0'), ROOT_1, ROOT_1),
-        # Neutron's OVS agent and its bridge under the same compute node
-        _provider(OVS_AGENT, HOST_1 + ':Open vSwitch agent', ROOT_1, ROOT_1),
-        _provider(OVS_BRIDGE, HOST_1 + ':Open vSwitch agent:br-ex',
-                  OVS_AGENT, ROOT_1),
-        _provider(ROOT_2, HOST_2),
-        _provider(H100_DIRTY, _gpu_name(HOST_2, '0000:07:00.0'), ROOT_2,
-                  ROOT_2),
-        _provider(A100_SHARED, _gpu_name(HOST_2, '0000:85:00.0'), ROOT_2,
-                  ROOT_2),
-        # a compute node without accelerators and a sharing provider
-        _provider(ROOT_CPU, 'cn-cpu-01'),
-        _provider(NFS_POOL, 'nfs-pool-1'),
-    ]
-    sick_held = {'CUSTOM_MIG_1G_10GB': 7}
-    answers = {
-        H100_MIG: (
-            _inventory(CUSTOM_MIG_1G_10GB=6, CUSTOM_MIG_1G_10GB_ME=1),
-            _gpu_traits(H100, '2330', '9_0'),
-            _allocations(**{SRV_TRAIN: {'CUSTOM_MIG_1G_10GB': 2},
-                            SRV_INFER: {'CUSTOM_MIG_1G_10GB_ME': 1}})),
-        A100_WHOLE: (
-            _inventory(PGPU=1), _gpu_traits(A100, '20B2', '8_0'),
-            _allocations(**{SRV_BETA_WHOLE: {'PGPU': 1}})),
-        # held by the health gate (reserved = total) with a server still on
-        A100_SICK: (
-            _inventory(sick_held, CUSTOM_MIG_1G_10GB=7),
-            _gpu_traits(A100, '20B2', '8_0', gate.TRAIT_UNHEALTHY),
-            _allocations(**{SRV_BETA_SICK: {'CUSTOM_MIG_1G_10GB': 1}})),
-        A100_UNPROBED: (
-            _inventory({'PGPU': 1}, PGPU=1),
-            _gpu_traits(A100, '20B2', '8_0', gate.TRAIT_UNPROBEABLE), {}),
-        IB_CARD: (
-            _inventory(CUSTOM_INFINIBAND_VF=8),
-            ['OWNER_NOVA', 'CUSTOM_IB_VENDOR_15B3',
-             'CUSTOM_IB_PRODUCT_15B3_101B'],
-            _allocations(**{SRV_TRAIN: {'CUSTOM_INFINIBAND_VF': 1},
-                            UNKNOWN_CONSUMER: {'CUSTOM_INFINIBAND_VF': 1}})),
-        # one 2g.20gb released, not yet verified clean: one more reserved
-        H100_DIRTY: (
-            _inventory({'CUSTOM_MIG_2G_20GB': 1}, CUSTOM_MIG_2G_20GB=3,
-                       CUSTOM_MIG_1G_10GB=1),
-            _gpu_traits(H100, '2330', '9_0'),
-            _allocations(**{SRV_GAMMA: {'CUSTOM_MIG_2G_20GB': 1}})),
-        A100_SHARED: (
-            _inventory(CUSTOM_GPU_SHARE=4, CUSTOM_GPU_MEMORY_MB=81920),
-            _gpu_traits(A100, '20B2', '8_0', 'CUSTOM_GPU_SHARED',
-                        'CUSTOM_GPU_SHARING_QUOTA'),
-            _allocations(**{
-                SRV_SHARE_A: {'CUSTOM_GPU_SHARE': 1,
-                              'CUSTOM_GPU_MEMORY_MB': 20480},
-                SRV_SHARE_G: {'CUSTOM_GPU_SHARE': 1,
-                              'CUSTOM_GPU_MEMORY_MB': 20480}})),
-    }
-    return providers, answers
-
-
-def fleet_details(answers):
-    """``details`` as :func:`placement.read` hands them to ``build``."""
-    return {uuid: {'inventories': inv, 'traits': traits,
-                   'allocations': alloc}
-            for uuid, (inv, traits, alloc) in answers.items()}
-
-
-def servers():
-    """As the panel maps Nova's server list (gamma's name unreadable)."""
-    names = {PROJECT_ALPHA: 'alpha-ml', PROJECT_BETA: 'beta-vision'}
-    listed = [(SRV_TRAIN, 'train-llm-0', PROJECT_ALPHA),
-              (SRV_INFER, 'infer-api', PROJECT_ALPHA),
-              (SRV_BETA_WHOLE, 'seg-train', PROJECT_BETA),
-              (SRV_BETA_SICK, 'seg-eval', PROJECT_BETA),
-              (SRV_GAMMA, 'notebook-7', PROJECT_GAMMA),
-              (SRV_SHARE_A, 'jupyter-a', PROJECT_ALPHA),
-              (SRV_SHARE_G, 'jupyter-g', PROJECT_GAMMA)]
-    return {uuid: {'name': name, 'project_id': project,
-                   'project_name': names.get(project, project)}
-            for uuid, name, project in listed}
-
-
-def build_fleet():
-    providers, answers = fleet_answers()
-    return fleet.build(providers, fleet_details(answers), servers())
+HOST_1 = sample_fleet.HOST_1
+HOST_2 = sample_fleet.HOST_2
+ROOT_1 = sample_fleet.ROOT_1
+ROOT_2 = sample_fleet.ROOT_2
+H100_MIG = sample_fleet.H100_MIG
+A100_WHOLE = sample_fleet.A100_WHOLE
+A100_SICK = sample_fleet.A100_SICK
+A100_UNPROBED = sample_fleet.A100_UNPROBED
+IB_CARD = sample_fleet.IB_CARD
+H100_DIRTY = sample_fleet.H100_DIRTY
+A100_SHARED = sample_fleet.A100_SHARED
+PROJECT_ALPHA = sample_fleet.PROJECT_ALPHA
+PROJECT_BETA = sample_fleet.PROJECT_BETA
+PROJECT_GAMMA = sample_fleet.PROJECT_GAMMA
+SRV_TRAIN = sample_fleet.SRV_TRAIN
+SRV_INFER = sample_fleet.SRV_INFER
+UNKNOWN_CONSUMER = sample_fleet.UNKNOWN_CONSUMER
+H100 = sample_fleet.H100
+A100 = sample_fleet.A100
+_gpu_name = sample_fleet.gpu_name
+_provider = sample_fleet.provider
+_inventory = sample_fleet.inventory
+_gpu_traits = sample_fleet.gpu_traits
+_allocations = sample_fleet.allocations
+fleet_answers = sample_fleet.fleet_answers
+fleet_details = sample_fleet.fleet_details
+servers = sample_fleet.servers
+build_fleet = sample_fleet.build_fleet
 
 
 def _cards(hosts):

@@ -27,7 +27,7 @@ import testtools
 
 from nova_lxd_accel_dashboard import fleet
 from nova_lxd_accel_dashboard import placement
-from tests.unit.dashboard import test_fleet as sample
+from tests.fixtures import sample_fleet as sample
 
 ENDPOINT = 'http://192.0.2.10/placement'
 TOKEN = 'gAAAAABnR3-admin-token'

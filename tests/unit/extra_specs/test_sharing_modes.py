@@ -34,14 +34,13 @@ from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 from nova_lxd_accel.extra_specs import sharing_modes
 from nova_lxd_accel import flavor_proposals
+from tests.fixtures import binding
 from tests.fixtures import gpu_hosts
-from tests.unit.accel.binding import test_pick
-from tests.unit.accel.binding import test_sharing
 
-A100_SHARED = test_sharing.A100_SHARED
-A100_WHOLE = test_sharing.A100_WHOLE
-SHARED_RP = test_sharing.SHARED_RP
-WHOLE_RP = test_sharing.WHOLE_RP
+A100_SHARED = binding.A100_SHARED
+A100_WHOLE = binding.A100_WHOLE
+SHARED_RP = binding.SHARED_RP
+WHOLE_RP = binding.WHOLE_RP
 QUOTA = 'CUSTOM_GPU_SHARING_QUOTA'
 TIMESLICE = 'CUSTOM_GPU_SHARING_TIMESLICE'
 
@@ -90,7 +89,7 @@ class ModeTraitTest(testtools.TestCase):
 
     def traits(self, entries, tree=None):
         conf = gpu_hosts.make_conf(shared_gpus=entries)
-        _, tree = gpu_hosts.report(test_pick._host(), gpu_hosts.load_text(
+        _, tree = gpu_hosts.report(gpu_hosts.mixed_host(), gpu_hosts.load_text(
             'nvsmi-h100-80gb-mig-4slices-L.txt'), conf=conf, tree=tree)
         return tree, {rp: set(tree.data(rp).traits)
                       for rp in (SHARED_RP, WHOLE_RP)}
@@ -114,10 +113,10 @@ class ModeTraitTest(testtools.TestCase):
                          traits[SHARED_RP] & {QUOTA, TIMESLICE})
 
 
-class SpawnCheckTest(test_pick.BindingTestBase):
+class SpawnCheckTest(binding.BindingTestBase):
     """The last line of defence: the claim refuses the other mode."""
 
-    resources = staticmethod(test_pick._host)
+    resources = staticmethod(gpu_hosts.mixed_host)
     mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def setUp(self):
@@ -125,7 +124,7 @@ class SpawnCheckTest(test_pick.BindingTestBase):
         self.entries = ('%s:2:quota' % A100_SHARED,)
         conf = gpu_hosts.make_conf(shared_gpus=list(self.entries))
         self.inventory, self.tree = gpu_hosts.report(
-            test_pick._host(), self.mig_text, conf=conf)
+            gpu_hosts.mixed_host(), self.mig_text, conf=conf)
 
     def bind(self, entries, memory_mb=None):
         share = pick.ShareRequest(project_id='p1', memory_mb=memory_mb,

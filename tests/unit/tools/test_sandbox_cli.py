@@ -28,13 +28,15 @@ import textwrap
 
 import testtools
 
-from tests.unit.tools.test_sandbox_layout import REPO
 from tools.sandbox import bench
 from tools.sandbox import cli
 from tools.sandbox import daemon
 from tools.sandbox import horizon
 from tools.sandbox import images
 from tools.sandbox import layout
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 # Runs two steps of cli.Sandbox in a process of its own, as up does: one
 # that prints (itself and through a child process) and one that fails

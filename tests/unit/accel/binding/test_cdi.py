@@ -25,19 +25,19 @@ from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from tests.fixtures import binding
 from tests.fixtures import gpu_hosts
-from tests.unit.accel.binding import test_pick
 
 CDI = cdi.NvidiaBinding(cdi=True)
 MIG_CDI = cdi.NvidiaBinding(cdi=True, mig_cdi=True)
-H100 = test_pick.H100
-A100_0 = test_pick.A100_0
+H100 = binding.H100
+A100_0 = binding.A100_0
 GPU_10 = 'cmp1_gpu_0000_10_00_0'
 
 
-class TestCdiWholeGpu(test_pick.BindingTestBase):
+class TestCdiWholeGpu(binding.BindingTestBase):
 
-    resources = staticmethod(test_pick._eight_gpus)
+    resources = staticmethod(binding.eight_gpus)
 
     def test_pinned_by_uuid(self):
         result = pick.bind(self.alloc((GPU_10, 'PGPU', 1)),
@@ -99,9 +99,9 @@ class TestCdiWholeGpu(test_pick.BindingTestBase):
         self.assertEqual('0000:10:00.0', result.devices['nova-gpu0']['pci'])
 
 
-class TestCdiMig(test_pick.BindingTestBase):
+class TestCdiMig(binding.BindingTestBase):
 
-    resources = staticmethod(test_pick._host)
+    resources = staticmethod(gpu_hosts.mixed_host)
     mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def test_gpu_cdi_daemon(self):
@@ -169,11 +169,10 @@ class TestCdiMig(test_pick.BindingTestBase):
         self.assertNotIn('nvidia.runtime', result.config)
 
 
-class TestCdiLegacyMig(test_pick.BindingTestBase):
+class TestCdiLegacyMig(binding.BindingTestBase):
 
-    resources = staticmethod(test_pick.TestLegacyMig.resources)
-    mig_text = gpu_hosts.load_text(
-        'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+    resources = staticmethod(binding.legacy_mig_host)
+    mig_text = binding.LEGACY_MIG_TEXT
 
     def test_legacy_mig_refused_with_the_fix(self):
         error = self.assertRaises(

@@ -28,69 +28,19 @@ from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from tests.fixtures import binding
 from tests.fixtures import gpu_hosts
 
-H100 = 'cmp1_gpu_0000_00_09_0'
-A100_0 = 'cmp1_gpu_0000_07_00_0'
-A100_1 = 'cmp1_gpu_0000_85_00_0'
-IB_VF = 'cmp1_ib_0000_4b_00_0'
-IB_PORT = 'cmp1_ib_0000_0c_00_0'
+H100 = binding.H100
+A100_0 = binding.A100_0
+A100_1 = binding.A100_1
+IB_VF = binding.IB_VF
+IB_PORT = binding.IB_PORT
 
 
-def _eight_gpus():
-    return {'gpu': {'cards': gpu_hosts.eight_gpu_cards()}}
+class TestMixedHost(binding.BindingTestBase):
 
-
-def _host():
-    """H100 (4 MIG devices), two whole A100s, ConnectX-6 IB cards.
-
-    The VFs of 4b:00.0 get the netdevs mlx5_core gives them (the sample
-    lists one); VFs without a netdev cannot be bound.
-    """
-    resources = gpu_hosts.load_json('handmade-lxd-h100-mig-host.json')
-    resources['gpu']['cards'] += gpu_hosts.load_json(
-        'handmade-lxd-two-a100-no-nvidia-object.json')['gpu']['cards']
-    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
-        'network']
-    # give every VF of 4b:00.0 the netdev it has when mlx5_core drives it
-    for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
-        vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
-                        'protocol': 'infiniband'}]
-    resources['network'] = network
-    return resources
-
-
-class BindingTestBase(base.BaseTestCase):
-
-    resources = None
-    mig_text = ''
-
-    def setUp(self):
-        super().setUp()
-        self.conf = gpu_hosts.make_conf()
-        self.inventory, self.tree = gpu_hosts.report(
-            self.resources(), self.mig_text, conf=self.conf)
-
-    def rp(self, name):
-        return self.tree.data(name).uuid
-
-    def alloc(self, *items):
-        out = {self.tree.data(gpu_hosts.NODE).uuid: {
-            'resources': {'VCPU': 1, 'MEMORY_MB': 128}}}
-        for name, rc, n in items:
-            out.setdefault(self.rp(name), {'resources': {}})[
-                'resources'][rc] = n
-        return out
-
-    def bind(self, allocations, held=None):
-        return pick.bind(
-            allocations, self.inventory.device_for_provider, held,
-            ib_ports=self.conf.lxd_accelerators.report_infiniband_ports)
-
-
-class TestMixedHost(BindingTestBase):
-
-    resources = staticmethod(_host)
+    resources = staticmethod(gpu_hosts.mixed_host)
     mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def test_no_accelerators_no_devices(self):
@@ -268,15 +218,10 @@ class TestMixedHost(BindingTestBase):
                           allocations)
 
 
-class TestLegacyMig(BindingTestBase):
+class TestLegacyMig(binding.BindingTestBase):
 
-    @staticmethod
-    def resources():
-        return gpu_hosts.load_json(
-            'handmade-lxd-two-a100-no-nvidia-object.json')
-
-    mig_text = gpu_hosts.load_text(
-        'mig-L-a100-sxm4-40gb-7x1g5gb-legacy-uuid.txt')
+    resources = staticmethod(binding.legacy_mig_host)
+    mig_text = binding.LEGACY_MIG_TEXT
 
     def test_legacy_uses_gi_ci(self):
         result = self.bind(self.alloc((A100_0, 'CUSTOM_MIG_1G_5GB', 2)))
@@ -300,9 +245,9 @@ class TestLegacyMig(BindingTestBase):
         self.assertEqual('8', result.devices['nova-mig0']['mig.gi'])
 
 
-class TestEightGpus(BindingTestBase):
+class TestEightGpus(binding.BindingTestBase):
 
-    resources = staticmethod(_eight_gpus)
+    resources = staticmethod(binding.eight_gpus)
 
     def test_each_gpu_bound_once(self):
         names = ['cmp1_gpu_0000_1%d_00_0' % i for i in range(8)]
@@ -320,7 +265,7 @@ class TestEightGpus(BindingTestBase):
                               self.alloc((name, 'PGPU', 1)), held)
 
 
-class TestCapturedH200(BindingTestBase):
+class TestCapturedH200(binding.BindingTestBase):
     """The device a PGPU allocation gives on the captured H200 host.
 
     On that machine (samples/README.md) Debian's LXD 5.0.2 started a

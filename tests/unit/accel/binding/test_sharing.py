@@ -28,8 +28,8 @@ from nova_lxd_accel.accel.inventory import shared_gpus
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from tests.fixtures import binding
 from tests.fixtures import gpu_hosts
-from tests.unit.accel.binding import test_pick
 
 PCI = '0000:3b:00.0'
 
@@ -97,10 +97,10 @@ class LxdConfigTest(testtools.TestCase):
                          config['environment.CUDA_MPS_PIPE_DIRECTORY'])
 
 
-A100_SHARED = '0000:07:00.0'
-A100_WHOLE = '0000:85:00.0'
-SHARED_RP = 'cmp1_gpu_0000_07_00_0'
-WHOLE_RP = 'cmp1_gpu_0000_85_00_0'
+A100_SHARED = binding.A100_SHARED
+A100_WHOLE = binding.A100_WHOLE
+SHARED_RP = binding.SHARED_RP
+WHOLE_RP = binding.WHOLE_RP
 H100_RP = 'cmp1_gpu_0000_00_09_0'
 
 
@@ -123,7 +123,7 @@ class SharedInventoryTest(testtools.TestCase):
     """Shared and whole GPUs mixed on one recorded host."""
 
     def report(self, entries, memory=None):
-        resources = test_pick._host()
+        resources = gpu_hosts.mixed_host()
         conf = gpu_hosts.make_conf(shared_gpus=entries)
         inventory = reporter.AcceleratorInventory(
             lambda: resources,
@@ -162,16 +162,16 @@ class SharedInventoryTest(testtools.TestCase):
         self.assertRaises(ValueError, self.report, ['NVIDIA_A10'])
 
 
-class SharedBindingTest(test_pick.BindingTestBase):
+class SharedBindingTest(binding.BindingTestBase):
 
-    resources = staticmethod(test_pick._host)
+    resources = staticmethod(gpu_hosts.mixed_host)
     mig_text = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
 
     def setUp(self):
         super().setUp()
         conf = gpu_hosts.make_conf(shared_gpus=['%s:2' % A100_SHARED])
         self.inventory, self.tree = gpu_hosts.report(
-            test_pick._host(), self.mig_text, conf=conf)
+            gpu_hosts.mixed_host(), self.mig_text, conf=conf)
 
     def share(self, project='p1', **kw):
         # the card in the mode the flavor needs (test_sharing_modes)

@@ -40,80 +40,18 @@ from nova_lxd_accel.conf import accelerators
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from tests.fixtures import fake_lxd
+from tests.fixtures import fake_nvidia_smi
+from tests.fixtures import gate_harness
 from tests.fixtures import gpu_hosts
-from tests.unit.accel.health import test_probe
 
-H100 = '0000:00:09.0'
-INSTANCE = 'f0d1c2b3-0000-4000-8000-000000000001'
-
-
-def h100():
-    return devices.Gpu(pci_address=H100, vendor_id='10de',
-                       product_id='2330', driver='nvidia',
-                       model='NVIDIA H100 80GB HBM3')
+H100 = gate_harness.H100
+INSTANCE = gate_harness.INSTANCE
+h100 = gate_harness.h100
+container = gate_harness.container
+share_container = gate_harness.share_container
 
 
-def container(pci=H100, status='Running', instance=INSTANCE):
-    unit = ledger.Unit(
-        name='nova-gpu0', kind=units.KIND_PGPU, resource_class='PGPU',
-        provider='rp-h100', device_pci=pci, key='pci:' + pci,
-        device={'type': 'gpu', 'pci': pci}, detail={})
-    config = dict(ledger.Binding(units=(unit,)).config)
-    config['user.nova_lxd_accel.instance_uuid'] = instance
-    return {'name': 'nova-' + instance, 'status': status, 'config': config}
-
-
-class GateTestCase(testtools.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.dir = self.useFixture(fixtures.TempDir()).path
-        self.conf = cfg.ConfigOpts()
-        accelerators.register_opts(self.conf)
-        self.conf([])
-        self.override('state_dir', os.path.join(self.dir, 'state'))
-        self.override('idle_report_after', 3600)
-        self.now = 1000.0
-        self.containers = []
-        self.gpus = [h100()]
-        self.smi_dir = os.path.join(self.dir, 'smi')
-        os.makedirs(self.smi_dir)
-        self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
-                  'nvsmi-h100-80gb-idle-compute-apps.csv')
-        #: pid -> container the recorded processes run in (what the
-        #: gate would read from /proc/<pid>/cgroup); others: unknown
-        self.pids = {}
-        self.gate = gate.GpuGate(
-            self.conf, lambda: self.containers, lambda: self.gpus,
-            instance_projects=lambda: {INSTANCE: 'proj-a'},
-            host_probe=probe.HostProbe(
-                os.path.join(self.smi_dir, 'nvidia-smi'),
-                clock=lambda: self.now),
-            clock=lambda: self.now, attribute=self.pids.get)
-
-    def override(self, name, value):
-        # the option group object is shared by every ConfigOpts
-        self.conf.set_override(name, value, group='lxd_accelerators')
-        self.addCleanup(self.conf.clear_override, name,
-                        group='lxd_accelerators')
-
-    def host(self, query_gpu, apps):
-        test_probe.fake_smi(self.smi_dir, {
-            '--query-gpu': gpu_hosts.sample_path(query_gpu),
-            '--query-compute-apps': gpu_hosts.sample_path(apps)})
-
-    def desired(self):
-        gpu = self.gpus[0]
-        return provider_tree.desired_providers('cmp1', [gpu], [])
-
-    def reserved(self):
-        out = self.gate.apply(self.desired())
-        want = out[provider_tree.gpu_provider_name('cmp1', H100)]
-        return ({rc: r['reserved'] for rc, r in want.inventory.items()},
-                gate.TRAIT_UNHEALTHY in want.traits)
-
-
-class TestHealthGate(GateTestCase):
+class TestHealthGate(gate_harness.GateTestCase):
 
     def test_healthy_gpu_is_untouched(self):
         self.gate.refresh()
@@ -133,7 +71,7 @@ class TestHealthGate(GateTestCase):
         bad = os.path.join(self.dir, 'ecc.csv')
         with open(bad, 'w') as f:
             f.write(header + '\n' + ', '.join(values) + '\n')
-        test_probe.fake_smi(self.smi_dir, {
+        fake_nvidia_smi.recorded(self.smi_dir, {
             '--query-gpu': bad, '--query-compute-apps': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-compute-apps.csv')})
         self.gate.refresh()
@@ -180,12 +118,12 @@ class TestHealthGate(GateTestCase):
 
     def test_cpu_only_host_writes_nothing(self):
         self.gpus = []
-        test_probe.fake_smi(self.smi_dir, {})
+        fake_nvidia_smi.recorded(self.smi_dir, {})
         self.gate.refresh()
         self.assertFalse(os.path.exists(self.gate.store.path))
 
 
-class TestVerifiedRelease(GateTestCase):
+class TestVerifiedRelease(gate_harness.GateTestCase):
 
     def test_dirty_reserved_clean_schedulable(self):
         self.gate.refresh()         # baseline: 0 MiB used while free
@@ -218,12 +156,12 @@ class TestVerifiedRelease(GateTestCase):
 
     def test_unprobeable_gpu_stays_dirty(self):
         self.gate.note_destroy(container)
-        test_probe.fake_smi(self.smi_dir, {}, status=3)
+        fake_nvidia_smi.recorded(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.assertEqual(({'PGPU': 1}, False), self.reserved())
 
 
-class TestXidGate(GateTestCase):
+class TestXidGate(gate_harness.GateTestCase):
     """Fatal Xid messages of the kernel log hold a GPU as unhealthy."""
 
     def setUp(self):
@@ -312,7 +250,7 @@ def mig_container(uuid, instance=INSTANCE):
             'config': config}
 
 
-class ReleaseTestCase(GateTestCase):
+class ReleaseTestCase(gate_harness.GateTestCase):
     """A gate whose release waits run on the test's own clock."""
 
     def setUp(self):
@@ -445,7 +383,7 @@ class TestReleaseAtRemoval(ReleaseTestCase):
         self.assertEqual({}, self.gate.unavailable_units())
 
 
-class TestUnprobeable(GateTestCase):
+class TestUnprobeable(gate_harness.GateTestCase):
     """An NVIDIA GPU that cannot be probed is held, and freed by itself."""
 
     def traits(self):
@@ -473,7 +411,7 @@ class TestUnprobeable(GateTestCase):
         self.assertNotIn(gate.TRAIT_UNPROBEABLE, self.traits())
 
     def test_failing_probe_holds_after_failures_in_a_row(self):
-        test_probe.fake_smi(self.smi_dir, {}, status=3)
+        fake_nvidia_smi.recorded(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.gate.refresh()
         self.assertIsNone(self.hold())
@@ -484,7 +422,7 @@ class TestUnprobeable(GateTestCase):
         self.host('nvsmi-h100-80gb-idle-query-gpu.csv',
                   'nvsmi-h100-80gb-idle-compute-apps.csv')
         self.gate.refresh()
-        test_probe.fake_smi(self.smi_dir, {}, status=3)
+        fake_nvidia_smi.recorded(self.smi_dir, {}, status=3)
         self.gate.refresh()
         self.assertIsNone(self.hold())
 
@@ -508,7 +446,7 @@ class TestUnprobeable(GateTestCase):
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
 
 
-class TestMigRelease(GateTestCase):
+class TestMigRelease(gate_harness.GateTestCase):
     """A released MIG slice is checked on its own, from nvidia-smi -q."""
 
     SLICE2 = 'MIG-00000002-0000-0000-0000-000000000002'
@@ -522,7 +460,7 @@ class TestMigRelease(GateTestCase):
         self.mig_host('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
 
     def mig_host(self, query):
-        test_probe.fake_smi(self.smi_dir, {
+        fake_nvidia_smi.recorded(self.smi_dir, {
             '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
             '--query-compute-apps': gpu_hosts.sample_path(
@@ -601,7 +539,7 @@ class TestMigRelease(GateTestCase):
         self.gate.refresh()
         self.gate.note_destroy(lambda: mig_container(self.SLICE2))
         # -q fails; --query-compute-apps shows a process on the GPU
-        test_probe.fake_smi(self.smi_dir, {
+        fake_nvidia_smi.recorded(self.smi_dir, {
             '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
             '--query-compute-apps': gpu_hosts.sample_path(
@@ -614,7 +552,7 @@ class TestMigRelease(GateTestCase):
         # a failing -q counts toward the unprobeable hold
         self.assertEqual(1, self.gate.store.load()['probe']['failures'])
         # the process leaves: clean although -q still fails
-        test_probe.fake_smi(self.smi_dir, {
+        fake_nvidia_smi.recorded(self.smi_dir, {
             '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
             '--query-compute-apps': gpu_hosts.sample_path(
@@ -624,7 +562,7 @@ class TestMigRelease(GateTestCase):
         self.assertIsNone(self.dirty())
 
 
-class TestRecheckRestartsOnARelease(GateTestCase):
+class TestRecheckRestartsOnARelease(gate_harness.GateTestCase):
 
     def test_a_release_while_the_thread_waits_long_wakes_it(self):
         # the thread waits 16 s after rounds where nothing turned clean
@@ -667,20 +605,7 @@ class TestRecheckBackoff(testtools.TestCase):
                                                             conf))
 
 
-def share_container(slot, instance, pci=H100):
-    unit = ledger.Unit(
-        name='nova-gpushare0', kind=units.KIND_SHARE,
-        resource_class='CUSTOM_GPU_SHARE', provider='rp-share',
-        device_pci=pci, key=units.share_key(pci, slot),
-        device={'type': 'gpu', 'gputype': 'physical', 'pci': pci},
-        detail={'slot': slot, 'project_id': 'proj-a'})
-    config = dict(ledger.Binding(units=(unit,)).config)
-    config['user.nova_lxd_accel.instance_uuid'] = instance
-    return {'name': 'nova-' + instance, 'status': 'Running',
-            'config': config}
-
-
-class TestSharedRelease(GateTestCase):
+class TestSharedRelease(gate_harness.GateTestCase):
     """A shared GPU is verified when its last slot is released."""
 
     OTHER = 'f0d1c2b3-0000-4000-8000-000000000002'
@@ -757,7 +682,7 @@ class TestSharedRelease(GateTestCase):
         self.assertEqual({}, self.dirty())
 
 
-class TestUsageIdleMetrics(GateTestCase):
+class TestUsageIdleMetrics(gate_harness.GateTestCase):
 
     def test_a_release_probe_between_two_refreshes_takes_no_usage(self):
         self.containers = [container()]
@@ -875,7 +800,7 @@ class TestStateStore(testtools.TestCase):
         self.assertIn(H100, store.load()['holds'])
 
 
-class TestEnergy(GateTestCase):
+class TestEnergy(gate_harness.GateTestCase):
     """Power and energy per instance through the gate's refresh."""
 
     def setUp(self):
@@ -895,7 +820,7 @@ class TestEnergy(GateTestCase):
         path = os.path.join(self.dir, 'power.csv')
         with open(path, 'w') as f:
             f.write(header + '\n' + ', '.join(values) + '\n')
-        test_probe.fake_smi(self.smi_dir, {
+        fake_nvidia_smi.recorded(self.smi_dir, {
             '--query-gpu': path, '--query-compute-apps':
             gpu_hosts.sample_path('nvsmi-h100-80gb-idle-compute-apps.csv')})
 
@@ -941,7 +866,7 @@ class TestEnergy(GateTestCase):
         with open(path) as f:
             self.assertIn('nova_lxd_accel_gpu_power_microwatts{', f.read())
         self.now += 60
-        test_probe.fake_smi(self.smi_dir, {}, status=9)
+        fake_nvidia_smi.recorded(self.smi_dir, {}, status=9)
         self.gate.refresh()
         with open(path) as f:
             self.assertNotIn('nova_lxd_accel_gpu_power_microwatts{',
@@ -975,7 +900,7 @@ class TestEnergy(GateTestCase):
         self.assertAlmostEqual(2 * first, self.record()['energy_j'])
 
 
-class TestPoolOfWholeGpus(GateTestCase):
+class TestPoolOfWholeGpus(gate_harness.GateTestCase):
     """A held card of a pool: the pool stays offered, the card never."""
 
     def setUp(self):
@@ -1002,7 +927,7 @@ class TestPoolOfWholeGpus(GateTestCase):
         self.assertNotIn('pci:0000:10:00.0', self.gate.unavailable_units([]))
 
 
-class TestStateFileFailsClosed(GateTestCase):
+class TestStateFileFailsClosed(gate_harness.GateTestCase):
     """A state file that cannot be used holds every GPU (issue 46, 6)."""
 
     def restarted_gate(self):
@@ -1088,7 +1013,7 @@ class TestDeleteInterleavings(ReleaseTestCase):
         self.assertIn('pci:' + H100, self.gate.unavailable_units([]))
 
 
-class TestReconcileAtStart(GateTestCase):
+class TestReconcileAtStart(gate_harness.GateTestCase):
     """init_host's reconcile, then a claim before the first refresh (46, 5).
 
     The instance was deleted while nova-compute was down; its container

@@ -22,26 +22,11 @@ import testtools
 
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from tests.fixtures import fake_nvidia_smi
 from tests.fixtures import gpu_hosts
 
 H100 = '0000:00:09.0'
 H200 = '0000:00:06.0'
-
-
-def fake_smi(directory, outputs, status=0):
-    """A real executable printing recorded output per sub-command.
-
-    :param outputs: dict first-argument prefix (``--query-gpu``,
-        ``--query-compute-apps``, ``-L``) -> sample file path.
-    """
-    path = os.path.join(directory, 'nvidia-smi')
-    cases = ''.join('  %s*) cat %s ;;\n' % (arg, file)
-                    for arg, file in outputs.items())
-    with open(path, 'w') as f:
-        f.write('#!/bin/sh\ncase "$1" in\n%s  *) exit 9 ;;\nesac\n'
-                'exit %d\n' % (cases, status))
-    os.chmod(path, stat.S_IRWXU)
-    return path
 
 
 class TestParseQueryGpu(testtools.TestCase):
@@ -141,7 +126,7 @@ class TestHostProbe(testtools.TestCase):
         self.dir = self.useFixture(fixtures.TempDir()).path
 
     def test_snapshot_runs_nvidia_smi(self):
-        path = fake_smi(self.dir, {
+        path = fake_nvidia_smi.recorded(self.dir, {
             '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-load-query-gpu.csv'),
             '--query-compute-apps': gpu_hosts.sample_path(
@@ -179,7 +164,7 @@ class TestHostProbe(testtools.TestCase):
             f.write('gpu_bus_id, gpu_uuid, pid, used_gpu_memory [MiB]\n' +
                     ''.join('00000000:00:09.0, GPU-1, %d, 100 MiB\n' % pid
                             for pid in (11327, 11328, 11345, 11399)))
-        path = fake_smi(self.dir, {
+        path = fake_nvidia_smi.recorded(self.dir, {
             '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-load-query-gpu.csv'),
             '--query-compute-apps': answer})
@@ -200,7 +185,7 @@ class TestHostProbe(testtools.TestCase):
         with open(answer, 'w') as f:
             f.write('gpu_bus_id, gpu_uuid, pid, used_gpu_memory [MiB]\n'
                     '00000000:00:09.0, GPU-1, 42, 100 MiB\nhalf a name\n')
-        path = fake_smi(self.dir, {
+        path = fake_nvidia_smi.recorded(self.dir, {
             '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-load-query-gpu.csv'),
             '--query-compute-apps': answer})
@@ -216,7 +201,7 @@ class TestHostProbe(testtools.TestCase):
         self.assertEqual([], snap.problems(H100))
 
     def test_failing_nvidia_smi_is_unknown(self):
-        path = fake_smi(self.dir, {}, status=0)
+        path = fake_nvidia_smi.recorded(self.dir, {}, status=0)
         snap = probe.HostProbe(path).snapshot()
         self.assertFalse(snap.available)
         self.assertEqual([], snap.problems(H100))
@@ -228,7 +213,7 @@ def logged_smi(directory, outputs, status=0):
     :returns: ``(path, log)``: the script, and the file it appends to
         (absent while it never ran).
     """
-    path = fake_smi(directory, outputs, status)
+    path = fake_nvidia_smi.recorded(directory, outputs, status)
     log = os.path.join(directory, 'ran')
     with open(path) as f:
         script = f.read()
@@ -330,7 +315,7 @@ class TestMigError(testtools.TestCase):
         self.dir = self.useFixture(fixtures.TempDir()).path
 
     def test_mig_query_read(self):
-        path = fake_smi(self.dir, dict(MIG_GPU, **{
+        path = fake_nvidia_smi.recorded(self.dir, dict(MIG_GPU, **{
             '-q': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-slice2-busy-q.txt')}))
         snap = probe.HostProbe(path).snapshot()
@@ -340,7 +325,7 @@ class TestMigError(testtools.TestCase):
 
     def test_mig_query_failing(self):
         # the stand-in exits 9 for -q
-        path = fake_smi(self.dir, MIG_GPU)
+        path = fake_nvidia_smi.recorded(self.dir, MIG_GPU)
         snap = probe.HostProbe(path).snapshot()
         self.assertTrue(snap.available)
         self.assertFalse(snap.complete)
@@ -351,7 +336,7 @@ class TestMigError(testtools.TestCase):
         self.assertEqual([], snap.problems(H100))
 
     def test_mig_query_timing_out(self):
-        path = fake_smi(self.dir, MIG_GPU)
+        path = fake_nvidia_smi.recorded(self.dir, MIG_GPU)
         with open(path) as f:
             script = f.read()
         with open(path, 'w') as f:
@@ -364,7 +349,7 @@ class TestMigError(testtools.TestCase):
 
     def test_mig_query_without_the_gpu(self):
         # -q answers, for another GPU only
-        path = fake_smi(self.dir, dict(MIG_GPU, **{
+        path = fake_nvidia_smi.recorded(self.dir, dict(MIG_GPU, **{
             '-q': gpu_hosts.sample_path('nvsmi-h200-580-idle-q.txt')}))
         snap = probe.HostProbe(path).snapshot()
         self.assertTrue(snap.available)
@@ -418,7 +403,7 @@ class TestKernelLogXids(testtools.TestCase):
 
     def test_probe_reads_the_kernel_log(self):
         directory = self.useFixture(fixtures.TempDir()).path
-        path = fake_smi(directory, {
+        path = fake_nvidia_smi.recorded(directory, {
             '--query-gpu': gpu_hosts.sample_path(
                 'nvsmi-h100-80gb-idle-query-gpu.csv'),
             '--query-compute-apps': gpu_hosts.sample_path(

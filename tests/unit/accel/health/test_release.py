@@ -27,11 +27,11 @@ from nova_lxd_accel.accel.health import release
 from nova_lxd_accel.accel.inventory import compute_apps
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel import units
+from tests.fixtures import gate_harness
 from tests.fixtures import gpu_hosts
-from tests.unit.accel.health import test_gate
 
-H100 = test_gate.H100
-INSTANCE = test_gate.INSTANCE
+H100 = gate_harness.H100
+INSTANCE = gate_harness.INSTANCE
 SERVER_ONLY = ('handmade-nvsmi-h100-mps-server-query-gpu.csv',
                'handmade-nvsmi-h100-mps-server-compute-apps.csv')
 WITH_CLIENT = ('handmade-nvsmi-h100-mps-client-query-gpu.csv',
@@ -63,7 +63,7 @@ class TestParse(testtools.TestCase):
                                                    30).is_mps_server)
 
 
-class TestMpsServerIsNotATenant(test_gate.GateTestCase):
+class TestMpsServerIsNotATenant(gate_harness.GateTestCase):
     """A slot of a shared H100 quota'd with MPS."""
 
     def setUp(self):
@@ -74,7 +74,7 @@ class TestMpsServerIsNotATenant(test_gate.GateTestCase):
         return self.gate.store.load()['dirty']
 
     def test_released_card_with_its_mps_server_is_clean(self):
-        self.containers = [test_gate.share_container(0, INSTANCE)]
+        self.containers = [gate_harness.share_container(0, INSTANCE)]
         self.host(*WITH_CLIENT)
         self.now += 60
         self.gate.refresh()
@@ -88,7 +88,7 @@ class TestMpsServerIsNotATenant(test_gate.GateTestCase):
                          self.gate.store.load()['events'][-1]['event'])
 
     def test_a_client_left_behind_holds_the_card(self):
-        self.containers = [test_gate.share_container(0, INSTANCE)]
+        self.containers = [gate_harness.share_container(0, INSTANCE)]
         self.host(*WITH_CLIENT)
         self.now += 60
         self.gate.refresh()
@@ -107,7 +107,7 @@ class TestMpsServerIsNotATenant(test_gate.GateTestCase):
     def test_memory_of_the_server_counts_beyond_the_tolerance(self):
         # its name sets no memory apart: above the tolerance it holds
         self.override('release_memory_tolerance_mib', 16)
-        self.containers = [test_gate.share_container(0, INSTANCE)]
+        self.containers = [gate_harness.share_container(0, INSTANCE)]
         self.now += 60
         self.gate.refresh()
         self.containers = []
@@ -122,7 +122,7 @@ class TestMpsServerIsNotATenant(test_gate.GateTestCase):
 
     def test_only_the_mps_server_is_idle_not_busy(self):
         self.override('idle_report_after', 1800)
-        self.containers = [test_gate.share_container(0, INSTANCE)]
+        self.containers = [gate_harness.share_container(0, INSTANCE)]
         self.host(*SERVER_ONLY)
         self.now += 1800
         self.gate.refresh()

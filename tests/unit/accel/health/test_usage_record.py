@@ -23,7 +23,7 @@ import testtools
 from nova_lxd_accel.accel.health import energy
 from nova_lxd_accel.accel.health import usage_record
 from nova_lxd_accel.conf import accelerators
-from tests.unit.accel.health import test_gate
+from tests.fixtures import gate_harness
 
 TEN_HOURS = 10 * 3600.0
 
@@ -94,12 +94,12 @@ class TestAccount(testtools.TestCase):
         self.assertEqual(TEN_HOURS, self.record[usage_record.UNKNOWN_S])
 
 
-class TestThroughTheGate(test_gate.GateTestCase):
+class TestThroughTheGate(gate_harness.GateTestCase):
     """The gate's refresh across nova-compute's downtime."""
 
     def setUp(self):
         super().setUp()
-        self.containers = [test_gate.container()]
+        self.containers = [gate_harness.container()]
 
     def test_ten_hours_down_are_not_busy(self):
         self.host('nvsmi-h100-80gb-load-query-gpu.csv',
@@ -109,8 +109,8 @@ class TestThroughTheGate(test_gate.GateTestCase):
         self.gate.refresh()
         self.now += TEN_HOURS               # nova-compute was down
         self.gate.refresh()
-        record = self.gate.store.load()['usage'][test_gate.INSTANCE][
-            'units']['pci:' + test_gate.H100]
+        record = self.gate.store.load()['usage'][gate_harness.INSTANCE][
+            'units']['pci:' + gate_harness.H100]
         self.assertEqual((60.0 + TEN_HOURS, 60.0, TEN_HOURS, 60.0), (
             record['allocated_s'], record['busy_s'],
             record[usage_record.UNKNOWN_S], record[energy.ENERGY_S]))

@@ -30,12 +30,12 @@ from nova import context as nova_context
 from nova import objects
 
 from nova_lxd_accel import conf
+from tests.fixtures import fault_kit
 from tests.fixtures import lxd_fixtures
+from tests.fixtures import peer
 from tests.functional import base
 from tests.functional import test_accel_binding
 from tests.functional import test_resize_migrate
-from tests.integration import test_faults as it_faults
-from tests.integration import test_migration as peer
 from tools.sandbox.venv import lxd_proxy
 
 ZERO = {'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0}
@@ -54,7 +54,7 @@ class _FaultTestCase(base.LXDFunctionalTestCase):
 
     def assertNothingLeft(self, server):
         self.assertEqual([], self.container_names())
-        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+        self.assertEqual([], fault_kit.containers_anywhere(self.lxd,
                                                            server['id']))
         self.assertEqual({}, self._get_allocations_by_server_uuid(
             server['id']))
@@ -85,7 +85,7 @@ class BuildAbortTest(_FaultTestCase):
 
     def test_image_lxd_cannot_start(self):
         image_id = self._create_tiny_image(
-            data=it_faults.image_without_init(self.lxd.name))
+            data=fault_kit.image_without_init(self.lxd.name))
         server = self._wait_for_state_change(self.boot(image_id), 'ERROR')
         fault = server['fault']['message']
         self.assertIn('aborted', fault)
@@ -247,7 +247,7 @@ class HostLocalFailureReschedulesTest(_TwoHostsTestCase):
         self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
         self.assertEqual(['compute1', 'compute2'],
                          sorted(self.compute_attempts(server)))
-        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+        self.assertEqual([], fault_kit.containers_anywhere(self.lxd,
                                                            server['id']))
         self.assertEqual('Running', self.peer.instance(
             'nova-%s' % server['id'])['status'])
@@ -294,7 +294,7 @@ class EveryHostFailsTest(_TwoHostsTestCase):
 
     def _delete(self, server):
         self._delete_server(server)
-        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+        self.assertEqual([], fault_kit.containers_anywhere(self.lxd,
                                                            server['id']))
         self.assertEqual([], self.peer.instances())
         self.assertEqual({}, self._get_allocations_by_server_uuid(
@@ -372,7 +372,7 @@ class ConsoleAndDiagnosticsTest(_FaultTestCase):
             time.sleep(0.05)
         self.assertIn('tiny init started', output)
         self.lxd.client.api.instances['nova-%s' % server['id']].files.post(
-            params={'path': '/sbin/init'}, data=it_faults.SILENT_INIT,
+            params={'path': '/sbin/init'}, data=fault_kit.SILENT_INIT,
             headers={'X-LXD-type': 'file', 'X-LXD-mode': '0755',
                      'X-LXD-uid': '0', 'X-LXD-gid': '0',
                      'X-LXD-write': 'overwrite'})
@@ -411,7 +411,7 @@ class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
 
     def test_broken_image_with_a_gpu(self):
         image_id = self._create_tiny_image(
-            data=it_faults.image_without_init(self.lxd.name))
+            data=fault_kit.image_without_init(self.lxd.name))
         server = self.api.post_server({'server': self._build_server(
             image_uuid=image_id, networks='none',
             flavor_id=self.flavor(**{'resources:PGPU': '1'}))})
@@ -421,7 +421,7 @@ class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
         self.assertIn('forkstart', fault)
         # no container (so no binding record), no device, no allocation
         self.assert_released(server)
-        self.assertEqual([], it_faults.containers_anywhere(self.lxd,
+        self.assertEqual([], fault_kit.containers_anywhere(self.lxd,
                                                            server['id']))
         for name in (test_accel_binding.A100_0, test_accel_binding.A100_1):
             self.assertEqual(0, self._get_provider_usages(

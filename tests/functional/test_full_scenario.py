@@ -29,13 +29,13 @@ import uuid
 from nova.volume import cinder as cinder_api
 
 from nova_lxd_accel.container import identity
+from tests.fixtures import block_devices
+from tests.fixtures import ovs
+from tests.fixtures import peer
 from tests.functional import base
 from tests.functional import test_network
 from tests.functional import test_resize_migrate
 from tests.functional import test_volumes
-from tests.integration import test_migration as peer
-from tests.integration import test_network as net
-from tests.integration import test_volumes as volume_fixtures
 
 HOSTS = ('compute1', 'compute2')
 _Net = test_network.NetworkServerTest
@@ -54,7 +54,7 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
 
     def setUp(self):
         peer.require_peer(self)
-        net.require_ovs(self)
+        ovs.require_ovs(self)
         test_resize_migrate.per_host_node_uuids(self)
         super(FullScenarioTest, self).setUp()
         self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
@@ -67,8 +67,8 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
         self._start_compute('compute2')
         self.flags(endpoint=None, group='lxd')
 
-        self.bridge = self.useFixture(net.OVSBridge()).name
-        self.useFixture(volume_fixtures.BrickFixture())
+        self.bridge = self.useFixture(ovs.OVSBridge()).name
+        self.useFixture(block_devices.BrickFixture())
         self.small = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
                                          ephemeral=0, name='lxd.small')
         self.big = self._create_flavor(memory_mb=256, vcpu=2, disk=0,
@@ -79,7 +79,7 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
         # Checked after the loop device is released (cleanups run in
         # reverse): nothing may hold it any more.
         self.addCleanup(self._assert_loop_released)
-        self.loop = self.useFixture(volume_fixtures.LoopDevice())
+        self.loop = self.useFixture(block_devices.LoopDevice())
         # On failure: remove what a half-done scenario left, before the
         # loop device is released and the OVS bridge deleted.
         self.addCleanup(self._remove_host_side)
@@ -137,11 +137,11 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
 
     def _remove_host_side(self):
         for port in self._ports:
-            tap, qbr, qvb, qvo = net.host_side_names(port['id'])
+            tap, qbr, qvb, qvo = ovs.host_side_names(port['id'])
             subprocess.run(['ovs-vsctl', '--timeout=10', '--if-exists',
                             'del-port', qvo], capture_output=True)
             for name in (tap, qvb, qvo, qbr):
-                if net.link(name) is not None:
+                if ovs.link(name) is not None:
                     _ip_link_delete(name)
 
     def _assert_loop_released(self):
@@ -297,7 +297,7 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
         self.assertEqual([], self.names('compute2'))
         for port in (first, second):
             _Net._assert_unplugged(self, port)
-        self.assertEqual([], net.ovs_ports(self.bridge))
+        self.assertEqual([], ovs.ovs_ports(self.bridge))
         self._assert_loop_unused()
         # the CinderFixture (ProviderUsageBaseTestCase keeps no reference)
         cinder = cinder_api.API.attachment_delete.side_effect.__self__

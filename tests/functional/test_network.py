@@ -22,8 +22,8 @@ import copy
 import time
 import uuid
 
+from tests.fixtures import ovs
 from tests.functional import base
-from tests.integration import test_network as net
 
 
 def _mac():
@@ -35,8 +35,8 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
 
     def setUp(self):
         super(NetworkServerTest, self).setUp()
-        net.require_ovs(self)
-        self.bridge = self.useFixture(net.OVSBridge()).name
+        ovs.require_ovs(self)
+        self.bridge = self.useFixture(ovs.OVSBridge()).name
         self.flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
                                              ephemeral=0, name='lxd.net')
         self._ip = 10
@@ -62,17 +62,17 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
                 if ifname != 'lo'}
 
     def _assert_plugged(self, server, port, ifname):
-        tap, qbr, qvb, qvo = net.host_side_names(port['id'])
+        tap, qbr, qvb, qvo = ovs.host_side_names(port['id'])
         device = self.container_of(server)['devices'][
             'nova-port-%s' % port['id']]
         self.assertEqual(
             {'type': 'nic', 'nictype': 'bridged', 'parent': qbr,
              'host_name': tap, 'hwaddr': port['mac_address'],
              'mtu': '1450', 'name': ifname}, device)
-        self.assertEqual(qbr, net.master(tap))
-        self.assertEqual(qbr, net.master(qvb))
-        self.assertIn(qvo, net.ovs_ports(self.bridge))
-        ids = net.ovs_external_ids(qvo)
+        self.assertEqual(qbr, ovs.master(tap))
+        self.assertEqual(qbr, ovs.master(qvb))
+        self.assertIn(qvo, ovs.ovs_ports(self.bridge))
+        ids = ovs.ovs_external_ids(qvo)
         self.assertEqual(port['id'], ids['iface-id'])
         self.assertEqual(server['id'], ids['vm-uuid'])
         nic = self._nics(server)[ifname]
@@ -80,10 +80,10 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
         self.assertEqual(1450, nic['mtu'])
 
     def _assert_unplugged(self, port):
-        for name in net.host_side_names(port['id']):
-            self.assertIsNone(net.link(name), name)
+        for name in ovs.host_side_names(port['id']):
+            self.assertIsNone(ovs.link(name), name)
         self.assertNotIn(('qvo' + port['id'])[:14],
-                         net.ovs_ports(self.bridge))
+                         ovs.ovs_ports(self.bridge))
 
     def test_boot_attach_detach_delete(self):
         first, second = self._port(), self._port()
@@ -107,7 +107,7 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
         self._delete_server(server)
         self.assertEqual([], self.container_names())
         self._assert_unplugged(first)
-        self.assertEqual([], net.ovs_ports(self.bridge))
+        self.assertEqual([], ovs.ovs_ports(self.bridge))
 
     def _boot_and_wait_for_container(self, port):
         server = self.api.post_server({'server': {
@@ -130,7 +130,7 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
         # Started, host side plugged, and nova still waits for Neutron.
         time.sleep(0.5)
         self.assertEqual('BUILD', self.api.get_server(server['id'])['status'])
-        self.assertIn(('qvo' + port['id'])[:14], net.ovs_ports(self.bridge))
+        self.assertIn(('qvo' + port['id'])[:14], ovs.ovs_ports(self.bridge))
         self.api.create_server_external_events([{
             'name': 'network-vif-plugged', 'server_uuid': server['id'],
             'tag': port['id'], 'status': 'completed'}])
@@ -146,7 +146,7 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
         server = self._wait_for_state_change(server, 'ERROR')
         self.assertEqual([], self.container_names())
         self._assert_unplugged(port)
-        self.assertEqual([], net.ovs_ports(self.bridge))
+        self.assertEqual([], ovs.ovs_ports(self.bridge))
         self._delete_server(server)
 
     def test_vif_plugged_timeout_not_fatal(self):

@@ -25,9 +25,9 @@ import fixtures
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import driver
+from tests.fixtures import peer
 from tests.functional import base
 from tests.functional import test_accel_binding
-from tests.integration import test_migration as peer
 
 MAIN_DIR = peer.MAIN_DIR
 

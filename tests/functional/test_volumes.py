@@ -23,15 +23,15 @@ import uuid
 import fixtures
 from nova.tests import fixtures as nova_fixtures
 
+from tests.fixtures import block_devices
 from tests.functional import base
-from tests.integration import test_volumes as volume_fixtures
 
 
 class VolumeAttachTest(base.LXDFunctionalTestCase):
 
     def setUp(self):
         super(VolumeAttachTest, self).setUp()
-        self.useFixture(volume_fixtures.BrickFixture())
+        self.useFixture(block_devices.BrickFixture())
         self.flavor_id = self._create_flavor(
             memory_mb=128, vcpu=1, disk=0, ephemeral=0, name='lxd.vol')
 
@@ -48,11 +48,11 @@ class VolumeAttachTest(base.LXDFunctionalTestCase):
         return volume_id
 
     def _exec(self, server, command):
-        return volume_fixtures.lxc_exec(
+        return block_devices.lxc_exec(
             self.lxd.name, 'nova-%s' % server['id'], command)
 
     def test_attach_detach_delete(self):
-        loop = self.useFixture(volume_fixtures.LoopDevice())
+        loop = self.useFixture(block_devices.LoopDevice())
         volume_id = self._local_volume(loop)
         server = self._create_server(image_uuid=self.image_id,
                                      flavor_id=self.flavor_id,

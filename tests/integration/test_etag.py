@@ -38,8 +38,8 @@ from nova_lxd_accel.container import volume
 from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import network
 from nova_lxd_accel import volumes
+from tests.fixtures import block_devices
 from tests.integration import base
-from tests.integration import test_volumes
 
 CONF = nova.conf.CONF
 GPU = {'type': 'gpu', 'gputype': 'physical', 'pci': '0000:07:00.0'}
@@ -99,8 +99,8 @@ class ETagTest(base.DriverTestCase):
 
     def setUp(self):
         super().setUp()
-        self.useFixture(test_volumes.BrickFixture())
-        self.loop = self.useFixture(test_volumes.LoopDevice())
+        self.useFixture(block_devices.BrickFixture())
+        self.loop = self.useFixture(block_devices.LoopDevice())
         self.instance = self.make_instance()
         self.name = self.container_name(self.instance)
         record = [{'name': 'nova-gpu0', 'kind': 'pgpu', 'resource_class':

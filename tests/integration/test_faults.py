@@ -20,14 +20,11 @@ to its console. Each test checks what the caller gets and that no container is
 left in the test's LXD project.
 """
 
-import gzip
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 
 from nova.compute import power_state
@@ -37,46 +34,19 @@ from nova import exception as nova_exception
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from tests.fixtures import fault_kit
 from tests.fixtures import lxd_fixtures
+from tests.fixtures import peer
 from tests.integration import base
-from tests.integration import test_migration
 from tools.sandbox.venv import lxd_proxy
-
-#: An init that prints nothing: the console ring buffer stays empty.
-SILENT_INIT = (b'#!/bin/sh\ntrap "exit 0" PWR TERM INT\n'
-               b'while :; do sleep 3600 & wait $!; done\n')
-
-
-def image_without_init(owner):
-    """The tiny image with /sbin/init removed: LXD cannot start it.
-
-    :param owner: the test's project (see ``tiny_image_bytes``).
-    """
-    source = tarfile.open(fileobj=io.BytesIO(
-        lxd_fixtures.tiny_image_bytes(owner)), mode='r:gz')
-    out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode='wb') as zipped, \
-            tarfile.open(fileobj=zipped, mode='w') as target:
-        for member in source.getmembers():
-            if member.name.lstrip('./') == 'rootfs/sbin/init':
-                continue
-            target.addfile(member, source.extractfile(member)
-                           if member.isfile() else None)
-    return out.getvalue()
-
-
-def containers_anywhere(project, instance_uuid):
-    """URLs of the daemon's instances, in every project, naming the uuid."""
-    urls = project.admin.api.instances.get(
-        params={'all-projects': 'true'}).json()['metadata']
-    return [url for url in urls if instance_uuid in url]
 
 
 class _FaultTestCase(base.DriverTestCase):
 
     def broken_image(self):
-        return self.create_image(image_without_init(self.project.name),
-                                 checksum='no-init-%s' % self.project.name)
+        return self.create_image(
+            fault_kit.image_without_init(self.project.name),
+            checksum='no-init-%s' % self.project.name)
 
     def wait_for_console(self, instance, text):
         """Read the console until the guest has written ``text``."""
@@ -91,8 +61,8 @@ class _FaultTestCase(base.DriverTestCase):
         # Nothing in the test's project, nor anywhere on the daemon.
         self.assertEqual([], self.container_names())
         for instance in instances:
-            self.assertEqual([], containers_anywhere(self.project,
-                                                     instance.uuid))
+            self.assertEqual([], fault_kit.containers_anywhere(
+                self.project, instance.uuid))
 
 
 class SpawnFaultTest(_FaultTestCase):
@@ -217,7 +187,7 @@ class ConsoleTest(_FaultTestCase):
                           None, {})
         self.wait_for_console(instance, b'tiny init started')
         self.driver._parts.client.push_file(
-            self.container_name(instance), '/sbin/init', SILENT_INIT,
+            self.container_name(instance), '/sbin/init', fault_kit.SILENT_INIT,
             mode=0o755)
         self.driver.reboot(self.context, instance, None, 'HARD')
         self.assertEqual('Running', self.container(instance)['status'])
@@ -245,8 +215,8 @@ class ConsoleTest(_FaultTestCase):
                           None, {})
         self.wait_for_console(instance, b'tiny init started')
         name = self.container_name(instance)
-        self.driver._parts.client.push_file(name, '/sbin/init', SILENT_INIT,
-                                            mode=0o755)
+        self.driver._parts.client.push_file(
+            name, '/sbin/init', fault_kit.SILENT_INIT, mode=0o755)
         # Written after nova's last read: only in LXD's buffer, which the
         # next start empties.
         # The daemon's monitor relays the console into its buffer on its
@@ -264,7 +234,7 @@ class ConsoleTest(_FaultTestCase):
         self.driver.spawn(self.context, instance, self.tiny_image(), [],
                           None, {}, power_on=False)
         self.driver._parts.client.push_file(
-            self.container_name(instance), '/sbin/init', SILENT_INIT,
+            self.container_name(instance), '/sbin/init', fault_kit.SILENT_INIT,
             mode=0o755)
         self.driver.power_on(self.context, instance, None)
         self.assertEqual(b'', self.driver.get_console_output(
@@ -297,7 +267,7 @@ class DiagnosticsTest(_FaultTestCase):
         self.assertEqual(0, diags.num_cpus)
 
 
-class FinishMigrationFaultTest(test_migration._MigrationTestBase):
+class FinishMigrationFaultTest(peer.MigrationTestBase):
 
     def test_failed_finish_removes_destination_keeps_source(self):
         instance = self.spawn(vcpus=1, memory_mb=128)
@@ -343,13 +313,13 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
         self.assertEqual([], self.container_names())
 
     def test_failed_finish_on_other_host_keeps_source(self):
-        test_migration.require_peer(self)
-        peer = self.useFixture(test_migration.PeerProject(self.project.name))
+        peer.require_peer(self)
+        on_peer = self.useFixture(peer.PeerProject(self.project.name))
         peer_host = self.host + '-b'
-        test_migration.migration_flags(self, {
-            self.host: (test_migration.MAIN_URL, test_migration.MAIN_DIR),
-            peer_host: (test_migration.PEER_URL, test_migration.PEER_DIR)})
-        self.flags(endpoint=test_migration.PEER_SOCKET, group='lxd')
+        peer.migration_flags(self, {
+            self.host: (peer.MAIN_URL, peer.MAIN_DIR),
+            peer_host: (peer.PEER_URL, peer.PEER_DIR)})
+        self.flags(endpoint=peer.PEER_SOCKET, group='lxd')
         peer_driver = self.driver.__class__(None)
         peer_driver.init_host(peer_host)
         self.addCleanup(peer_driver.cleanup_host, peer_host)
@@ -363,7 +333,7 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
         disk_info = self.driver.migrate_disk_and_power_off(
             self.context, instance, '127.0.0.1', instance.flavor, None,
             None, 5, 1)
-        peer.client.api.instances[name].files.delete(
+        on_peer.client.api.instances[name].files.delete(
             params={'path': '/sbin/init'})
         instance.host = peer_host
         self.assertRaises(
@@ -371,7 +341,7 @@ class FinishMigrationFaultTest(test_migration._MigrationTestBase):
             self.context, mig, instance, disk_info, None, self.image, False,
             {}, None, True)
         # Nothing on the destination; the source keeps the original.
-        self.assertEqual([], sorted(r['name'] for r in peer.instances()))
+        self.assertEqual([], sorted(r['name'] for r in on_peer.instances()))
         self.assertEqual([backup], self.container_names())
         self.assertEqual('128MiB', self.project.instance(backup)['config'][
             'limits.memory'])

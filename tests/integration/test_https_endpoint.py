@@ -21,8 +21,8 @@ import os
 import fixtures
 
 from nova_lxd_accel import exception
+from tests.fixtures import peer
 from tests.integration import base
-from tests.integration import test_migration as peer
 
 
 class HTTPSEndpointTest(base.DriverTestCase):

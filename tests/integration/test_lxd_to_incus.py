@@ -37,9 +37,9 @@ import pylxd
 
 from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.container import identity
+from tests.fixtures import block_devices
 from tests.fixtures import lxd_fixtures
 from tests.integration import base
-from tests.integration import test_volumes
 
 LXD_SOCKET = lxd_fixtures.socket_of('lxd')
 INCUS_SOCKET = lxd_fixtures.socket_of('incus')
@@ -61,7 +61,7 @@ class LXDToIncusTest(base.DriverTestCase):
         require_daemon(self, LXD_SOCKET, 'lxd', 'lxd-up.sh')
         require_daemon(self, INCUS_SOCKET, 'incus', 'incus-up.sh')
         super(LXDToIncusTest, self).setUp()
-        self.useFixture(test_volumes.BrickFixture())
+        self.useFixture(block_devices.BrickFixture())
         self.source = self.useFixture(lxd_fixtures.LXDProject(
             socket=LXD_SOCKET, prefix='l2i'))
         self.target = self.useFixture(lxd_fixtures.LXDProject(
@@ -108,7 +108,7 @@ class LXDToIncusTest(base.DriverTestCase):
         name = self.container_name(instance)
         lxd_driver.spawn(self.context, instance, self.tiny_image(), [],
                          None, {})
-        loop = self.useFixture(test_volumes.LoopDevice())
+        loop = self.useFixture(block_devices.LoopDevice())
         volume_id = str(uuid.uuid4())
         info = loop.connection_info(volume_id)
         lxd_driver.attach_volume(self.context, info, instance, '/dev/vdb')

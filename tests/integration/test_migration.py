@@ -28,98 +28,15 @@ import uuid
 
 import fixtures
 from nova import exception as nova_exception
-from nova import objects
 from nova.virt import driver as virt_driver
-import pylxd
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import migration
 from tests.fixtures import lxd_fixtures
-from tests.integration import base
-
-# The daemons of this run and their loopback HTTPS addresses, from the
-# environment (tests/fixtures/lxd_fixtures.py lists the variables and
-# defaults).
-MAIN_DIR = lxd_fixtures.daemon_dir()
-PEER_DIR = lxd_fixtures.peer_dir()
-PEER_SOCKET = lxd_fixtures.peer_socket()
-MAIN_URL = lxd_fixtures.main_url()
-PEER_URL = lxd_fixtures.peer_url()
-CLIENT_CERT = lxd_fixtures.client_cert()
-CLIENT_KEY = lxd_fixtures.client_key()
-PEER_MISSING = ('The peer %s daemon for the migration tests is not running '
-                '(no answer on %s): start it with tools/lxd-peer-up.sh%s '
-                '(tools/run-tests.sh does)' % (
-                    lxd_fixtures.daemon(), PEER_SOCKET,
-                    ' --incus' if lxd_fixtures.daemon() == 'incus' else ''))
+from tests.fixtures import peer
 
 
-def require_peer(test):
-    """Fail (not skip) the test when the peer daemon is not there."""
-    if not os.path.exists(PEER_SOCKET):
-        test.fail(PEER_MISSING)
-    try:
-        pylxd.Client(endpoint=PEER_SOCKET).api.get()
-    except Exception as exc:
-        test.fail('%s: %s' % (PEER_MISSING, exc))
-    for path in (CLIENT_CERT, CLIENT_KEY):
-        if not os.path.exists(path):
-            test.fail('%s is missing: run tools/lxd-peer-up.sh' % path)
-
-
-def migration_flags(test, hosts):
-    """[lxd_migration] for hosts {name: (url, LXD_DIR)} on this machine."""
-    test.flags(endpoints={h: url for h, (url, _d) in hosts.items()},
-               server_certs={h: os.path.join(d, 'server.crt')
-                             for h, (_u, d) in hosts.items()},
-               client_cert=CLIENT_CERT, client_key=CLIENT_KEY,
-               timeout=120, group='lxd_migration')
-
-
-class PeerProject(lxd_fixtures.LXDProject):
-    """The project of the same name on the peer daemon, removed after."""
-
-    def __init__(self, name):
-        super(PeerProject, self).__init__(socket=PEER_SOCKET, name=name)
-
-
-def read_file(client, name, path):
-    return client.instances.get(name).files.get(path)
-
-
-class _MigrationTestBase(base.DriverTestCase):
-
-    def setUp(self):
-        super(_MigrationTestBase, self).setUp()
-        self.image = self.tiny_image()
-
-    def spawn(self, **flavor):
-        instance = self.make_instance(**flavor)
-        self.driver.spawn(self.context, instance, self.image, [], None, {})
-        return instance
-
-    def new_flavor(self, vcpus=2, memory_mb=256, **kw):
-        return objects.Flavor(
-            id=2, name='m1.bigger', flavorid='2', memory_mb=memory_mb,
-            vcpus=vcpus, root_gb=kw.get('root_gb', 0), ephemeral_gb=0,
-            swap=kw.get('swap', 0), rxtx_factor=1.0, vcpu_weight=1,
-            disabled=False, is_public=True,
-            extra_specs=kw.get('extra_specs', {}), projects=[])
-
-    def migration(self, instance, source, dest):
-        mig = objects.Migration(source_compute=source, dest_compute=dest,
-                                source_node=source, dest_node=dest,
-                                instance_uuid=instance.uuid)
-        self.useFixture(fixtures.MockPatchObject(
-            migration.Migration, '_migration_of', return_value=mig))
-        return mig
-
-    def write(self, instance, text):
-        self.driver._parts.client.push_file(self.container_name(instance),
-                                            '/root/hello', text.encode())
-
-
-class SameHostResizeTest(_MigrationTestBase):
+class SameHostResizeTest(peer.MigrationTestBase):
 
     def _resize(self, instance, flavor):
         mig = self.migration(instance, self.host, self.host)
@@ -147,7 +64,7 @@ class SameHostResizeTest(_MigrationTestBase):
         self.assertEqual('256MiB', record['config']['limits.memory'])
         self.assertEqual('300', record['config']['limits.processes'])
         self.assertEqual(self.host, record['config'][identity.KEY_HOST])
-        self.assertEqual(b'before resize', read_file(
+        self.assertEqual(b'before resize', peer.read_file(
             self.project.client, name, '/root/hello'))
         # the original is kept, stopped, as it was, and not an instance
         kept = self.project.instance(backup)
@@ -222,20 +139,21 @@ class SameHostResizeTest(_MigrationTestBase):
                          self.container_names())
 
 
-class ColdMigrationTest(_MigrationTestBase):
+class ColdMigrationTest(peer.MigrationTestBase):
     """From the main daemon (host A) to the peer daemon (host B)."""
 
     def setUp(self):
-        require_peer(self)
+        peer.require_peer(self)
         super(ColdMigrationTest, self).setUp()
-        self.peer = self.useFixture(PeerProject(self.project.name))
+        self.peer = self.useFixture(peer.PeerProject(self.project.name))
         self.peer_host = self.host + '-b'
-        migration_flags(self, {self.host: (MAIN_URL, MAIN_DIR),
-                               self.peer_host: (PEER_URL, PEER_DIR)})
+        peer.migration_flags(self, {
+            self.host: (peer.MAIN_URL, peer.MAIN_DIR),
+            self.peer_host: (peer.PEER_URL, peer.PEER_DIR)})
         # The client connects at its first call and keeps its connection:
         # the main driver has connected (init_host), the peer's connects
         # to the endpoint set now.
-        self.flags(endpoint=PEER_SOCKET, group='lxd')
+        self.flags(endpoint=peer.PEER_SOCKET, group='lxd')
         self.peer_driver = virt_driver.load_compute_driver(
             None, 'lxd_accel.LXDDriver')
         self.peer_driver.init_host(self.peer_host)
@@ -272,7 +190,7 @@ class ColdMigrationTest(_MigrationTestBase):
         self.assertEqual(self.peer_host,
                          record['config'][identity.KEY_HOST])
         self.assertEqual('128MiB', record['config']['limits.memory'])
-        self.assertEqual(b'moved between daemons', read_file(
+        self.assertEqual(b'moved between daemons', peer.read_file(
             self.peer.client, name, '/root/hello'))
         self.assertEqual([instance.uuid],
                          self.peer_driver.list_instance_uuids())
@@ -299,7 +217,7 @@ class ColdMigrationTest(_MigrationTestBase):
         self.assertEqual('Running', record['status'])
         self.assertEqual(self.host, record['config'][identity.KEY_HOST])
         self.assertNotIn(identity.KEY_BACKUP_OF, record['config'])
-        self.assertEqual(b'still here', read_file(
+        self.assertEqual(b'still here', peer.read_file(
             self.project.client, name, '/root/hello'))
         self.driver.destroy(self.context, instance, None)
 

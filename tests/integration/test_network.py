@@ -21,94 +21,15 @@ os-vif's privileged calls run in-process (the tests run as root), the way
 nova's ``PrivsepFixture`` does it for nova's own context.
 """
 
-import json
 import os
 import subprocess
 import uuid
 
-import fixtures
 from nova.network import model as network_model
-from vif_plug_ovs import privsep as ovs_privsep
 
 from nova_lxd_accel import exception
+from tests.fixtures import ovs
 from tests.integration import base
-
-
-def run(*argv):
-    return subprocess.run(argv, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def ovs_available():
-    if os.geteuid() != 0:
-        return False
-    try:
-        run('ovs-vsctl', '--timeout=5', 'show')
-    except (OSError, subprocess.CalledProcessError):
-        return False
-    return True
-
-
-def require_ovs(testcase):
-    """Skip without a running Open vSwitch (fail if CI requires it)."""
-    if ovs_available():
-        return
-    message = ('Open vSwitch is not running (or not root); start it with '
-               'tools/ovs-up.sh')
-    if os.environ.get('NOVA_LXD_ACCEL_REQUIRE_OVS') == '1':
-        testcase.fail(message + ' (NOVA_LXD_ACCEL_REQUIRE_OVS=1)')
-    testcase.skipTest(message)
-
-
-def link(name):
-    """``ip -d -j link show`` of one device, or None."""
-    try:
-        return json.loads(run('ip', '-d', '-j', 'link', 'show', 'dev',
-                              name))[0]
-    except subprocess.CalledProcessError:
-        return None
-
-
-def master(name):
-    path = '/sys/class/net/%s/master' % name
-    return os.path.basename(os.readlink(path)) if os.path.exists(path) \
-        else None
-
-
-def ovs_ports(bridge):
-    return run('ovs-vsctl', '--timeout=10', 'list-ports', bridge).split()
-
-
-def ovs_external_ids(port):
-    out = run('ovs-vsctl', '--timeout=10', '--format=json', '--columns',
-              'external_ids', 'list', 'Interface', port)
-    pairs = json.loads(out)['data'][0][0][1]
-    return dict(pairs)
-
-
-class OVSBridge(fixtures.Fixture):
-    """A userspace (netdev) OVS integration bridge, no address, removed.
-
-    Also lets os-vif's privileged OVS helpers run in-process (as root).
-    """
-
-    def __init__(self):
-        super(OVSBridge, self).__init__()
-        self.name = 'bri%s' % uuid.uuid4().hex[:8]
-
-    def _setUp(self):
-        self.useFixture(fixtures.MockPatchObject(
-            ovs_privsep.vif_plug, 'client_mode', False))
-        self.addCleanup(run, 'ovs-vsctl', '--timeout=30', '--if-exists',
-                        'del-br', self.name)
-        run('ovs-vsctl', '--timeout=30', 'add-br', self.name, '--', 'set',
-            'bridge', self.name, 'datapath_type=netdev')
-
-
-def host_side_names(port_id):
-    """What plugging a port makes on the host (hybrid plug + LXD veth)."""
-    return [(prefix + port_id)[:14] for prefix in ('tap', 'qbr', 'qvb',
-                                                   'qvo')]
 
 
 def make_vif(bridge, vif_type='ovs', mtu=1400, active=True, **details):
@@ -140,21 +61,21 @@ class NetworkTestBase(base.DriverTestCase):
                                             {}).items() if name != 'lo'}
 
     def assertHostSideGone(self, vif, bridge=None):
-        for name in host_side_names(vif['id']):
-            self.assertIsNone(link(name), name)
+        for name in ovs.host_side_names(vif['id']):
+            self.assertIsNone(ovs.link(name), name)
         if bridge:
-            self.assertNotIn(('qvo' + vif['id'])[:14], ovs_ports(bridge))
+            self.assertNotIn(('qvo' + vif['id'])[:14], ovs.ovs_ports(bridge))
 
 
 class OVSHybridTest(NetworkTestBase):
 
     def setUp(self):
         super(OVSHybridTest, self).setUp()
-        require_ovs(self)
-        self.bridge = self.useFixture(OVSBridge()).name
+        ovs.require_ovs(self)
+        self.bridge = self.useFixture(ovs.OVSBridge()).name
 
     def _assert_plugged(self, instance, vif, ifname, mtu=1400):
-        tap, qbr, qvb, qvo = host_side_names(vif['id'])
+        tap, qbr, qvb, qvo = ovs.host_side_names(vif['id'])
         device = self.container(instance)['devices'][
             'nova-port-%s' % vif['id']]
         self.assertEqual({'type': 'nic', 'nictype': 'bridged',
@@ -162,14 +83,14 @@ class OVSHybridTest(NetworkTestBase):
                           'hwaddr': vif['address'], 'mtu': str(mtu),
                           'name': ifname}, device)
         # LXD's veth end and os-vif's qvb are in the per-port bridge...
-        self.assertEqual(qbr, master(tap))
-        self.assertEqual(qbr, master(qvb))
-        self.assertEqual(mtu, link(tap)['mtu'])
-        self.assertEqual('veth', link(tap)['linkinfo']['info_kind'])
-        self.assertEqual([], link(qbr).get('addr_info', []))
+        self.assertEqual(qbr, ovs.master(tap))
+        self.assertEqual(qbr, ovs.master(qvb))
+        self.assertEqual(mtu, ovs.link(tap)['mtu'])
+        self.assertEqual('veth', ovs.link(tap)['linkinfo']['info_kind'])
+        self.assertEqual([], ovs.link(qbr).get('addr_info', []))
         # ... and qvo is the OVS port Neutron's agent looks for.
-        self.assertIn(qvo, ovs_ports(self.bridge))
-        ids = ovs_external_ids(qvo)
+        self.assertIn(qvo, ovs.ovs_ports(self.bridge))
+        ids = ovs.ovs_external_ids(qvo)
         self.assertEqual(vif['id'], ids['iface-id'])
         self.assertEqual(vif['address'], ids['attached-mac'])
         self.assertEqual(instance.uuid, ids['vm-uuid'])
@@ -205,14 +126,14 @@ class OVSHybridTest(NetworkTestBase):
 
         # Stopped and started again: the same NIC comes back.
         self.driver.power_off(instance, timeout=5, retry_interval=1)
-        self.assertIsNone(link(host_side_names(first['id'])[0]))
+        self.assertIsNone(ovs.link(ovs.host_side_names(first['id'])[0]))
         self.driver.power_on(self.context, instance, [first])
         self._assert_plugged(instance, first, 'eth0')
 
         self.driver.destroy(self.context, instance, [first])
         self.assertEqual([], self.container_names())
         self.assertHostSideGone(first, self.bridge)
-        self.assertEqual([], ovs_ports(self.bridge))
+        self.assertEqual([], ovs.ovs_ports(self.bridge))
 
     def test_attach_to_stopped_container(self):
         vif = make_vif(self.bridge)
@@ -234,16 +155,16 @@ class OVSHybridTest(NetworkTestBase):
         self.addCleanup(self.driver.unplug_vifs, instance, [vif])
         # A link already holding the veth's name makes LXD's start fail
         # after os-vif plugged the port.
-        tap = host_side_names(vif['id'])[0]
-        run('ip', 'link', 'add', tap, 'type', 'bridge')
-        run('ip', 'link', 'set', tap, 'addrgenmode', 'none')
+        tap = ovs.host_side_names(vif['id'])[0]
+        ovs.run('ip', 'link', 'add', tap, 'type', 'bridge')
+        ovs.run('ip', 'link', 'set', tap, 'addrgenmode', 'none')
         self.addCleanup(subprocess.run, ['ip', 'link', 'del', tap],
                         capture_output=True)
         self.assertRaises(exception.LXDOperationFailed, self.driver.spawn,
                           self.context, instance, self.tiny_image(), [],
                           None, {}, network_info=[vif])
         self.assertEqual([], self.container_names())
-        run('ip', 'link', 'del', tap)
+        ovs.run('ip', 'link', 'del', tap)
         self.assertHostSideGone(vif, self.bridge)
 
 
@@ -254,14 +175,14 @@ class TapP2PTest(NetworkTestBase):
         instance = self.make_instance()
         self.driver.spawn(self.context, instance, self.tiny_image(), [],
                           None, {}, network_info=[vif])
-        tap = host_side_names(vif['id'])[0]
-        self.assertEqual('veth', link(tap)['linkinfo']['info_kind'])
-        self.assertIsNone(master(tap))
-        self.assertEqual(1450, link(tap)['mtu'])
+        tap = ovs.host_side_names(vif['id'])[0]
+        self.assertEqual('veth', ovs.link(tap)['linkinfo']['info_kind'])
+        self.assertIsNone(ovs.master(tap))
+        self.assertEqual(1450, ovs.link(tap)['mtu'])
         nic = self.state_nics(instance)['eth0']
         self.assertEqual(vif['address'], nic['hwaddr'])
         self.driver.destroy(self.context, instance, [vif])
-        self.assertIsNone(link(tap))
+        self.assertIsNone(ovs.link(tap))
 
     def test_unsupported_vif_type_is_refused_before_lxd(self):
         vif = make_vif('br-x', vif_type='bridge')

@@ -21,97 +21,13 @@ the container, through the device LXD made there.
 import json
 import os
 import subprocess
-import time
 import uuid
 
 import fixtures
 from nova import exception as nova_exception
-from os_brick.initiator.connectors import lightos
-from os_brick.initiator import linuxfc
-from os_brick import privileged as brick_privileged
-from os_brick.privileged import nvmeof as priv_nvmeof
-import pylxd
 
-from tests.fixtures import lxd_fixtures
+from tests.fixtures import block_devices
 from tests.integration import base
-
-
-class BrickFixture(fixtures.Fixture):
-    """Real os-brick, minus what nova's test base or this machine forbid.
-
-    Privileged helpers run in this (root) test process: nova's test base
-    forbids privsep daemons (in production nova-compute starts them with
-    its root helper). The probes that read the host's interfaces and /sys
-    (forbidden by nova's test base) find nothing, as on this machine, and
-    the NVMe host NQN/ID files are not written to /etc/nvme.
-    """
-
-    def _setUp(self):
-        for context in (brick_privileged.default,
-                        brick_privileged.brick_privsep_hide_output):
-            self.useFixture(fixtures.MockPatchObject(
-                context, 'client_mode', False))
-        for target, name, value in (
-                (linuxfc.LinuxFibreChannel, 'get_fc_hbas', []),
-                (lightos.LightOSConnector, 'get_ip_addresses', []),
-                (priv_nvmeof, 'create_hostnqn', ''),
-                (priv_nvmeof, 'create_hostid', None)):
-            self.useFixture(fixtures.MockPatchObject(
-                target, name, return_value=value))
-
-
-class LoopDevice(fixtures.Fixture):
-    """A loop device over a sparse file; released afterwards."""
-
-    def __init__(self, size_mb=32):
-        super(LoopDevice, self).__init__()
-        self.size_mb = size_mb
-
-    def _setUp(self):
-        directory = self.useFixture(fixtures.TempDir()).path
-        self.backing = os.path.join(directory, 'volume.img')
-        with open(self.backing, 'wb') as handle:
-            handle.truncate(self.size_mb * 1024 * 1024)
-        # Two tests may race for the same free loop device: retry.
-        for attempt in range(5):
-            result = subprocess.run(
-                ['losetup', '--find', '--show', self.backing],
-                capture_output=True, text=True)
-            if result.returncode == 0 and result.stdout.strip():
-                break
-            time.sleep(0.2 * (attempt + 1))
-        else:
-            raise RuntimeError('losetup failed: %s' % result.stderr)
-        self.path = result.stdout.strip()
-        self.addCleanup(self._release)
-
-    def _release(self):
-        subprocess.run(['losetup', '--detach', self.path], check=True)
-
-    def mapped(self):
-        """Whether the backing file is still attached to a loop device."""
-        result = subprocess.run(['losetup', '--associated', self.backing],
-                                capture_output=True, text=True, check=True)
-        return bool(result.stdout.strip())
-
-    def read(self, length, offset=0):
-        with open(self.path, 'rb') as handle:
-            handle.seek(offset)
-            return handle.read(length)
-
-    def connection_info(self, volume_id):
-        return {'driver_volume_type': 'local', 'serial': volume_id,
-                'data': {'device_path': self.path, 'volume_id': volume_id}}
-
-
-def lxc_exec(project, container, command):
-    """stdout of a shell command in the container (main daemon, project).
-
-    Through the API (tests/lxd_fixtures.execute), not the lxc/incus CLI.
-    """
-    client = pylxd.Client(endpoint=lxd_fixtures.lxd_socket(),
-                          project=project)
-    return lxd_fixtures.execute_ok(client, container, command)
 
 
 def mapped_root(record):
@@ -125,7 +41,7 @@ class VolumesTest(base.DriverTestCase):
 
     def setUp(self):
         super(VolumesTest, self).setUp()
-        self.useFixture(BrickFixture())
+        self.useFixture(block_devices.BrickFixture())
 
     def _spawn(self, instance, block_device_info=None):
         self.driver.spawn(self.context, instance, self.tiny_image(), [],
@@ -146,8 +62,8 @@ class VolumesTest(base.DriverTestCase):
         self.assertIn('platform', connector)
 
     def test_attach_write_detach_reattach_read(self):
-        loop = self.useFixture(LoopDevice())
-        other = self.useFixture(LoopDevice())
+        loop = self.useFixture(block_devices.LoopDevice())
+        other = self.useFixture(block_devices.LoopDevice())
         volume_id, other_id = str(uuid.uuid4()), str(uuid.uuid4())
         info = loop.connection_info(volume_id)
         other_info = other.connection_info(other_id)
@@ -198,7 +114,7 @@ class VolumesTest(base.DriverTestCase):
         self.assertTrue(loop.mapped())
 
     def test_boot_volume_and_directory_mount(self):
-        loop = self.useFixture(LoopDevice())
+        loop = self.useFixture(block_devices.LoopDevice())
         volume_id = str(uuid.uuid4())
         info = loop.connection_info(volume_id)
         block_device_info = {'block_device_mapping': [
@@ -214,7 +130,7 @@ class VolumesTest(base.DriverTestCase):
 
         # A file system volume, not ext4, mounted at a directory: made
         # with its root owned by the container's root so it can write.
-        fs_loop = self.useFixture(LoopDevice())
+        fs_loop = self.useFixture(block_devices.LoopDevice())
         content = self.useFixture(fixtures.TempDir()).path
         with open(os.path.join(content, 'hello.txt'), 'w') as handle:
             handle.write('dataset\n')
@@ -245,7 +161,7 @@ class VolumesTest(base.DriverTestCase):
         self.assertEqual([], self.container_names())
 
     def test_attach_to_stopped_container(self):
-        loop = self.useFixture(LoopDevice())
+        loop = self.useFixture(block_devices.LoopDevice())
         volume_id = str(uuid.uuid4())
         info = loop.connection_info(volume_id)
         instance = self.make_instance()
@@ -260,7 +176,7 @@ class VolumesTest(base.DriverTestCase):
         self.driver.destroy(self.context, instance, None)
 
     def test_boot_from_volume_is_refused(self):
-        loop = self.useFixture(LoopDevice())
+        loop = self.useFixture(block_devices.LoopDevice())
         info = loop.connection_info(str(uuid.uuid4()))
         instance = self.make_instance()
         exc = self.assertRaises(

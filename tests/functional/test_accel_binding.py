@@ -22,138 +22,21 @@ start the container.
 """
 
 import json
-import os
-import time
 
-import nova.conf
 from nova.tests.functional.api import client as api_client
 from oslo_utils import uuidutils
 
-from nova_lxd_accel.accel import units
-from nova_lxd_accel import conf
 from nova_lxd_accel.container import identity
-from tests.fixtures import fake_nvidia_smi
-from tests.fixtures import gpu_hosts
-from tests.functional import base
-from tools.sandbox.venv import lxd_proxy
+from tests.fixtures import accel_servers
 
-CONF = nova.conf.CONF
-HOST = 'compute1'
-H100 = HOST + '_gpu_0000_00_09_0'
-A100_0 = HOST + '_gpu_0000_07_00_0'
-A100_1 = HOST + '_gpu_0000_85_00_0'
-IB_VF = HOST + '_ib_0000_4b_00_0'
-IB_PORT = HOST + '_ib_0000_0c_00_0'
-H100_MIG_L = gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt')
+HOST = accel_servers.HOST
+H100 = accel_servers.H100
+A100_0 = accel_servers.A100_0
+A100_1 = accel_servers.A100_1
+IB_VF = accel_servers.IB_VF
 
 
-def mixed_host():
-    """H100 (4 MIG devices), two whole A100s, ConnectX-6 InfiniBand.
-
-    The VFs of 4b:00.0 get the netdevs (ibp75s0v0-3) mlx5_core gives
-    them; the recorded sample shows only the last one's (ibp75s0v7).
-    """
-    resources = gpu_hosts.load_json('handmade-lxd-h100-mig-host.json')
-    resources['gpu']['cards'] += gpu_hosts.load_json(
-        'handmade-lxd-two-a100-no-nvidia-object.json')['gpu']['cards']
-    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
-        'network']
-    for i, vf in enumerate(network['cards'][1]['sriov']['vfs'][:4]):
-        vf['ports'] = [{'id': 'ibp75s0v%d' % i, 'port': 0,
-                        'protocol': 'infiniband'}]
-    resources['network'] = network
-    return {'gpu': resources['gpu'], 'network': resources['network']}
-
-
-def eight_gpu_host():
-    """8 whole GPUs shaped like the recorded H100 card."""
-    cards = gpu_hosts.eight_gpu_cards()
-    return {'gpu': {'cards': cards, 'total': 8},
-            'network': {'cards': [], 'total': 0}}
-
-
-class AccelTestBase(base.LXDFunctionalTestCase):
-
-    host_resources = staticmethod(mixed_host)
-    mig_text = H100_MIG_L
-    strip_devices = True
-
-    def setUp(self):
-        conf.register_opts(CONF)
-        self.proxy = self.useFixture(lxd_proxy.LXDProxy(
-            self.host_resources(), strip_devices=self.strip_devices))
-        self.flags(endpoint=self.proxy.socket_path, group='lxd')
-        self.flags(nvidia_smi_path=self._fake_nvidia_smi(self.mig_text),
-                   group='lxd_accelerators')
-        super().setUp()
-        self.compute = self.computes[HOST]
-
-    def _fake_nvidia_smi(self, text):
-        # -L lists the MIG devices; the probe sees every NVIDIA GPU idle
-        self.smi = fake_nvidia_smi.FakeNvidiaSmi(
-            os.path.dirname(self.proxy.socket_path), listing=text,
-            gpu_rows=fake_nvidia_smi.idle_rows(self.proxy.resources))
-        return self.smi.path
-
-    def flavor(self, **extra_spec):
-        return self._create_flavor(memory_mb=128, vcpu=1, disk=0,
-                                   ephemeral=0, extra_spec=extra_spec)
-
-    def boot(self, flavor_id, expected='ACTIVE'):
-        server = self.api.post_server({'server': self._build_server(
-            image_uuid=self.image_id, flavor_id=flavor_id,
-            networks='none')})
-        return self._wait_for_state_change(server, expected)
-
-    def rp(self, name):
-        return self._get_provider_uuid_by_name(name)
-
-    def _wait_until_built(self, server):
-        """The server once ACTIVE or ERROR (servers booted at once)."""
-        for _ in range(600):
-            server = self.api.get_server(server['id'])
-            if server['status'] in ('ACTIVE', 'ERROR'):
-                return server
-            time.sleep(0.1)
-        self.fail('server %s stuck in %s' % (server['id'],
-                                             server['status']))
-
-    def record(self, server):
-        """The container as the driver sees it (through the proxy)."""
-        return self.compute.driver._parts.client.get_container(
-            'nova-%s' % server['id'])
-
-    def accel_devices(self, server):
-        return {k: v for k, v in self.record(server)['devices'].items()
-                if k != 'root'}
-
-    def accel_allocations(self, server):
-        """{provider name: {rc: n}} of the server's accelerator usage."""
-        out = {}
-        names = {self.rp(n): n for n in (H100, A100_0, A100_1, IB_VF,
-                                         IB_PORT)
-                 if self._get_provider_uuid_by_name_or_none(n)}
-        for rp_uuid, alloc in self._get_allocations_by_server_uuid(
-                server['id']).items():
-            resources = {rc: n for rc, n in alloc['resources'].items()
-                         if units.is_accelerator_class(rc)}
-            if resources:
-                out[names.get(rp_uuid, rp_uuid)] = resources
-        return out
-
-    def _get_provider_uuid_by_name_or_none(self, name):
-        rps = self.placement.get('/resource_providers?name=%s' % name,
-                                 version='1.14').body['resource_providers']
-        return rps[0]['uuid'] if rps else None
-
-    def assert_released(self, server):
-        self.assertEqual([], self.container_names())
-        self.assertEqual({}, self.proxy.all_fake_devices(self.lxd.name))
-        self.assertEqual({}, self._get_allocations_by_server_uuid(
-            server['id']))
-
-
-class BindingTest(AccelTestBase):
+class BindingTest(accel_servers.AccelTestBase):
 
     def test_pgpu(self):
         server = self.boot(self.flavor(**{'resources:PGPU': '1'}))
@@ -300,7 +183,7 @@ class BindingTest(AccelTestBase):
         self.assert_released(server)
 
 
-class GpuAbsentTest(AccelTestBase):
+class GpuAbsentTest(accel_servers.AccelTestBase):
     """The devices reach the real LXD, which has no such GPU."""
 
     strip_devices = False
@@ -322,9 +205,9 @@ class GpuAbsentTest(AccelTestBase):
                 self.rp(name)).get('PGPU', 0))
 
 
-class ConcurrencyTest(AccelTestBase):
+class ConcurrencyTest(accel_servers.AccelTestBase):
 
-    host_resources = staticmethod(eight_gpu_host)
+    host_resources = staticmethod(accel_servers.eight_gpu_host)
     mig_text = ''
 
     def test_twenty_servers_eight_gpus(self):
@@ -357,7 +240,7 @@ class ConcurrencyTest(AccelTestBase):
         self.assertEqual([], self.container_names())
 
 
-class ValidatorTest(AccelTestBase):
+class ValidatorTest(accel_servers.AccelTestBase):
 
     GOOD = {'lxd:privileged': 'false', 'lxd:nesting': 'true',
             'lxd:isolated_idmap': 'true', 'lxd:processes': '100',
@@ -402,7 +285,7 @@ class ValidatorTest(AccelTestBase):
         self.assertIn('none or nvidia', str(exc))
 
 
-class SecurityTest(AccelTestBase):
+class SecurityTest(accel_servers.AccelTestBase):
 
     def test_privileged_needs_operator_consent(self):
         self.flags(max_attempts=1, group='scheduler')

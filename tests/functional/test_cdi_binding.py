@@ -25,16 +25,16 @@ import nova.conf
 
 from nova_lxd_accel import conf
 from nova_lxd_accel import exception
+from tests.fixtures import accel_servers
 from tests.fixtures import recorded_daemon as recorded
 from tests.functional import base
-from tests.functional import test_accel_binding as accel
 from tools.sandbox.venv import lxd_proxy
 
 CONF = nova.conf.CONF
-GPU_10 = accel.HOST + '_gpu_0000_10_00_0'
+GPU_10 = accel_servers.HOST + '_gpu_0000_10_00_0'
 
 
-class CdiTestBase(accel.AccelTestBase):
+class CdiTestBase(accel_servers.AccelTestBase):
 
     server_info = recorded.sample(recorded.LXD_62)
 
@@ -48,16 +48,16 @@ class CdiTestBase(accel.AccelTestBase):
         self.flags(nvidia_smi_path=self._fake_nvidia_smi(self.mig_text),
                    group='lxd_accelerators')
         base.LXDFunctionalTestCase.setUp(self)
-        self.compute = self.computes[accel.HOST]
+        self.compute = self.computes[accel_servers.HOST]
 
     def root_traits(self):
         return set(self._get_provider_traits(
-            self._get_provider_uuid_by_name(accel.HOST)))
+            self._get_provider_uuid_by_name(accel_servers.HOST)))
 
 
 class CdiWholeGpuTest(CdiTestBase):
 
-    host_resources = staticmethod(accel.eight_gpu_host)
+    host_resources = staticmethod(accel_servers.eight_gpu_host)
 
     def test_gpu_bound_by_uuid_without_nvidia_runtime(self):
         daemon = self.compute.driver._parts.client.daemon_info()
@@ -130,7 +130,7 @@ class CdiMigTest(CdiTestBase):
 class RuntimeOnLxd6Test(CdiTestBase):
     """``nvidia_binding = runtime`` keeps the pre-CDI devices on LXD 6."""
 
-    host_resources = staticmethod(accel.eight_gpu_host)
+    host_resources = staticmethod(accel_servers.eight_gpu_host)
 
     def setUp(self):
         self.flags(nvidia_binding='runtime', group='lxd_accelerators')

@@ -30,127 +30,24 @@ lock is released, the other claim picks from a daemon that does not show
 the first claim yet, and takes the same units.
 """
 
-import copy
 import json
-import threading
 import uuid
 
-import fixtures
-
 from nova_lxd_accel.accel.binding import claims
-from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.container import identity
-from tests.fixtures import gpu_hosts
+from tests.fixtures import claim_servers
 from tests.fixtures import lxd_fixtures
-from tests.functional import test_accel_binding as accel_ft
 
-HOST = accel_ft.HOST
-GPU_PCI = '0000:00:09.0'
-MIG_RP = HOST + '_gpu_0000_00_09_0'
-IB_RP = HOST + '_ib_0000_4b_00_0'
-MIG_TEXT = gpu_hosts.load_text('mig-L-a100-sxm4-80gb-7x1g10gb.txt')
-MIG_UUIDS = [line.split('UUID: ')[1].rstrip(')').strip()
-             for line in MIG_TEXT.splitlines() if 'MIG 1g' in line]
-VF_NETDEVS = ['ibp75s0v%d' % i for i in range(8)]
-MIG_RC = 'CUSTOM_MIG_1G_10GB'
-VF_RC = 'CUSTOM_INFINIBAND_VF'
+GPU_PCI = claim_servers.GPU_PCI
+MIG_RP = claim_servers.MIG_RP
+IB_RP = claim_servers.IB_RP
+MIG_UUIDS = claim_servers.MIG_UUIDS
+VF_NETDEVS = claim_servers.VF_NETDEVS
+MIG_RC = claim_servers.MIG_RC
+VF_RC = claim_servers.VF_RC
 
 
-def multi_unit_host():
-    """An A100 split into 7 MIG 1g.10gb devices, a card with 8 IB VFs."""
-    gpu = copy.deepcopy(gpu_hosts.load_json(
-        'handmade-lxd-h100-mig-host.json')['gpu']['cards'][1])
-    gpu['nvidia']['uuid'] = 'GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16'
-    gpu['nvidia']['model'] = 'NVIDIA A100-SXM4-80GB'
-    network = gpu_hosts.load_json('handmade-lxd-connectx6-ib-vfs.json')[
-        'network']
-    card = network['cards'][1]
-    template = card['sriov']['vfs'][0]
-    card['sriov']['vfs'] = []
-    for i, netdev in enumerate(VF_NETDEVS):
-        vf = copy.deepcopy(template)
-        vf['pci_address'] = '0000:4b:00.%d' % (i + 1)
-        vf['ports'] = [{'id': netdev, 'port': 0, 'protocol': 'infiniband'}]
-        card['sriov']['vfs'].append(vf)
-    card['sriov']['current_vfs'] = 8
-    network['cards'] = [card]
-    network['total'] = 1
-    return {'gpu': {'cards': [gpu], 'total': 1}, 'network': network}
-
-
-class ClaimTestBase(accel_ft.AccelTestBase):
-
-    host_resources = staticmethod(multi_unit_host)
-    mig_text = MIG_TEXT
-
-    def setUp(self):
-        super().setUp()
-        self.flags(instances=-1, cores=-1, ram=-1, group='quota')
-
-    def bound_units(self):
-        """Unit -> container names, from what the driver asked LXD for."""
-        out = {}
-        for name, devices in self.proxy.all_fake_devices(
-                self.lxd.name).items():
-            for device in devices.values():
-                unit = device.get('mig.uuid') or device.get('parent')
-                out.setdefault(unit, []).append(name)
-        return out
-
-    def post(self, flavor_id):
-        return self.api.post_server({'server': self._build_server(
-            image_uuid=self.image_id, flavor_id=flavor_id,
-            networks='none')})
-
-    def wait_built(self, server):
-        for _ in range(1200):
-            server = self.api.get_server(server['id'])
-            if server['status'] in ('ACTIVE', 'ERROR'):
-                return server
-            threading.Event().wait(0.1)
-        self.fail('server %s stuck in %s' % (server['id'],
-                                             server['status']))
-
-    def units_of(self, server):
-        devices = self.accel_devices(server)
-        return sorted(d.get('mig.uuid') or d.get('parent')
-                      for d in devices.values())
-
-    def race_first_claim(self):
-        """Hold the first claim's write until another claim has picked."""
-        picked = threading.Event()
-        state = {'binds': 0, 'held_back': False}
-        lock = threading.Lock()
-        real_bind = pick.bind
-
-        def bind(*args, **kwargs):
-            bound = real_bind(*args, **kwargs)
-            with lock:
-                state['binds'] += 1
-                if state['binds'] >= 2:
-                    picked.set()
-            return bound
-
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.accel.binding.pick.bind', bind))
-        client = self.compute.driver._parts.client
-        real_modify = client.modify_container
-
-        def modify(name, change, *args, **kwargs):
-            with lock:
-                first = not state['held_back']
-                state['held_back'] = True
-            if first:
-                picked.wait(10)
-            return real_modify(name, change, *args, **kwargs)
-
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.client.LXDClient.modify_container',
-            lambda self_, *a, **k: modify(*a, **k)
-            if self_ is client else real_modify.__func__(self_, *a, **k)))
-
-
-class ConcurrentClaimTest(ClaimTestBase):
+class ConcurrentClaimTest(claim_servers.ClaimTestBase):
 
     def test_every_unit_bound_once(self):
         self.race_first_claim()
@@ -197,7 +94,7 @@ class ConcurrentClaimTest(ClaimTestBase):
         self.assertEqual({}, {u: n for u, n in bound.items() if len(n) > 1})
 
 
-class DurableClaimTest(ClaimTestBase):
+class DurableClaimTest(claim_servers.ClaimTestBase):
 
     def test_restarted_compute_sees_the_recorded_claim(self):
         client = self.compute.driver._parts.client
@@ -234,7 +131,7 @@ class DurableClaimTest(ClaimTestBase):
         return alias
 
 
-class ForeignHolderTest(ClaimTestBase):
+class ForeignHolderTest(claim_servers.ClaimTestBase):
     """Units held by what nova did not make are never bound."""
 
     def setUp(self):

@@ -30,12 +30,11 @@ from nova import context as nova_context
 from nova import objects
 
 from nova_lxd_accel import conf
+from tests.fixtures import accel_servers
 from tests.fixtures import fault_kit
 from tests.fixtures import lxd_fixtures
 from tests.fixtures import peer
 from tests.functional import base
-from tests.functional import test_accel_binding
-from tests.functional import test_resize_migrate
 from tools.sandbox.venv import lxd_proxy
 
 ZERO = {'VCPU': 0, 'MEMORY_MB': 0, 'DISK_GB': 0}
@@ -80,7 +79,7 @@ class BuildAbortTest(_FaultTestCase):
     def setUp(self):
         # Two nova-compute services in one process need a node of their
         # own each (nova keeps a node's uuid in a file of state_path).
-        test_resize_migrate.per_host_node_uuids(self)
+        peer.per_host_node_uuids(self)
         super(BuildAbortTest, self).setUp()
 
     def test_image_lxd_cannot_start(self):
@@ -213,7 +212,7 @@ class _TwoHostsTestCase(_FaultTestCase):
 
     def setUp(self):
         peer.require_peer(self)
-        test_resize_migrate.per_host_node_uuids(self)
+        peer.per_host_node_uuids(self)
         conf.register_opts(nova.conf.CONF)
         super(_TwoHostsTestCase, self).setUp()
         self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
@@ -406,7 +405,7 @@ class ConsoleAndDiagnosticsTest(_FaultTestCase):
         self.assertNothingLeft(server)
 
 
-class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
+class GpuBuildFaultTest(accel_servers.AccelTestBase):
     """A GPU server whose build fails keeps no GPU held."""
 
     def test_broken_image_with_a_gpu(self):
@@ -423,7 +422,7 @@ class GpuBuildFaultTest(test_accel_binding.AccelTestBase):
         self.assert_released(server)
         self.assertEqual([], fault_kit.containers_anywhere(self.lxd,
                                                            server['id']))
-        for name in (test_accel_binding.A100_0, test_accel_binding.A100_1):
+        for name in (accel_servers.A100_0, accel_servers.A100_1):
             self.assertEqual(0, self._get_provider_usages(
                 self.rp(name)).get('PGPU', 0))
         self._delete_server(server)

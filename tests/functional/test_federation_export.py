@@ -37,8 +37,7 @@ from oslo_utils import timeutils
 
 from nova_lxd_accel import conf
 from nova_lxd_accel import flavor_proposals
-from tests.functional import test_gpu_flavors
-from tests.functional import test_gpu_gate
+from tests.fixtures import gpu_gate_host
 
 DUMP_ENV = 'NOVA_LXD_ACCEL_FEDERATION_DUMP'
 EPOCH = '2000-01-01T00:00:00'
@@ -47,11 +46,11 @@ MIG_FLAVOR = 'g1.h100-80gb-hbm3-1g.10gb'
 SHARE_FLAVOR = 'g1.geforce-gt-730-share-1of%d' % SLOTS
 
 
-class TestFederationExport(test_gpu_gate.GpuHostTestCase):
+class TestFederationExport(gpu_gate_host.GpuHostTestCase):
 
     def setUp(self):
-        conf.register_opts(test_gpu_gate.CONF)
-        self.flags(shared_gpus=['%s:%d' % (test_gpu_gate.GT730_PCI, SLOTS)],
+        conf.register_opts(gpu_gate_host.CONF)
+        self.flags(shared_gpus=['%s:%d' % (gpu_gate_host.GT730_PCI, SLOTS)],
                    group='lxd_accelerators')
         super().setUp()
 
@@ -63,7 +62,7 @@ class TestFederationExport(test_gpu_gate.GpuHostTestCase):
         """
         self.periodic()
         time.sleep(1.2)
-        self.set_apps(test_gpu_gate.app_row(test_gpu_gate.GT730_PCI, 4242,
+        self.set_apps(gpu_gate_host.app_row(gpu_gate_host.GT730_PCI, 4242,
                                             'python3', 100))
         self.periodic()
         self.set_apps()
@@ -71,14 +70,14 @@ class TestFederationExport(test_gpu_gate.GpuHostTestCase):
     def test_record_the_api_answers(self):
         admin = self.api_fixture.admin_api
         admin.microversion = '2.86'
-        driver = self.computes[test_gpu_gate.HOST].driver
+        driver = self.computes[gpu_gate_host.HOST].driver
         snapshot = driver._parts.gate.last_snapshot
         memory = {pci: g.memory_total_mib for pci, g in snapshot.gpus.items()}
         proposals = {p.name: p for p in flavor_proposals.propose(
             driver._parts.inventory.reported_gpus(), memory, vcpus=1,
             ram=128, disk=0)}
         for name in (MIG_FLAVOR, SHARE_FLAVOR):
-            test_gpu_flavors.ApiFlavors(admin).create(proposals[name])
+            gpu_gate_host.ApiFlavors(admin).create(proposals[name])
         by_name = {f['name']: f['id'] for f in admin.get_flavors()}
         cpu_flavor = self._create_flavor(name='m1.cpu', memory_mb=128,
                                          vcpu=1, disk=0, ephemeral=0)

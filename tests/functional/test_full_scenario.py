@@ -33,13 +33,10 @@ from tests.fixtures import block_devices
 from tests.fixtures import ovs
 from tests.fixtures import peer
 from tests.functional import base
-from tests.functional import test_network
-from tests.functional import test_resize_migrate
-from tests.functional import test_volumes
 
 HOSTS = ('compute1', 'compute2')
-_Net = test_network.NetworkServerTest
-_Vol = test_volumes.VolumeAttachTest
+_Net = ovs.ServerPorts
+_Vol = block_devices.LocalVolumes
 
 
 def _ip_link_delete(name):
@@ -55,7 +52,7 @@ class FullScenarioTest(base.LXDFunctionalTestCase):
     def setUp(self):
         peer.require_peer(self)
         ovs.require_ovs(self)
-        test_resize_migrate.per_host_node_uuids(self)
+        peer.per_host_node_uuids(self)
         super(FullScenarioTest, self).setUp()
         self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
         peer.migration_flags(self, {

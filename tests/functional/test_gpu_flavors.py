@@ -13,8 +13,8 @@
 """GPU flavors from the inventory, created and used through nova's API.
 
 The proposals come from the running driver's own inventory of the recorded
-H100 + GT 730 host (:class:`test_gpu_gate.GpuHostTestCase`); they are
-created through the compute API at microversion 2.86, where nova checks
+H100 + GT 730 host (``tests.fixtures.gpu_gate_host.GpuHostTestCase``); they
+are created through the compute API at microversion 2.86, where nova checks
 every extra spec with the registered validators, and servers boot from
 them through the real scheduler and Placement.
 """
@@ -23,29 +23,10 @@ from nova.tests.functional.api import client as api_client
 
 from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel import flavor_proposals
-from tests.functional import test_gpu_gate
+from tests.fixtures import gpu_gate_host
 
 
-class ApiFlavors(object):
-    """``flavors_cmd.create``'s API, on nova's functional test client."""
-
-    def __init__(self, api):
-        self.api = api
-
-    def existing(self):
-        return {f['name'] for f in self.api.get_flavors()}
-
-    def create(self, proposal):
-        flavor = self.api.post_flavor({'flavor': {
-            'name': proposal.name, 'vcpus': proposal.vcpus,
-            'ram': proposal.ram, 'disk': proposal.disk,
-            'description': proposal.description}})
-        self.api.post_extra_spec(flavor['id'],
-                                 {'extra_specs': proposal.extra_specs})
-        return flavor['id']
-
-
-class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
+class TestGpuFlavors(gpu_gate_host.GpuHostTestCase):
 
     def setUp(self):
         super().setUp()
@@ -54,7 +35,7 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
         self.addCleanup(setattr, self.admin, 'microversion', None)
 
     def proposals(self):
-        driver = self.computes[test_gpu_gate.HOST].driver
+        driver = self.computes[gpu_gate_host.HOST].driver
         snapshot = driver._parts.gate.last_snapshot
         memory = {pci: g.memory_total_mib for pci, g in snapshot.gpus.items()}
         return flavor_proposals.propose(
@@ -67,7 +48,7 @@ class TestGpuFlavors(test_gpu_gate.GpuHostTestCase):
                           'g1.h100-80gb-hbm3-2g.20gb',
                           'g1.h100-80gb-hbm3-3g.40gb'],
                          [p.name for p in proposals])
-        api = ApiFlavors(self.admin)
+        api = gpu_gate_host.ApiFlavors(self.admin)
         self.assertEqual([p.name for p in proposals],
                          flavors.create(proposals, api))
         # a second run creates nothing

@@ -22,144 +22,27 @@ capture's. nova-compute's periodic task runs the real probe and the real
 Placement gets the result.
 """
 
-import contextlib
-import io
 import os
 import stat
 import time
 
-import nova.conf
-
 from nova_lxd_accel.accel.health import gate
-from nova_lxd_accel.cmd import main
-from nova_lxd_accel import conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from tests.functional import base
-from tests.functional import test_accel_inventory as inv
-from tools.sandbox.venv import lxd_proxy
+from tests.fixtures import gpu_gate_host
 
-CONF = nova.conf.CONF
-HOST = inv.HOST
-H100, GT730 = inv.GPU, inv.GT730
-H100_PCI, GT730_PCI = '0000:00:09.0', '0000:07:00.0'
-
-HEADER = ('index, pci.bus_id, uuid, name, memory.total [MiB], '
-          'memory.used [MiB], utilization.gpu [%], '
-          'ecc.errors.uncorrected.volatile.total, retired_pages.pending, '
-          'mig.mode.current, remapped_rows.pending, remapped_rows.failure')
-APPS_HEADER = ('gpu_bus_id, gpu_uuid, pid, process_name, '
-               'used_gpu_memory [MiB]')
-GT730_UUID = 'GPU-6ddadebd-dafe-2db9-f10f-125719770fd3'
+CONF = gpu_gate_host.CONF
+HOST = gpu_gate_host.HOST
+H100 = gpu_gate_host.H100
+GT730 = gpu_gate_host.GT730
+H100_PCI = gpu_gate_host.H100_PCI
+GT730_PCI = gpu_gate_host.GT730_PCI
+h100_row = gpu_gate_host.h100_row
+gt730_row = gpu_gate_host.gt730_row
+app_row = gpu_gate_host.app_row
 
 
-def h100_row(ecc=0, used=0):
-    # values of nvsmi-h100-80gb-idle-query-gpu.csv (MIG enabled here)
-    return ('0, 00000000:00:09.0, GPU-00000000-0000-0000-0000-000000000000, '
-            'NVIDIA H100 80GB HBM3, 81559 MiB, %d MiB, 0 %%, %d, [N/A], '
-            'Enabled, No, No' % (used, ecc))
-
-
-def gt730_row(used=1, util=0):
-    # a GeForce has no ECC and no row remapper: [N/A]
-    return ('1, 00000000:07:00.0, %s, NVIDIA GeForce GT 730, 2001 MiB, '
-            '%d MiB, %d %%, [N/A], [N/A], [N/A], [N/A], [N/A]'
-            % (GT730_UUID, used, util))
-
-
-def app_row(pci, pid, name, mib):
-    return '00000000:%s, %s, %d, %s, %d MiB' % (pci[5:], GT730_UUID, pid,
-                                                name, mib)
-
-
-class GpuHostTestCase(base.LXDFunctionalTestCase):
-    """The recorded H100 (MIG) + GT 730 host, nvidia-smi answering."""
-
-    compute_hosts = (HOST,)
-
-    def setUp(self):
-        conf.register_opts(CONF)
-        resources = inv._load('handmade-lxd-h100-mig-host.json')
-        resources['gpu']['cards'] += inv._load(
-            'lxd-9201-virtiogpu-gt730-nvidia-subobject-gpu.json')[
-                'gpu']['cards']
-        self.proxy = self.useFixture(lxd_proxy.LXDProxy(
-            {'gpu': resources['gpu'], 'network': {'cards': []}}))
-        self.flags(endpoint=self.proxy.socket_path, group='lxd')
-        self.dir = self.proxy.directory
-        self.write('smi-L.txt', inv._load('nvsmi-h100-80gb-mig-4slices-L.txt'))
-        self.set_gpus(h100_row(), gt730_row())
-        self.set_apps()
-        # the MIG devices' memory and processes (the H100 is in MIG mode)
-        self.set_q('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
-        smi = os.path.join(self.dir, 'nvidia-smi')
-        with open(smi, 'w') as f:
-            f.write('#!/bin/sh\ncase "$1" in\n'
-                    '  -L) cat %(d)s/smi-L.txt ;;\n'
-                    '  -q) cat %(d)s/q.txt ;;\n'
-                    '  --query-gpu=*) cat %(d)s/query-gpu.csv ;;\n'
-                    '  --query-compute-apps=*) cat %(d)s/apps.csv ;;\n'
-                    '  *) exit 2 ;;\nesac\n' % {'d': self.dir})
-        os.chmod(smi, stat.S_IRWXU)
-        self.flags(nvidia_smi_path=smi, group='lxd_accelerators')
-        super().setUp()
-        self.root_uuid = self._get_provider_uuid_by_host(HOST)
-        self.periodic()
-
-    def periodic(self):
-        """nova's periodic task; fails on any traceback it logs."""
-        before = len(self.stdlog.logger.output)
-        self._run_periodics()
-        self.assertNotIn('Traceback (most recent call last',
-                         self.stdlog.logger.output[before:])
-
-    def write(self, name, text):
-        with open(os.path.join(self.dir, name), 'w') as f:
-            f.write(text)
-
-    def set_q(self, sample):
-        """What ``nvidia-smi -q`` prints: a recorded or hand-made sample."""
-        self.write('q.txt', inv._load(sample))
-
-    def set_gpus(self, *rows):
-        self.write('query-gpu.csv', '\n'.join((HEADER,) + rows) + '\n')
-
-    def set_apps(self, *rows):
-        self.write('apps.csv', '\n'.join((APPS_HEADER,) + rows) + '\n')
-
-    def provider(self, name):
-        """({rc: (total, reserved)}, traits) in Placement."""
-        for rp in self._get_all_rps_in_a_tree(self.root_uuid):
-            if rp['name'] == name:
-                inventory = self._get_provider_inventory(rp['uuid'])
-                return ({rc: (r['total'], r['reserved'])
-                         for rc, r in inventory.items()},
-                        set(self._get_provider_traits(rp['uuid'])))
-        raise AssertionError('no provider %s' % name)
-
-    def cli(self, *argv):
-        return main.main(list(argv) + ['--state-dir',
-                                       CONF.lxd_accelerators.state_dir])
-
-    def capture_cli(self, *argv):
-        """What a successful command printed."""
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self.assertEqual(0, self.cli(*argv))
-        return out.getvalue()
-
-    def flavor(self, **extra_spec):
-        return self._create_flavor(memory_mb=128, vcpu=1, disk=0,
-                                   ephemeral=0, extra_spec=extra_spec)
-
-    def boot(self, flavor_id, expected='ACTIVE'):
-        server = self.api.post_server({'server': self._build_server(
-            image_uuid=self.image_id, flavor_id=flavor_id,
-            networks='none')})
-        return self._wait_for_state_change(server, expected)
-
-
-class TestGpuGate(GpuHostTestCase):
+class TestGpuGate(gpu_gate_host.GpuHostTestCase):
 
     def test_unhealthy_gpu_is_reserved_until_an_operator_releases_it(self):
         healthy = {'CUSTOM_MIG_3G_40GB': (1, 0), 'CUSTOM_MIG_2G_20GB': (1, 0),
@@ -237,7 +120,7 @@ class TestGpuGate(GpuHostTestCase):
         self.boot(flavor)
 
 
-class TestReleaseAtDelete(GpuHostTestCase):
+class TestReleaseAtDelete(gpu_gate_host.GpuHostTestCase):
     """A freed unit is offered again when its delete ends (issue 25).
 
     No periodic task runs between a delete and the next boot: the driver
@@ -331,7 +214,7 @@ class TestReleaseAtDelete(GpuHostTestCase):
         self.boot(mig)
 
 
-class TestUnprobeableGpus(GpuHostTestCase):
+class TestUnprobeableGpus(gpu_gate_host.GpuHostTestCase):
     """An NVIDIA GPU that cannot be probed is never offered (issue 25).
 
     A unit bound there could never be verified clean at release.

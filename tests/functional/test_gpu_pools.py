@@ -22,10 +22,10 @@ host that ran servers with one provider per card restarts with pools.
 import json
 
 from nova_lxd_accel.container import identity
+from tests.fixtures import accel_servers
 from tests.fixtures import gpu_hosts
-from tests.functional import test_accel_binding
 
-HOST = test_accel_binding.HOST
+HOST = accel_servers.HOST
 POOL = HOST + '_gpu_pool_10de_2330'
 PCIS = ['0000:1%d:00.0' % i for i in range(8)]
 
@@ -35,7 +35,7 @@ def hgx_host():
             'network': {'cards': [], 'total': 0}}
 
 
-class PoolTestBase(test_accel_binding.AccelTestBase):
+class PoolTestBase(accel_servers.AccelTestBase):
 
     host_resources = staticmethod(hgx_host)
     mig_text = ''

@@ -20,132 +20,22 @@ proxy; everything else, the MPS pipe mount and the MPS environment
 included, reaches the real daemon, which starts the containers.
 """
 
-import json
 import os
-import stat
-import time
 
 import fixtures
-import nova.conf
 from nova.tests.functional.api import client as api_client
 
-from nova_lxd_accel import conf
-
 from nova_lxd_accel.accel.binding import pick
-from nova_lxd_accel.accel import units
-from nova_lxd_accel.container import identity
-from tests.fixtures import gpu_hosts
-from tests.functional import test_accel_binding as accel_ft
-from tests.functional import test_claims
-from tests.unit.accel.health import test_probe
+from tests.fixtures import shared_gpu_servers
 
-SHARED_PCI = '0000:07:00.0'
-SHARED_RP = accel_ft.HOST + '_gpu_0000_07_00_0'
-SHARE_RC = 'CUSTOM_GPU_SHARE'
-MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
-CARD_MIB = 81920
+SHARED_PCI = shared_gpu_servers.SHARED_PCI
+SHARED_RP = shared_gpu_servers.SHARED_RP
+SHARE_RC = shared_gpu_servers.SHARE_RC
+MEMORY_RC = shared_gpu_servers.MEMORY_RC
+CARD_MIB = shared_gpu_servers.CARD_MIB
 
 
-class SharedGpuTestBase(test_claims.ClaimTestBase):
-
-    host_resources = staticmethod(accel_ft.mixed_host)
-    mig_text = accel_ft.H100_MIG_L
-    #: the card's sharing mode (test_gpu_sharing_modes): time-sliced
-    mode = 'timeslice'
-
-    def setUp(self):
-        conf.register_opts(nova.conf.CONF)
-        self.mps_root = self.useFixture(fixtures.TempDir()).path
-        os.makedirs(os.path.join(self.mps_root, 'mps-' + SHARED_PCI))
-        os.makedirs(os.path.join(self.mps_root, 'shm-' + SHARED_PCI))
-        self.flags(shared_gpus=['%s:2:%s' % (SHARED_PCI, self.mode)],
-                   mps_pipe_directory=os.path.join(self.mps_root,
-                                                   'mps-{pci}'),
-                   mps_shm_directory=os.path.join(self.mps_root,
-                                                  'shm-{pci}'),
-                   group='lxd_accelerators')
-        self.flags(allow_resize_to_same_host=True)
-        super().setUp()
-        self.flags(max_attempts=1, group='scheduler')
-
-    def _fake_nvidia_smi(self, text):
-        directory = os.path.dirname(self.proxy.socket_path)
-        listing = os.path.join(directory, 'nvidia-smi-L.txt')
-        with open(listing, 'w') as f:
-            f.write(text)
-        query = os.path.join(directory, 'query-gpu.csv')
-        header = ', '.join(
-            '%s [MiB]' % f if f.startswith('memory.') else f
-            for f in ('index', 'pci.bus_id', 'uuid', 'name', 'memory.total',
-                      'memory.used', 'utilization.gpu',
-                      'ecc.errors.uncorrected.volatile.total',
-                      'retired_pages.pending', 'mig.mode.current',
-                      'remapped_rows.pending', 'remapped_rows.failure'))
-        with open(query, 'w') as f:
-            f.write(header + '\n')
-            f.write('0, 00000000:07:00.0, GPU-0, NVIDIA A100-SXM4-80GB, '
-                    '%d MiB, 0 MiB, 0 %%, 0, No, Disabled, No, No\n'
-                    % CARD_MIB)
-        path = test_probe.fake_smi(directory, {
-            '--query-gpu': query,
-            '--query-compute-apps': gpu_hosts.sample_path(
-                'nvsmi-h100-80gb-idle-compute-apps.csv'),
-            '-L': listing})
-        os.chmod(path, stat.S_IRWXU)
-        return path
-
-    def quota_mode(self):
-        """The card shared with MPS quotas from now on (the next claim)."""
-        self.flags(shared_gpus=['%s:2:quota' % SHARED_PCI],
-                   group='lxd_accelerators')
-
-    def share_flavor(self, memory_mb=None, disk=0):
-        specs = {'resources:%s' % SHARE_RC: '1'}
-        if memory_mb:
-            # slot and memory from one GPU: one numbered request group
-            specs = {'resources1:%s' % SHARE_RC: '1',
-                     'resources1:%s' % MEMORY_RC: str(memory_mb),
-                     'lxd:gpu_memory_mb': str(memory_mb),
-                     # MPS serves one host user: no isolated id map
-                     'lxd:isolated_idmap': 'false'}
-        return self._create_flavor(memory_mb=128, vcpu=1, disk=disk,
-                                   ephemeral=0, extra_spec=specs)
-
-    def held_slots(self):
-        """Slot key -> holders, as the next claim sees them.
-
-        Every instance of the daemon, all projects, read through the
-        driver's own client (the proxy adds back the recorded devices),
-        then :func:`binding.held_units`, as
-        :func:`nova_lxd_accel.accel.binding.claims.claiming` does.
-        """
-        records = self.compute.driver._parts.client.list_all_instances()
-        return {key: sorted(holders) for key, holders in
-                units.held_units(records).items()
-                if key.startswith('share:')}
-
-    def share_inventory(self):
-        """{rc: (total, reserved)} of the shared GPU's provider."""
-        return {rc: (r['total'], r['reserved']) for rc, r in
-                self._get_provider_inventory(self.rp(SHARED_RP)).items()}
-
-    def units(self, server):
-        return [(u['kind'], u['unit'], u.get('project_id'))
-                for u in json.loads(self.container_of(server)['config'][
-                    identity.KEY_DEVICES])]
-
-    def wait_built_by(self, api, server):
-        # as long as wait_built: a refused claim is rescheduled first, and
-        # two suites run side by side on CI's two cores
-        for _ in range(1200):
-            server = api.get_server(server['id'])
-            if server['status'] in ('ACTIVE', 'ERROR'):
-                return server
-            time.sleep(0.1)
-        self.fail('server %s stuck in %s' % (server['id'], server['status']))
-
-
-class SharedGpuTest(SharedGpuTestBase):
+class SharedGpuTest(shared_gpu_servers.SharedGpuTestBase):
 
     def test_inventory(self):
         inventory = self._get_provider_inventory(self.rp(SHARED_RP))
@@ -320,7 +210,7 @@ class SharedGpuTest(SharedGpuTestBase):
                          self._get_provider_usages(self.rp(SHARED_RP)))
 
 
-class SharedGpuStartFailsTest(SharedGpuTestBase):
+class SharedGpuStartFailsTest(shared_gpu_servers.SharedGpuTestBase):
     """The slot's device reaches the real daemon, which has no such GPU.
 
     The claim has recorded the slot in the container when LXD refuses to

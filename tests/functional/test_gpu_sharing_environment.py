@@ -26,12 +26,12 @@ from pylxd import exceptions as lxd_exceptions
 
 from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel import conf
-from tests.functional import test_gpu_sharing as sharing_ft
+from tests.fixtures import shared_gpu_servers
 
-PCI = sharing_ft.SHARED_PCI
+PCI = shared_gpu_servers.SHARED_PCI
 
 
-class MpsEnvironmentTest(sharing_ft.SharedGpuTestBase):
+class MpsEnvironmentTest(shared_gpu_servers.SharedGpuTestBase):
 
     def setUp(self):
         # the base's host, its shared A100 in quota mode (MPS limits)
@@ -46,15 +46,15 @@ class MpsEnvironmentTest(sharing_ft.SharedGpuTestBase):
                                                   'shm-{pci}'),
                    group='lxd_accelerators')
         self.flags(allow_resize_to_same_host=True)
-        super(sharing_ft.SharedGpuTestBase, self).setUp()
+        super(shared_gpu_servers.SharedGpuTestBase, self).setUp()
         self.flags(max_attempts=1, group='scheduler')
 
     def quota_flavor(self, memory_mb, compute_percent):
         return self._create_flavor(
             memory_mb=128, vcpu=1, disk=0, ephemeral=0, extra_spec={
                 # slot and memory from one card: one numbered group
-                'resources1:%s' % sharing_ft.SHARE_RC: '1',
-                'resources1:%s' % sharing_ft.MEMORY_RC: str(memory_mb),
+                'resources1:%s' % shared_gpu_servers.SHARE_RC: '1',
+                'resources1:%s' % shared_gpu_servers.MEMORY_RC: str(memory_mb),
                 'lxd:gpu_memory_mb': str(memory_mb),
                 'lxd:isolated_idmap': 'false',
                 'lxd:gpu_compute_percent': str(compute_percent)})

@@ -27,13 +27,14 @@ import nova.conf
 
 from nova_lxd_accel import conf
 from nova_lxd_accel.extra_specs import sharing_modes
-from tests.functional import test_accel_binding as accel_ft
-from tests.functional import test_claims
+from tests.fixtures import accel_servers
+from tests.fixtures import claim_servers
+from tests.fixtures import gpu_hosts
 
 QUOTA_PCI = '0000:07:00.0'
 TIMESLICE_PCI = '0000:85:00.0'
-QUOTA_RP = accel_ft.HOST + '_gpu_0000_07_00_0'
-TIMESLICE_RP = accel_ft.HOST + '_gpu_0000_85_00_0'
+QUOTA_RP = accel_servers.HOST + '_gpu_0000_07_00_0'
+TIMESLICE_RP = accel_servers.HOST + '_gpu_0000_85_00_0'
 SHARE_RC = 'CUSTOM_GPU_SHARE'
 MEMORY_RC = 'CUSTOM_GPU_MEMORY_MB'
 QUOTA_TRAIT = 'CUSTOM_GPU_SHARING_QUOTA'
@@ -41,10 +42,10 @@ TIMESLICE_TRAIT = 'CUSTOM_GPU_SHARING_TIMESLICE'
 QUOTA_MIB = 8192
 
 
-class SharingModeTest(test_claims.ClaimTestBase):
+class SharingModeTest(claim_servers.ClaimTestBase):
 
-    host_resources = staticmethod(accel_ft.mixed_host)
-    mig_text = accel_ft.H100_MIG_L
+    host_resources = staticmethod(gpu_hosts.mixed_host)
+    mig_text = accel_servers.H100_MIG_L
 
     def setUp(self):
         conf.register_opts(nova.conf.CONF)

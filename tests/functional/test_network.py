@@ -18,20 +18,13 @@ OVS integration bridge (``binding:vif_details`` ``bridge_name`` and
 bridges and OVS ports are checked after each step.
 """
 
-import copy
 import time
-import uuid
 
 from tests.fixtures import ovs
 from tests.functional import base
 
 
-def _mac():
-    raw = uuid.uuid4().hex
-    return 'fa:16:3e:%s:%s:%s' % (raw[0:2], raw[2:4], raw[4:6])
-
-
-class NetworkServerTest(base.LXDFunctionalTestCase):
+class NetworkServerTest(ovs.ServerPorts, base.LXDFunctionalTestCase):
 
     def setUp(self):
         super(NetworkServerTest, self).setUp()
@@ -40,50 +33,6 @@ class NetworkServerTest(base.LXDFunctionalTestCase):
         self.flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
                                              ephemeral=0, name='lxd.net')
         self._ip = 10
-
-    def _port(self, status='ACTIVE', hybrid=False):
-        # Neutron records only: no address is configured anywhere.
-        port = copy.deepcopy(self.neutron.port_1)
-        self._ip += 1
-        port['fixed_ips'][0]['ip_address'] = '192.168.1.%d' % self._ip
-        port.update({
-            'id': str(uuid.uuid4()), 'mac_address': _mac(), 'status': status,
-            'binding:vif_details': {
-                'bridge_name': self.bridge, 'datapath_type': 'netdev',
-                'port_filter': True, 'ovs_hybrid_plug': hybrid}})
-        self.neutron._ports[port['id']] = port
-        return port
-
-    def _nics(self, server):
-        name = 'nova-%s' % server['id']
-        state = self.lxd.client.api.instances[name].state.get().json()[
-            'metadata']
-        return {ifname: nic for ifname, nic in state['network'].items()
-                if ifname != 'lo'}
-
-    def _assert_plugged(self, server, port, ifname):
-        tap, qbr, qvb, qvo = ovs.host_side_names(port['id'])
-        device = self.container_of(server)['devices'][
-            'nova-port-%s' % port['id']]
-        self.assertEqual(
-            {'type': 'nic', 'nictype': 'bridged', 'parent': qbr,
-             'host_name': tap, 'hwaddr': port['mac_address'],
-             'mtu': '1450', 'name': ifname}, device)
-        self.assertEqual(qbr, ovs.master(tap))
-        self.assertEqual(qbr, ovs.master(qvb))
-        self.assertIn(qvo, ovs.ovs_ports(self.bridge))
-        ids = ovs.ovs_external_ids(qvo)
-        self.assertEqual(port['id'], ids['iface-id'])
-        self.assertEqual(server['id'], ids['vm-uuid'])
-        nic = self._nics(server)[ifname]
-        self.assertEqual(port['mac_address'], nic['hwaddr'])
-        self.assertEqual(1450, nic['mtu'])
-
-    def _assert_unplugged(self, port):
-        for name in ovs.host_side_names(port['id']):
-            self.assertIsNone(ovs.link(name), name)
-        self.assertNotIn(('qvo' + port['id'])[:14],
-                         ovs.ovs_ports(self.bridge))
 
     def test_boot_attach_detach_delete(self):
         first, second = self._port(), self._port()

@@ -19,39 +19,13 @@ must run (the tests fail and say so otherwise).
 """
 
 import json
-import uuid
-
-import fixtures
 
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import driver
+from tests.fixtures import accel_servers
 from tests.fixtures import peer
 from tests.functional import base
-from tests.functional import test_accel_binding
 
 MAIN_DIR = peer.MAIN_DIR
-
-
-def per_host_node_uuids(test):
-    """A node uuid per compute host, as separate machines have.
-
-    nova keeps one node uuid per process (its compute_id file); with two
-    computes in one process both would claim it. nova's fake driver
-    reports one uuid per node name for the same reason.
-    """
-    def node_uuid(nodename):
-        return str(uuid.uuid5(uuid.NAMESPACE_DNS, nodename))
-    original = driver.LXDDriver.get_available_resource
-
-    def get_available_resource(self, nodename):
-        return dict(original(self, nodename), uuid=node_uuid(nodename))
-
-    def get_nodenames_by_uuid(self, refresh=False):
-        return {node_uuid(self._nodename): self._nodename}
-    for name, func in (('get_available_resource', get_available_resource),
-                       ('get_nodenames_by_uuid', get_nodenames_by_uuid)):
-        test.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.driver.LXDDriver.' + name, func))
 
 
 class _Base(base.LXDFunctionalTestCase):
@@ -165,7 +139,7 @@ class TwoHostTest(_Base):
 
     def setUp(self):
         peer.require_peer(self)
-        per_host_node_uuids(self)
+        peer.per_host_node_uuids(self)
         super(TwoHostTest, self).setUp()
         self.peer = self.useFixture(peer.PeerProject(self.lxd.name))
         peer.migration_flags(self, {
@@ -291,7 +265,7 @@ class TwoHostTest(_Base):
         self.assert_gone(server)
 
 
-class AcceleratorResizeTest(test_accel_binding.AccelTestBase):
+class AcceleratorResizeTest(accel_servers.AccelTestBase):
     """Re-binding from the new allocation, through the accelerator proxy."""
 
     def setUp(self):
@@ -314,7 +288,7 @@ class AcceleratorResizeTest(test_accel_binding.AccelTestBase):
         devices = self.accel_devices(server)
         self.assertEqual(['nova-mig0'], list(devices))
         self.assertEqual('mig', devices['nova-mig0']['gputype'])
-        self.assertEqual({test_accel_binding.H100: {
+        self.assertEqual({accel_servers.H100: {
             'CUSTOM_MIG_1G_10GB': 1}}, self.accel_allocations(server))
         self.assertEqual('true', self.record(server)['config'][
             'nvidia.runtime'])

@@ -20,32 +20,20 @@ attachment_update -> attach_volume, and detach_volume -> attachment_delete.
 
 import uuid
 
-import fixtures
 from nova.tests import fixtures as nova_fixtures
 
 from tests.fixtures import block_devices
 from tests.functional import base
 
 
-class VolumeAttachTest(base.LXDFunctionalTestCase):
+class VolumeAttachTest(block_devices.LocalVolumes,
+                       base.LXDFunctionalTestCase):
 
     def setUp(self):
         super(VolumeAttachTest, self).setUp()
         self.useFixture(block_devices.BrickFixture())
         self.flavor_id = self._create_flavor(
             memory_mb=128, vcpu=1, disk=0, ephemeral=0, name='lxd.vol')
-
-    def _local_volume(self, loop):
-        """A CinderFixture volume whose attachments name ``loop``."""
-        volume_id = str(uuid.uuid4())
-        infos = dict(nova_fixtures.CinderFixture.VOLUME_CONNECTION_INFO)
-        infos.update(getattr(self, '_volume_infos', {}))
-        infos[volume_id] = {'driver_volume_type': 'local',
-                            'data': {'device_path': loop.path}}
-        self._volume_infos = infos
-        self.useFixture(fixtures.MockPatchObject(
-            nova_fixtures.CinderFixture, 'VOLUME_CONNECTION_INFO', infos))
-        return volume_id
 
     def _exec(self, server, command):
         return block_devices.lxc_exec(

@@ -21,6 +21,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 PACKAGE = os.path.join(REPO, 'nova_lxd_accel')
 UNIT_TESTS = os.path.join(REPO, 'tests', 'unit')
+TESTS = os.path.join(REPO, 'tests')
+# the suites whose test_*.py are test modules: they share set-up through
+# tests/fixtures (and their base.py), never through each other
+TEST_SUITES = ('unit', 'functional', 'integration')
 # tests/unit folders that test something other than the package: the
 # project as a whole, tools/, benchmarks/, the models that span several
 # modules, the Horizon plugin (nova_lxd_accel_dashboard), recorded samples
@@ -228,3 +232,52 @@ class MirrorTest(testtools.TestCase):
     def test_every_test_module_tests_a_module(self):
         mirrors = {_mirror(m) for m in self.modules}
         self.assertEqual([], sorted(_unit_test_modules() - mirrors))
+
+
+def _tests_modules():
+    """{dotted name: path} of every module under tests/."""
+    out = {}
+    for folder, dirs, files in os.walk(TESTS):
+        dirs[:] = [d for d in dirs if not d.startswith(('.', '_'))]
+        for name in files:
+            if name.endswith('.py'):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, REPO)[:-3]
+                module = rel.replace(os.sep, '.')
+                if module.endswith('.__init__'):
+                    module = module[:-len('.__init__')]
+                out[module] = path
+    return out
+
+
+def _is_test_module(module):
+    parts = module.split('.')
+    return (len(parts) > 2 and parts[1] in TEST_SUITES and
+            parts[-1].startswith('test_'))
+
+
+class TestModulesStandAloneTest(testtools.TestCase):
+    """No test module is imported by another: shared set-up is a fixture.
+
+    A test module imported elsewhere couples two suites' tests (a change
+    to one breaks the other) and a base class with test methods imported
+    into a module is collected and run there a second time.
+    """
+
+    def test_no_test_module_is_imported_by_another_module(self):
+        modules = _tests_modules()
+        found = set()
+        for module, path in modules.items():
+            for imported in _imports(module, path, modules):
+                if _is_test_module(imported):
+                    found.add((module, imported))
+        self.assertEqual(set(), found)
+
+    def test_the_rule_sees_the_suites_test_modules(self):
+        # guards the rule above against reading nothing
+        test_modules = {m for m in _tests_modules() if _is_test_module(m)}
+        for suite in TEST_SUITES:
+            self.assertTrue(any(m.startswith('tests.%s.' % suite)
+                                for m in test_modules), suite)
+        self.assertIn('tests.unit.cmd.test_gpu', test_modules)
+        self.assertNotIn('tests.fixtures.gpu_hosts', test_modules)

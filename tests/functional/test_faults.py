@@ -97,13 +97,7 @@ class BuildAbortTest(_FaultTestCase):
         self.assertNothingLeft(server)
 
     def test_device_lxd_rejects(self):
-        profile = 'nova-lxd-accel-%s' % self.lxd.name
-        self.lxd.admin.api.profiles.post(json={
-            'name': profile, 'config': {},
-            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
-                                 'pci': '0000:ff:1f.7'}}})
-        self.addCleanup(self.lxd.admin.api.profiles[profile].delete)
-        self.flags(profiles=[profile], group='lxd')
+        fault_kit.bad_gpu_profile(self, self.lxd)
         server = self._wait_for_state_change(self.boot(), 'ERROR')
         fault = server['fault']['message']
         self.assertIn('Invalid PCI address', fault)

@@ -15,6 +15,7 @@
 import nova.conf
 
 from nova_lxd_accel import conf
+from tests.fixtures import fault_kit
 from tests.fixtures import lxd_fixtures
 from tests.functional import base
 from tools.sandbox.venv import lxd_proxy
@@ -98,13 +99,7 @@ class ServerFailureTest(base.LXDFunctionalTestCase):
                       server['fault']['message'])
 
     def test_start_failure(self):
-        profile = 'nova-lxd-accel-%s' % self.lxd.name
-        self.lxd.admin.api.profiles.post(json={
-            'name': profile, 'config': {},
-            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
-                                 'pci': '0000:ff:1f.7'}}})
-        self.addCleanup(self.lxd.admin.api.profiles[profile].delete)
-        self.flags(profiles=[profile], group='lxd')
+        fault_kit.bad_gpu_profile(self, self.lxd)
         # One attempt: the fault then carries LXD's own reason (with
         # retries it reads "Exceeded maximum number of retries").
         self.flags(max_attempts=1, group='scheduler')

@@ -119,13 +119,7 @@ class SpawnFaultTest(_FaultTestCase):
         self.assertNothingLeft(instance)
 
     def test_rejected_device_aborts_with_lxd_reason(self):
-        profile = 'nova-lxd-accel-%s' % self.project.name
-        self.project.admin.api.profiles.post(json={
-            'name': profile, 'config': {},
-            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
-                                 'pci': '0000:ff:1f.7'}}})
-        self.addCleanup(self.project.admin.api.profiles[profile].delete)
-        self.flags(profiles=[profile], group='lxd')
+        fault_kit.bad_gpu_profile(self, self.project)
         instance = self.make_instance()
         error = self.assertRaises(
             nova_exception.BuildAbortException, self.driver.spawn,

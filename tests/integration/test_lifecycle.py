@@ -17,6 +17,7 @@ from nova.compute import task_states
 from nova import exception as nova_exception
 
 from nova_lxd_accel import exception
+from tests.fixtures import fault_kit
 from tests.fixtures import lxd_fixtures
 from tests.integration import base
 
@@ -251,13 +252,7 @@ class FailureTest(base.DriverTestCase):
         # LXD accepts a GPU pinned to an absent PCI address at create time
         # and refuses to start the container ("Invalid PCI address (no
         # device found)"); spawn must not leave the created container behind.
-        profile = 'nova-lxd-accel-%s' % self.project.name
-        self.project.admin.api.profiles.post(json={
-            'name': profile, 'config': {},
-            'devices': {'gpu0': {'type': 'gpu', 'gputype': 'physical',
-                                 'pci': '0000:ff:1f.7'}}})
-        self.addCleanup(self.project.admin.api.profiles[profile].delete)
-        self.flags(profiles=[profile], group='lxd')
+        fault_kit.bad_gpu_profile(self, self.project)
         instance = self.make_instance()
         error = self.assertRaises(
             nova_exception.BuildAbortException, self.driver.spawn,

@@ -20,12 +20,9 @@ client), from the container nova made and started.
 
 import os
 
-import fixtures
-import nova.conf
 from pylxd import exceptions as lxd_exceptions
 
 from nova_lxd_accel.accel.binding import mps_environment
-from nova_lxd_accel import conf
 from tests.fixtures import shared_gpu_servers
 
 PCI = shared_gpu_servers.SHARED_PCI
@@ -33,21 +30,8 @@ PCI = shared_gpu_servers.SHARED_PCI
 
 class MpsEnvironmentTest(shared_gpu_servers.SharedGpuTestBase):
 
-    def setUp(self):
-        # the base's host, its shared A100 in quota mode (MPS limits)
-        conf.register_opts(nova.conf.CONF)
-        self.mps_root = self.useFixture(fixtures.TempDir()).path
-        for kind in ('mps-', 'shm-'):
-            os.makedirs(os.path.join(self.mps_root, kind + PCI))
-        self.flags(shared_gpus=['%s:2:quota' % PCI],
-                   mps_pipe_directory=os.path.join(self.mps_root,
-                                                   'mps-{pci}'),
-                   mps_shm_directory=os.path.join(self.mps_root,
-                                                  'shm-{pci}'),
-                   group='lxd_accelerators')
-        self.flags(allow_resize_to_same_host=True)
-        super(shared_gpu_servers.SharedGpuTestBase, self).setUp()
-        self.flags(max_attempts=1, group='scheduler')
+    # the base's host, its shared A100 in quota mode (MPS limits)
+    mode = 'quota'
 
     def quota_flavor(self, memory_mb, compute_percent):
         return self._create_flavor(

@@ -17,30 +17,19 @@ answers everything else), so these need the run's daemon: they are not
 unit tests.
 """
 
-import io
 import json
 import os
-
-import fixtures
-from oslotest import base
 
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.cmd import main
 from nova_lxd_accel.container import identity
 from tests.fixtures import gpu_hosts
+from tests.fixtures import host_cli
 from tests.fixtures import lxd_fixtures
 from tools.sandbox.venv import lxd_proxy
 
 
-class InventoryThroughTheSeamTest(base.BaseTestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.stdout = io.StringIO()
-        self.stderr = io.StringIO()
-        self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
-        self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
+class InventoryThroughTheSeamTest(host_cli.CommandTestCase):
 
     def _run(self, conf_text):
         path = os.path.join(self.tmp, 'nova.conf')

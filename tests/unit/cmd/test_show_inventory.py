@@ -13,13 +13,11 @@
 """``nova-lxd-accel inventory`` from saved files."""
 
 import copy
-import io
 import json
 import os
 from unittest import mock
 
 import fixtures
-from oslotest import base
 
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.binding import pick
@@ -29,6 +27,7 @@ from nova_lxd_accel import daemon
 from nova_lxd_accel import exception
 from tests.fixtures import fake_lxd
 from tests.fixtures import gpu_hosts
+from tests.fixtures import host_cli
 
 
 H100 = gpu_hosts.sample_path('handmade-lxd-h100-mig-host.json')
@@ -44,19 +43,7 @@ def _rec(total):
             'max_unit': total, 'step_size': 1, 'allocation_ratio': 1.0}
 
 
-class CommandTestCase(base.BaseTestCase):
-    """A temporary folder and the command's captured output."""
-
-    def setUp(self):
-        super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.stdout = io.StringIO()
-        self.stderr = io.StringIO()
-        self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
-        self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
-
-
-class TestInventoryCommand(CommandTestCase):
+class TestInventoryCommand(host_cli.CommandTestCase):
 
     def setUp(self):
         super().setUp()
@@ -231,16 +218,11 @@ class _Daemon(fake_lxd.FakeLXDClient):
         return super().list_all_instances()
 
 
-class TestSharedGpuHolders(base.BaseTestCase):
+class TestSharedGpuHolders(host_cli.CommandTestCase):
     """Who shares which GPU, from the binding records claims write."""
 
     def setUp(self):
         super().setUp()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.stdout = io.StringIO()
-        self.stderr = io.StringIO()
-        self.useFixture(fixtures.MonkeyPatch('sys.stdout', self.stdout))
-        self.useFixture(fixtures.MonkeyPatch('sys.stderr', self.stderr))
         self.conf_file = os.path.join(self.tmp, 'nova.conf')
         with open(self.conf_file, 'w') as f:
             f.write('[lxd_accelerators]\nshared_gpus = %s:2\n' % SHARED_PCI)
@@ -379,7 +361,7 @@ class TestSharedGpuHolders(base.BaseTestCase):
                       self.stderr.getvalue())
 
 
-class InventoryEndpointTest(CommandTestCase):
+class InventoryEndpointTest(host_cli.CommandTestCase):
 
     def _run(self, conf_text):
         path = os.path.join(self.tmp, 'nova.conf')

@@ -888,13 +888,7 @@ class TestEnergy(gate_harness.GateTestCase):
         first = self.record()['energy_j']
         self.assertAlmostEqual(69.85 * 60, first)
         # nova-compute restarts: a new gate on the same state file
-        again = gate.GpuGate(
-            self.conf, lambda: self.containers, lambda: self.gpus,
-            instance_projects=lambda: {INSTANCE: 'proj-a'},
-            host_probe=probe.HostProbe(
-                os.path.join(self.smi_dir, 'nvidia-smi'),
-                clock=lambda: self.now),
-            clock=lambda: self.now, attribute=self.pids.get)
+        again = self.new_gate()
         self.now += 60
         again.refresh()
         self.assertAlmostEqual(2 * first, self.record()['energy_j'])

@@ -269,3 +269,8 @@ class EventsUnsupported(LXDAccelException):
 class EventStreamLost(LXDUnreachable):
     msg_fmt = ('The event stream of the daemon at %(endpoint)s ended: '
                '%(reason)s')
+
+
+class EphemeralDiskRefused(LXDAccelException):
+    msg_fmt = ('Instance %(instance_id)s: the ephemeral disk it asks for '
+               'cannot be given: %(reason)s')

@@ -30,6 +30,7 @@ from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon
+from nova_lxd_accel import ephemeral as lxd_ephemeral
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 from nova_lxd_accel import guest as lxd_guest
@@ -89,7 +90,8 @@ _HOST_LOCAL = (nova_exception.VirtualInterfacePlugException,
 #: Failures of the request: every host refuses it the same way.
 _REQUEST_FAULTS = (nova_exception.Invalid, exception.FlavorNotAllowed,
                    exception.FlavorExtraSpecInvalid,
-                   exception.AcceleratorNotBindable)
+                   exception.AcceleratorNotBindable,
+                   exception.EphemeralDiskRefused)
 
 
 def build_failure(instance, exc):
@@ -168,6 +170,8 @@ class Lifecycle(object):
         self._plumbing = plumbing or lxd_plumbing.HostPlumbing()
         self._claims = claims
         self._gate = gpu_gate
+        #: the instances' ephemeral disks (:mod:`.ephemeral`)
+        self.ephemeral = lxd_ephemeral.EphemeralDisks(client, conf)
 
     def guest(self, instance):
         return self._host.guest(instance)
@@ -209,10 +213,13 @@ class Lifecycle(object):
             builders=builder.GUEST_PARTS)
         builder.host_fragment(instance, policy,
                               self._plumbing.planned(network_info))
+        lxd_ephemeral.check_mappings(instance, block_device_info)
         alias = self._images.ensure(context, image_meta)
         guest = self.guest(instance)
         profiles = list(self._conf.lxd.profiles)
         try:
+            # the volume the container mounts at /mnt, made first
+            self.ephemeral.create(instance, instance.flavor)
             self._create_with_host_side(context, instance, guest,
                                         image_meta, policy, alias, profiles,
                                         allocations, network_info,
@@ -229,6 +236,7 @@ class Lifecycle(object):
                           '%s', guest.name, instance=instance)
                 self._release_gpus(guest.record, lambda: self._delete_quietly(
                     guest))
+                self.ephemeral.delete_quietly(instance)
                 self._plumbing.release(instance, network_info,
                                        block_device_info, quiet=True)
         LOG.info('Container %s created%s', guest.name,
@@ -326,6 +334,7 @@ class Lifecycle(object):
         if not deleted:
             LOG.warning('Container %s is already gone', guest.name,
                         instance=instance)
+        self.ephemeral.delete(instance)
 
     # -- restart of nova-compute -----------------------------------------
 
@@ -357,6 +366,7 @@ class Lifecycle(object):
             else:
                 cleanup = ('removed the half-made container %s' % guest.name
                            if removed else 'found no container of it')
+                self.ephemeral.delete_quietly(instance)
             LOG.warning('Build interrupted by the restart of nova-compute; '
                         '%s', cleanup, instance=instance)
             interrupted.append((instance, exception.SpawnInterrupted(

@@ -228,6 +228,8 @@ class Migration(object):
             # Refuse a flavor the container cannot take while it still
             # runs: nova then leaves the instance as it was.
             self._fragment(instance, flavor, None)
+            self._lifecycle.ephemeral.check_resize(instance, flavor,
+                                                   same_host)
             if flavor.root_gb and flavor.root_gb < instance.flavor.root_gb:
                 raise nova_exception.ResizeError(
                     reason='the root disk cannot shrink (%d GiB to %d GiB)'
@@ -408,11 +410,14 @@ class Migration(object):
         if self._lifecycle.remove_container(backup):
             LOG.info('Removed %s, kept for a migration that failed',
                      backup, instance=instance)
+        self._lifecycle.ephemeral.delete_quietly(instance)
         return True
 
     def _finish(self, context, instance, guest, record, host, network_info,
                 image_meta, allocations, block_device_info, power_on):
         fragment = self._fragment(instance, instance.flavor, image_meta)
+        # a larger ephemeral disk (a smaller one was refused at the source)
+        self._lifecycle.ephemeral.grow(instance, instance.flavor)
         host_devices = self._host_devices(context, instance, network_info,
                                           block_device_info)
         with self._claims.rewriting(guest.name, allocations,

@@ -24,6 +24,7 @@ Its modules, each importing only those before it:
   operations, the daemon's identity and host resources;
 - :mod:`.events`: the event websocket (:class:`EventStream`);
 - :mod:`.images`: images and aliases;
+- :mod:`.storage`: custom storage volumes (ephemeral disks);
 - :mod:`.instances`: :class:`LXDClient`, the whole seam (containers,
   config, devices, state, snapshots, files, migration) and
   :class:`RemoteLXDClient`.

@@ -33,6 +33,7 @@ from pylxd import exceptions as lxd_exceptions
 from nova_lxd_accel.client import connection
 from nova_lxd_accel.client import events
 from nova_lxd_accel.client import images
+from nova_lxd_accel.client import storage
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
@@ -123,7 +124,8 @@ def _writes(*arguments):
     return decorate
 
 
-class LXDClient(events.EventsClient, images.ImageClient):
+class LXDClient(events.EventsClient, images.ImageClient,
+                storage.StorageClient):
     """A connection to one LXD daemon and project, opened on first use."""
 
     def __init__(self, conf):

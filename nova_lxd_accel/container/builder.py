@@ -81,6 +81,8 @@ class HostPolicy(object):
     devlxd: bool = False
     # how this host's daemon names the guest API switch (LXD or Incus)
     guest_api_key: str = GUEST_API_KEY_LXD
+    # [lxd] container_name_prefix: names the ephemeral volume
+    name_prefix: str = 'nova-'
 
     @classmethod
     def from_conf(cls, conf, host, profile_masks=None,
@@ -95,7 +97,8 @@ class HostPolicy(object):
                    masked_config=tuple(sorted(config.items())),
                    masked_devices=tuple(devices),
                    devlxd=conf.lxd.devlxd,
-                   guest_api_key=guest_api_key)
+                   guest_api_key=guest_api_key,
+                   name_prefix=conf.lxd.container_name_prefix)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,17 +179,52 @@ def limits(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
 
 @flavor_part()
 def root_disk(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
-    if flavor.ephemeral_gb or flavor.swap:
-        # A container has one file system and no block devices of its own;
-        # quietly dropping disks the user pays for would be worse.
+    if flavor.swap:
+        # LXD gives a container no swap device of its own and cannot cap
+        # its swap at a size (limits.memory.swap is on or off): quietly
+        # dropping the size the user pays for would be worse.
         raise exception.FlavorNotAllowed(
-            flavor=flavor.name, feature='an ephemeral or swap disk',
-            how='LXD containers have only a root disk; use a flavor with '
-                '--ephemeral 0 --swap 0')
+            flavor=flavor.name, feature='a swap disk',
+            how='LXD containers cannot have a swap disk of a given size '
+                '(limits.memory.swap only turns swap on or off); use a '
+                'flavor with --swap 0')
     device = {'type': 'disk', 'path': '/', 'pool': policy.storage_pool}
     if flavor.root_gb:
         device['size'] = '%dGiB' % flavor.root_gb
     return {'devices': {'root': device}}
+
+
+#: The device and the mount point of the ephemeral disk (where nova's
+#: other drivers' guests find ephemeral0).
+EPHEMERAL_DEVICE = 'ephemeral0'
+EPHEMERAL_PATH = '/mnt'
+
+
+def ephemeral_volume_name(prefix, instance_uuid):
+    """The custom storage volume that is the instance's ephemeral disk."""
+    return '%s-%s' % (identity.container_name(prefix, instance_uuid),
+                      EPHEMERAL_DEVICE)
+
+
+def ephemeral_volume_config(flavor):
+    """The volume's config: its size, the flavor's ``ephemeral_gb``."""
+    return {'size': '%dGiB' % flavor.ephemeral_gb}
+
+
+@flavor_part()
+def ephemeral_disk(instance, flavor, image_meta, policy,
+                   host_side=NO_HOST_SIDE):
+    """The flavor's ephemeral disk: a custom volume mounted at /mnt.
+
+    The volume itself (:func:`ephemeral_volume_name`, on the instance's
+    pool) is made before the container by :mod:`nova_lxd_accel.ephemeral`.
+    """
+    if not flavor.ephemeral_gb:
+        return {}
+    return {'devices': {EPHEMERAL_DEVICE: {
+        'type': 'disk', 'pool': policy.storage_pool,
+        'source': ephemeral_volume_name(policy.name_prefix, instance.uuid),
+        'path': EPHEMERAL_PATH}}}
 
 
 #: What a flavor may ask for only where the operator allows it:
@@ -388,7 +426,8 @@ def volumes(instance, flavor, image_meta, policy, host_side=NO_HOST_SIDE):
 
 #: The parts that follow the flavor: on resize and migration they are
 #: built again for the new flavor, after the keys they declare are removed.
-FLAVOR_PARTS = (limits, root_disk, disk_quota, security, gpu_runtime)
+FLAVOR_PARTS = (limits, root_disk, ephemeral_disk, disk_quota, security,
+                gpu_runtime)
 
 #: The parts made from what this host plugged and connected: built again
 #: on each host a container moves to.
@@ -481,6 +520,8 @@ def rescue_container(instance, image_meta, policy, original, rootfs):
     container = build_container(instance, instance.flavor, image_meta,
                                 policy)
     container['config'][identity.KEY_RESCUE_OF] = original
+    # /mnt shows the rescued root file system, not the ephemeral disk
+    container['devices'].pop(EPHEMERAL_DEVICE, None)
     container['devices']['rescue'] = {
         'type': 'disk', 'source': rootfs, 'path': '/mnt/rescue'}
     return container

@@ -35,6 +35,7 @@ from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import records
 from nova_lxd_accel.container import volume
+from nova_lxd_accel import ephemeral
 from nova_lxd_accel import exception
 from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import host as lxd_host
@@ -228,6 +229,7 @@ class FakeLifecycle(object):
     def __init__(self, client, conf):
         self._client = client
         self._conf = conf
+        self.ephemeral = ephemeral.EphemeralDisks(client, conf)
 
     def guest(self, instance):
         return lxd_guest.Guest(self._client, self._conf, instance)

@@ -267,6 +267,16 @@ class ContractSteps(object):
         self.assertEqual({'c1': True, 'c2': True, 'again': False,
                           'left': []}, self.run_step('remove'))
 
+    # -- custom volumes (the ephemeral disk) --------------------------------
+
+    def test_custom_volume(self):
+        volume = self.run_step('custom_volume')
+        self.assertEqual({'size': '1GiB'}, volume['created']['config'])
+        self.assertEqual([], volume['created']['used_by'])
+        self.assertEqual({'size': '2GiB'}, volume['grown']['config'])
+        self.assertEqual((True, False, None), (
+            volume['deleted'], volume['again'], volume['missing']))
+
     # -- timeouts and cancellation -----------------------------------------
 
     def test_timed_out_operation_is_reported_and_logged(self):

@@ -165,11 +165,37 @@ class BuildContainerTest(testtools.TestCase):
             'nvidia.runtime'])
         self.assertNotIn('nvidia.runtime', _build(_instance())['config'])
 
-    def test_ephemeral_and_swap_refused(self):
-        for flavor in (_flavor(ephemeral_gb=10), _flavor(swap=512)):
-            error = self.assertRaises(exception.FlavorNotAllowed, _build,
-                                      _instance(flavor))
-            self.assertIn('--ephemeral 0 --swap 0', str(error))
+    def test_swap_refused_with_its_reason(self):
+        error = self.assertRaises(exception.FlavorNotAllowed, _build,
+                                  _instance(_flavor(swap=512)))
+        self.assertIn('limits.memory.swap only turns swap on or off',
+                      str(error))
+        self.assertIn('--swap 0', str(error))
+
+    def test_ephemeral_disk_is_a_custom_volume_at_mnt(self):
+        instance = _instance(_flavor(ephemeral_gb=10))
+        self.assertEqual(
+            {'type': 'disk', 'pool': 'fast', 'path': '/mnt',
+             'source': 'nova-%s-ephemeral0' % instance.uuid},
+            _build(instance)['devices']['ephemeral0'])
+        self.assertEqual({'size': '10GiB'},
+                         builder.ephemeral_volume_config(instance.flavor))
+        self.assertNotIn('ephemeral0', _build(_instance())['devices'])
+
+    def test_ephemeral_volume_named_with_the_prefix(self):
+        policy = builder.HostPolicy(host='cmp1', storage_pool='fast',
+                                    name_prefix='os-')
+        instance = _instance(_flavor(ephemeral_gb=1))
+        device = builder.ephemeral_disk(instance, instance.flavor, None,
+                                        policy)['devices']['ephemeral0']
+        self.assertEqual('os-%s-ephemeral0' % instance.uuid,
+                         device['source'])
+
+    def test_ephemeral_disk_follows_the_flavor_on_resize(self):
+        instance = _instance(_flavor(ephemeral_gb=2))
+        fragment = builder.resize_fragment(instance, instance.flavor, None,
+                                           POLICY)
+        self.assertEqual('/mnt', fragment['devices']['ephemeral0']['path'])
 
     def test_image_properties_cannot_raise_privilege(self):
         image = _image(**{'os_type': 'linux'})
@@ -529,6 +555,12 @@ class SpecPartsTest(testtools.TestCase):
                          container['devices']['rescue'])
         self.assertEqual('2048MiB', container['config']['limits.memory'])
 
+    def test_rescue_container_leaves_the_ephemeral_disk_out(self):
+        container = builder.rescue_container(
+            _instance(_flavor(ephemeral_gb=1)), _image(), POLICY,
+            'nova-' + UUID, '/srv/rootfs')
+        self.assertNotIn('ephemeral0', container['devices'])
+
 
 # Any flavor, image and instance (issue 43, "Also"): the driver either
 # refuses with one of its own clear errors, or builds a container with only
@@ -722,7 +754,17 @@ class AnyFlavorPropertyTest(testtools.TestCase):
         if instance.key_data:
             expected['public-keys'] = [instance.key_data]
         self.assertEqual(expected, meta)
-        # the root disk only: the driver's pool at '/', no host path
+        # the root disk, and the ephemeral disk of a flavor with one: the
+        # driver's pool, its own volume name and paths, no host path
+        devices = dict(devices)
+        ephemeral = devices.pop('ephemeral0', None)
+        if instance.flavor.ephemeral_gb:
+            self.assertEqual(
+                {'type': 'disk', 'pool': policy.storage_pool, 'path': '/mnt',
+                 'source': builder.ephemeral_volume_name(
+                     policy.name_prefix, instance.uuid)}, ephemeral)
+        else:
+            self.assertIsNone(ephemeral)
         self.assertEqual(['root'], sorted(devices))
         self.assertTrue(all(_driver_device(name) for name in devices))
         root = devices['root']

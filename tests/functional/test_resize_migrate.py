@@ -22,6 +22,7 @@ import json
 
 from nova_lxd_accel.container import identity
 from tests.fixtures import accel_servers
+from tests.fixtures import lxd_fixtures
 from tests.fixtures import peer
 from tests.functional import base
 
@@ -227,6 +228,33 @@ class TwoHostTest(_Base):
             name).files.get('/root/hello'))
         self._delete_server(server)
         self.assert_gone(server)
+
+    def test_ephemeral_disk_refused_to_another_host(self):
+        # the migration moves the container only: the volume at /mnt would
+        # be left behind, so the move is refused before anything stops
+        eph = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
+                                  ephemeral=1, name='lxd.eph')
+        server = self._create_server(image_uuid=self.image_id,
+                                     flavor_id=eph, networks='none',
+                                     host='compute1')
+        name = 'nova-%s' % server['id']
+        volume = name + '-ephemeral0'
+        self.api.post_server_action(server['id'],
+                                    {'migrate': {'host': 'compute2'}})
+        self._wait_for_migration_status(server, ['error'])
+        server = self._wait_for_state_change(server, 'ACTIVE')
+        # refused by the driver's check, not by LXD's failed transfer
+        self.assertIn('the ephemeral disk (an LXD custom volume) cannot '
+                      'move to another host', self.stdlog.logger.output)
+        self.assertEqual('compute1', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual('Running', self.lxd.instance(name)['status'])
+        self.assertEqual([name], self.names('compute1'))
+        self.assertEqual([], self.names('compute2'))
+        self.assertEqual('1GiB', self.lxd.custom_volume(
+            lxd_fixtures.pool_name(), volume)['config']['size'])
+        self._delete_server(server)
+        self.assertIsNone(self.lxd.custom_volume(lxd_fixtures.pool_name(),
+                                                 volume))
 
     def test_evacuate(self):
         server = self._boot('compute1')

@@ -22,9 +22,9 @@ from nova_lxd_accel import ephemeral
 from nova_lxd_accel import exception
 from nova_lxd_accel import lifecycle
 from tests.fixtures import fake_lxd
-from tests.unit import test_lifecycle
+from tests.fixtures import lifecycle_parts
 
-UUID = test_lifecycle.UUID
+UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
 NAME = 'nova-' + UUID
 VOLUME = ('default', NAME + '-ephemeral0')
 
@@ -45,10 +45,11 @@ class EphemeralSpawnTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
         objects.register_all()
-        self.conf = test_lifecycle.lifecycle_conf()
+        self.conf = lifecycle_parts.lifecycle_conf()
         self.client = fake_lxd.FakeLXDClient()
         self.lifecycle = lifecycle.Lifecycle(
-            self.client, self.conf, test_lifecycle.FakeImages())
+            self.client, self.conf, lifecycle_parts.FakeImages(),
+            lifecycle_parts.host(self.client, self.conf))
         self.policy = builder.HostPolicy(host='cmp1')
 
     def spawn(self, instance, block_device_info=None):
@@ -128,7 +129,7 @@ class EphemeralResizeTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
         objects.register_all()
-        self.conf = test_lifecycle.lifecycle_conf()
+        self.conf = lifecycle_parts.lifecycle_conf()
         self.client = fake_lxd.FakeLXDClient()
         self.disks = ephemeral.EphemeralDisks(self.client, self.conf)
 

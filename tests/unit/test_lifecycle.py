@@ -25,20 +25,18 @@ from nova.compute import vm_states
 from nova import exception as nova_exception
 from nova import objects
 from oslo_concurrency import lockutils
-from oslo_config import cfg
 import testtools
 
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import units
-from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel import host as lxd_host
 from nova_lxd_accel import image_cache
 from nova_lxd_accel import lifecycle
 from tests.fixtures import fake_lxd
+from tests.fixtures import lifecycle_parts
 
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -57,24 +55,9 @@ def _instance(uuid=UUID, **extra_specs):
                             user_data=None, flavor=_flavor(**extra_specs))
 
 
-class FakeImages(object):
-
-    def ensure(self, context, image_meta):
-        return 'alias'
-
-
-def lifecycle_conf():
-    """A ConfigOpts with the driver's options and nova's shutdown_timeout."""
-    conf = cfg.ConfigOpts()
-    lxd_conf.register_opts(conf)
-    conf([], default_config_files=[])
-    conf.register_opt(cfg.IntOpt('shutdown_timeout', default=5))
-    return conf
-
-
-def _host(client, conf):
-    """The Host part that makes each instance's Guest."""
-    return lxd_host.Host(client, conf, identity.Owner(host='cmp1'))
+FakeImages = lifecycle_parts.FakeImages
+lifecycle_conf = lifecycle_parts.lifecycle_conf
+_host = lifecycle_parts.host
 
 
 class SpawnTest(testtools.TestCase):

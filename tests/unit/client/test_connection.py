@@ -39,6 +39,7 @@ import urllib3
 
 from nova_lxd_accel.client import connection
 from nova_lxd_accel import exception
+from tests.fixtures import lxd_responses
 from tests.fixtures import recorded_daemon
 from tests.fixtures import seam_helpers
 
@@ -47,11 +48,7 @@ INCUS_604 = 'incus-6.0.4-bookworm-backports.json'
 OPERATION = '566950f0-4683-438d-8d34-b3195682b6cb'
 
 
-def _error(code, message):
-    """LXD's error answer."""
-    return {'type': 'error', 'status': '', 'status_code': 0,
-            'operation': '', 'error_code': code, 'error': message,
-            'metadata': None}
+_error = lxd_responses.error
 
 
 def _operation(status, may_cancel=False, err='', metadata=None):
@@ -64,10 +61,7 @@ def _operation(status, may_cancel=False, err='', metadata=None):
             'may_cancel': may_cancel, 'err': err, 'location': 'none'}
 
 
-def _sync(metadata):
-    return {'type': 'sync', 'status': 'Success', 'status_code': 200,
-            'operation': '', 'error_code': 0, 'error': '',
-            'metadata': metadata}
+_sync = lxd_responses.sync
 
 
 def _async(may_cancel=False):

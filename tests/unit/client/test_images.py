@@ -30,6 +30,7 @@ import testtools
 
 from nova_lxd_accel.client import images
 from nova_lxd_accel import exception
+from tests.fixtures import lxd_responses
 from tests.fixtures import recorded_daemon
 from tests.fixtures import seam_helpers
 
@@ -39,16 +40,8 @@ OPERATION = '566950f0-4683-438d-8d34-b3195682b6cb'
 ALIAS_URL = '/1.0/images/aliases/' + seam_helpers.ALIAS
 
 
-def _sync(metadata):
-    return {'type': 'sync', 'status': 'Success', 'status_code': 200,
-            'operation': '', 'error_code': 0, 'error': '',
-            'metadata': metadata}
-
-
-def _error(code, message):
-    return {'type': 'error', 'status': '', 'status_code': 0,
-            'operation': '', 'error_code': code, 'error': message,
-            'metadata': None}
+_sync = lxd_responses.sync
+_error = lxd_responses.error
 
 
 def _operation(status, err='', metadata=None):

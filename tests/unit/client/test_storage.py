@@ -23,9 +23,9 @@ import testtools
 
 from nova_lxd_accel.client import storage
 from nova_lxd_accel import exception
+from tests.fixtures import lxd_responses
 from tests.fixtures import recorded_daemon
 from tests.fixtures import seam_helpers
-from tests.unit.client import test_images
 
 VOLUMES = '/1.0/storage-pools/default/volumes/custom'
 VOLUME = VOLUMES + '/nova-x-ephemeral0'
@@ -45,7 +45,7 @@ class StorageClientTest(testtools.TestCase):
         self.client = storage.StorageClient(conf)
 
     def test_create_is_a_filesystem_volume_with_its_size(self):
-        self.mock.post(VOLUMES, json=test_images._sync({}))
+        self.mock.post(VOLUMES, json=lxd_responses.sync({}))
         self.client.create_custom_volume('default', 'nova-x-ephemeral0',
                                          {'size': '1GiB'})
         self.assertEqual({'name': 'nova-x-ephemeral0', 'type': 'custom',
@@ -54,14 +54,14 @@ class StorageClientTest(testtools.TestCase):
                          self.mock.last_request.json())
 
     def test_grow_patches_the_size(self):
-        self.mock.patch(VOLUME, json=test_images._sync({}))
+        self.mock.patch(VOLUME, json=lxd_responses.sync({}))
         self.client.update_custom_volume('default', 'nova-x-ephemeral0',
                                          {'size': '2GiB'})
         self.assertEqual({'config': {'size': '2GiB'}},
                          self.mock.last_request.json())
 
     def test_missing_volume_reads_as_none_and_deletes_as_false(self):
-        gone = test_images._error(404, 'Storage volume not found')
+        gone = lxd_responses.error(404, 'Storage volume not found')
         self.mock.get(VOLUME, status_code=404, json=gone)
         self.mock.delete(VOLUME, status_code=404, json=gone)
         self.assertIsNone(self.client.get_custom_volume(
@@ -70,7 +70,7 @@ class StorageClientTest(testtools.TestCase):
             'default', 'nova-x-ephemeral0'))
 
     def test_a_refused_delete_names_the_volume(self):
-        self.mock.delete(VOLUME, status_code=400, json=test_images._error(
+        self.mock.delete(VOLUME, status_code=400, json=lxd_responses.error(
             400, 'Storage volume is still in use'))
         error = self.assertRaises(
             exception.LXDOperationFailed, self.client.delete_custom_volume,

@@ -13,8 +13,11 @@
 """The GPU ledger as a model: claims, releases, probes, hangs, restarts.
 
 A Hypothesis ``RuleBasedStateMachine`` drives the real ledger code (the
-gate, the release checks, the claims, the binding, the state file, the
-lifecycle watcher and the probe's parsers) on a fake clock, against the
+gate, the release checks, the claims (``Claims.claim`` and
+``Claims.rewriting``, a resize's or a migration's), the binding, the
+state file, ``init_host``'s reconcile, the lifecycle watcher, the
+operator's ``gpu forget`` and ``gpu hold`` and the probe's parsers) on a
+fake clock, against the
 project's fake daemon (:class:`tests.fixtures.fake_lxd.FakeLXDClient`) and a
 scriptable nvidia-smi at the probe's one boundary (:func:`.nvidia_smi.run`:
 the outputs of ``--query-gpu``, ``--query-compute-apps`` and ``-q`` made
@@ -27,14 +30,29 @@ The host: a whole GPU, a GPU in MIG mode with two slices, a GPU shared in
 two slots. Processes live in containers; a container removed while its
 process survives leaves a leftover (the dirty unit to catch).
 
-Rules interleave boots (claims), deletes through nova, deletes behind
-nova's back, processes appearing and leaving, the probe failing, hanging,
-losing ``-q`` or recovering, periodic refreshes, re-checks, the watcher's
-poll, restarts of nova-compute (the gate built again from its state file)
-and the operator's ``forget``; and any of them can be scheduled to run at
-a yield point inside another: right after a claim takes its lock (before
-it lists the daemon), after the gate lists the daemon, and while the probe
-runs. No sleeps: the fake clock moves only when the model moves it.
+Rules interleave boots (claims), servers arriving by resize or migration,
+deletes through nova, deletes behind nova's back, servers deleted while
+nova-compute is down (their binding released by ``init_host``'s
+reconcile, their container reaped later), processes appearing and
+leaving, the probe failing, hanging, losing ``-q`` or recovering, periodic
+refreshes, re-checks, the re-check thread's schedule as time passes, the
+watcher's poll, restarts of nova-compute (the gate built again from its
+state file; ``init_host`` removes interrupted builds, reconciles, and
+nova deletes again what it was deleting), the operator's ``gpu forget``
+(its check and its write two steps, any step between) and ``gpu
+hold``/``release``; and any of them, or nova-compute dying (a restart),
+can be scheduled to run at a yield point inside another: once a boot made
+its container (another claim runs whole there: two claims at once), right
+after a claim takes its lock (before it lists the daemon), once it wrote
+the binding (before it tells the gate), once a delete marked its units
+and once it removed its container, after the gate lists the daemon, and
+while the probe runs. No sleeps: the fake clock moves only when the model
+moves it.
+
+Not modelled yet (issue 46's list): the real ``nvidia_smi.run`` and its
+reaper (``MAX_STUCK``), the watcher's event stream and a concurrent
+``stop()``, a daemon that lists a container while deleting it or fails
+to remove it (``GpuGate.removal_failed``); scripted tests cover each.
 
 Invariants after every step:
 
@@ -47,7 +65,17 @@ Invariants after every step:
 * the provider tree's reserved is the holds plus the dirty units;
 * after ``probe_failures_before_hold`` probes in a row that could not read
   everything (``-q`` included), the GPU is held;
-* nothing ran past its deadline (a delete: ``release_wait`` + 1 s).
+* nothing ran past its deadline (a delete: ``release_wait`` + 1 s);
+* a held GPU is never bound: no claim picks a unit of a GPU held (in the
+  state file, or in memory when the file cannot be read) when it picks;
+* a dirty entry whose unit is clean and unbound leaves within the
+  re-check schedule: over ``release_recheck_max_interval`` of the re-check
+  thread's time with the probe answering, it is gone (no ``reserved``
+  leaked forever; before the first periodic task after a start nothing
+  runs the thread).
+
+Counterexamples found (with one of the ledger's fixes removed) are
+replayed step by step in :mod:`.test_ledger_counterexamples`.
 
 ``LEDGER_MODEL_EXAMPLES`` (default 200) and ``LEDGER_MODEL_STEPS`` (default
 40) size the run; ``tox -e ledger-model`` runs a long profile by hand. The
@@ -55,6 +83,7 @@ seed is fixed (``derandomize``) so CI runs the same cases each time.
 """
 
 import contextlib
+import functools
 import os
 import types
 
@@ -67,6 +96,7 @@ from oslo_concurrency import lockutils
 from oslo_config import cfg
 
 from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate
 from nova_lxd_accel.accel.health import gate_state
@@ -99,8 +129,36 @@ FLAVORS = {'whole': (RP[WHOLE], 'PGPU', 1), 'mig': (RP[MIGGPU], MIG_RC, 1),
            # two cards of the pool in one request (a multi-unit claim)
            'pool2': (RP_POOL, 'PGPU', 2)}
 PROJECTS = ('proj-a', 'proj-b')
+#: GPUs the operator may hold with ``gpu hold`` (not the MIG GPU: its
+#: unprobeable hold is the model's own invariant)
+HOLDABLE = (WHOLE, SHARED) + POOL_CARDS
+#: where an operation may be scheduled to run inside another
+POINTS = ('boot-created', 'claim-lock', 'claim-recorded', 'gate-listing',
+          'probe', 'release-marked', 'release-removed')
+#: what may run there
+OPS = ('delete', 'delete-behind', 'refresh', 'boot', 'process-leaves',
+       'restart', 'forget', 'hold')
 SMI_TIMEOUT = 3
 RELEASE_WAIT = 2.0
+
+
+class Crashed(BaseException):
+    """nova-compute dies at a yield point: what it was doing ends there.
+
+    A BaseException: the ledger's "never raises" handlers catch Exception
+    and would carry on as a live process does, a dead one does not.
+    """
+
+
+def crashing(rule):
+    """A rule whose nova-compute may die inside it: restarted after."""
+    @functools.wraps(rule)
+    def run(self, *args, **kwargs):
+        try:
+            return rule(self, *args, **kwargs)
+        except Crashed:
+            self.restart_compute()
+    return run
 
 
 def mig_devices(uuids=MIG_UUIDS):
@@ -149,10 +207,11 @@ class FakeSmi(object):
 
     def run(self, path, args, timeout):
         self.calls += 1
+        # first: a nova-compute that dies here never ran this probe
+        self.model.at_yield_point('probe')
         if args[0].startswith('--query-gpu'):
             self.failed_in_a_row = 0 if self.mode == 'ok' else \
                 self.failed_in_a_row + 1
-        self.model.at_yield_point('probe')
         if self.mode == 'hang' or (self.mode == 'q-fail' and
                                    args[0] == '-q'):
             # the real run: killed at the timeout, abandoned after grace
@@ -274,6 +333,22 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         #: seq then (a unit released after is not the re-check's)
         self.clean_at_recheck = set()
         self.recheck_seq = 0
+        #: container -> its instance (every container the model made)
+        self.uuid_of = {}
+        #: containers of boots and deletes under way: a restart leaves
+        #: them to the next nova-compute (an interrupted build is removed,
+        #: a delete is done again)
+        self.building = set()
+        self.deleting = set()
+        #: containers of instances nova deleted while nova-compute was
+        #: down: still running, left to running_deleted_instance_action
+        self.orphans = set()
+        #: ``gpu forget`` checked (unit, entry), not yet written
+        self.cli_forget = None
+        #: claims that bound a unit of a GPU held when they picked
+        self.held_bound = []
+        #: the re-check thread: when it runs next, or None (not running)
+        self.recheck_due = None
         self.patch = fixtures.MockPatchObject(nvidia_smi, 'run',
                                               self.smi.run)
         self.patch.setUp()
@@ -297,23 +372,80 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             host_probe=host_probe, clock=self.clock, sleep=self.clock.sleep,
             monotonic=self.clock, attribute=self.attribute,
             background=False)
+        # the re-check thread, on the model's clock (see time_passes)
+        self.recheck_due = None
+        self.gate._ensure_rechecker = self.rechecker_wanted
+        #: whether this gate refreshed (the first periodic task ran)
+        self.refreshed = False
+        refresh = self.gate.refresh
+
+        def refreshing():
+            self.refreshed = True
+            return refresh()
+        self.gate.refresh = refreshing
         self.claims = claims.Claims(
             self.client, self.conf, self.device_for_provider,
             lambda: self.gpus, self.gate.unavailable_units,
-            on_bound=self.gate.note_bound,
+            on_bound=self.note_bound,
             dirty_projects=self.gate.dirty_share_projects)
+        # init_host: interrupted builds removed, then the bindings of
+        # instances nova no longer has here released (driver.init_host)
+        for name in sorted(self.building):
+            self._destroy(name)
+            self.building.discard(name)
+        nova_has = set(self.live) | {self.uuid_of[n] for n in self.deleting}
+        reconcile.reconcile(self.client, HOST, nova_has,
+                            on_release=self.gate.note_destroy)
         self.watcher = watcher.LifecycleWatcher(
             self.client, self.owner, 1, lambda event: None,
             on_gone=self.gate.note_gone)
         self.watcher.resync()
-        self.watched = set(getattr(self, 'live', {}).values())
+        self.watched = set(self.live.values())
+        # nova's _init_instance: a delete under way is done again
+        for name in sorted(self.deleting):
+            self._destroy(name)
+
+    def rechecker_wanted(self):
+        """``GpuGate._ensure_rechecker`` on the model's clock.
+
+        As the thread: started when not running, its wait from
+        ``release_recheck_interval``; a release while it runs starts
+        its schedule again (``_recheck_loop``).
+        """
+        start = self.conf.lxd_accelerators.release_recheck_interval
+        if self.recheck_due is None:
+            self.gate.recheck_interval = None
+            self.recheck_due = self.clock.now + start
+        else:
+            self.gate._recheck_again = True
+            self.gate.recheck_interval = None
+            self.recheck_due = min(self.recheck_due, self.clock.now + start)
+
+    def note_bound(self, container, instance, records):
+        """The claim's ``on_bound``: what it picked, under its lock."""
+        # the state file's holds (an operator's release there is read by
+        # the claim at once), and those only in memory (a file that
+        # cannot be read holds every GPU)
+        held = set(self.gate.store.load()['holds']) | {
+            pci for pci, hold in self.gate.view().holds.items()
+            if hold.get('kind') == gate_state.KIND_UNREADABLE}
+        for record in records:
+            if record.get('pci') in held:
+                self.held_bound.append((container, record.get('unit'),
+                                        record.get('pci')))
+        self.at_yield_point('claim-recorded')
+        self.gate.note_bound(container, instance, records)
 
     def device_for_provider(self, rp_uuid):
+        """The inventory's: a held GPU is refused (``check_bindable``)."""
         if rp_uuid == RP_POOL:
             return devices.GpuPool(gpus=tuple(
                 g for g in self.gpus if g.pci_address in POOL_CARDS))
-        return {RP[g.pci_address]: g for g in self.gpus
-                if g.pci_address in RP}.get(rp_uuid)
+        device = {RP[g.pci_address]: g for g in self.gpus
+                  if g.pci_address in RP}.get(rp_uuid)
+        if device is not None:
+            self.gate.check_bindable(device, rp_uuid)
+        return device
 
     def list_containers(self):
         records = self.client.list_containers()
@@ -395,26 +527,43 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------
 
-    def _boot(self, flavor, project):
+    def _boot(self, flavor, project, via='claim'):
+        """A spawn, or a server arriving by resize or migration.
+
+        ``via`` 'rewriting': ``Claims.rewriting``, the body writing the
+        whole new config under the lock, as a resize or a migration does.
+        """
         uuid = '00000000-0000-4000-8000-%012d' % self.next_instance
         self.next_instance += 1
         name = self.owner.container_name(uuid)
         self.client.create_container(
             name, {identity.KEY_HOST: HOST,
                    identity.KEY_INSTANCE_UUID: uuid}, {}, [], {})
+        self.uuid_of[name] = uuid
+        self.building.add(name)
+        # created, not claimed yet: another boot's claim may run whole here
+        self.at_yield_point('boot-created')
         rp, rc, count = FLAVORS[flavor]
+        allocations = {rp: {'resources': {rc: count}}}
         instance = types.SimpleNamespace(
             uuid=uuid, project_id=project,
             flavor=types.SimpleNamespace(name=flavor, extra_specs={}))
         try:
-            self.claims.claim(name, {rp: {'resources': {rc: count}}},
-                              instance)
+            with self.claim_lock():
+                if via == 'claim':
+                    self.claims.claim(name, allocations, instance)
+                else:
+                    with self.claims.rewriting(name, allocations,
+                                               instance) as bound:
+                        claims.record(self.client, name, bound, instance)
         except (exception.AcceleratorUnavailable,
                 exception.AcceleratorNotBindable,
-                exception.SharedGpuOtherProject):
+                exception.SharedGpuOtherProject, exception.GpuHeld):
             # nova's build fails: the container is removed, nothing held
             self.client.delete_container(name)
+            self.building.discard(name)
             return
+        self.building.discard(name)
         self.client.change_state(name, 'start')
         self.live[uuid] = name
         self.project_of[name] = project
@@ -432,8 +581,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                                      counts)
                    for _ in range(n)]
         for flavor, project in zip(flavors, projects):
-            with self.claim_lock():
-                self._boot(flavor, project)
+            self._boot(flavor, project)
         for name in list(self.live.values()):
             self._start_process(name, 0)
 
@@ -447,10 +595,25 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.next_pid += 1
 
     @stateful.rule(flavor=st.sampled_from(sorted(FLAVORS)),
+                   project=st.sampled_from(PROJECTS), busy=st.booleans())
+    @crashing
+    def boot(self, flavor, project, busy):
+        """A spawn; ``busy``: its instance starts a CUDA process at once."""
+        self._boot(flavor, project)
+        names = [n for u, n in self.live.items()
+                 if u == self.uuid_of_last()]
+        if busy and names:
+            self._start_process(names[0], 0)
+
+    def uuid_of_last(self):
+        return '00000000-0000-4000-8000-%012d' % (self.next_instance - 1)
+
+    @stateful.rule(flavor=st.sampled_from(sorted(FLAVORS)),
                    project=st.sampled_from(PROJECTS))
-    def boot(self, flavor, project):
-        with self.claim_lock():
-            self._boot(flavor, project)
+    @crashing
+    def arrives_by_resize_or_migration(self, flavor, project):
+        """``Claims.rewriting``: the claim of a resize or a migration."""
+        self._boot(flavor, project, via='rewriting')
 
     def _pick(self, data):
         if not self.live:
@@ -460,6 +623,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data(), leftover=st.booleans())
+    @crashing
     def delete(self, data, leftover):
         """nova deletes the instance (the driver's destroy path)."""
         uuid = self._pick(data)
@@ -475,10 +639,14 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     def _destroy(self, name):
         """The driver's destroy: mark, remove, verify (Lifecycle's order)."""
+        self.deleting.add(name)
         released = self.gate.note_destroy(
             lambda: self.client.get_container(name))
+        self.at_yield_point('release-marked')
         self.client.remove_container(name)
+        self.at_yield_point('release-removed')
         self.gate.verify_release(released)
+        self.deleting.discard(name)
 
     def _remove_behind(self, name):
         """``lxc delete``: the daemon only; nova and the gate not told."""
@@ -531,6 +699,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.smi.mode = mode
 
     @stateful.rule()
+    @crashing
     def periodic_refresh(self):
         start = self.clock.now - self.yield_time
         # a container removed during this refresh, after its listing, is
@@ -543,6 +712,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         assert took <= 3 * (SMI_TIMEOUT + nvidia_smi.KILL_GRACE), took
 
     @stateful.rule()
+    @crashing
     def recheck(self):
         clean = self.clean_units()
         self.recheck_seq = self.gate.store.load().get('seq', 0)
@@ -561,22 +731,125 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.start_compute()
         self.clean_at_recheck = set()
 
+    @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data())
-    def operator_forgets(self, data):
-        """``gpu forget`` on a dirty unit no live container holds."""
-        dirty = sorted(self.gate.store.load()['dirty'])
+    def deleted_while_down(self, data):
+        """nova deletes a server while nova-compute is down.
+
+        Its container keeps running (left to nova's
+        ``running_deleted_instance_action``), with its processes; the
+        restarted nova-compute's ``init_host`` releases its binding
+        (:func:`.reconcile.reconcile`).
+        """
+        uuid = self._pick(data)
+        if uuid is None:
+            return
+        self.orphans.add(self.live.pop(uuid))
+        self.restart_compute()
+
+    @stateful.precondition(lambda self: self.orphans)
+    @stateful.rule(data=st.data(), leftover=st.booleans())
+    @crashing
+    def orphan_reaped(self, data, leftover):
+        """nova's ``running_deleted_instance_action = reap``.
+
+        The driver's destroy of a container nova no longer has.
+        """
+        if not self.orphans:
+            return
+        name = data.draw(st.sampled_from(sorted(self.orphans)))
+        self.orphans.discard(name)
+        self._survive(name, leftover)
+        self._destroy(name)
+
+    @stateful.rule(which=st.integers(0, 7))
+    def operator_checks_a_unit_to_forget(self, which):
+        """``gpu forget``'s first half: the check.
+
+        It reads the entry, lists the daemon (refused while a live
+        container holds the unit) and the operator ends what was left by
+        other means; the write (:meth:`operator_forgets`) comes later, any
+        step may run between.
+        """
+        dirty = self.gate.store.load()['dirty']
         if not dirty:
             return
-        key = data.draw(st.sampled_from(dirty))
+        key = sorted(dirty)[which % len(dirty)]
         if key in self.bound():
             return          # the command refuses it
         pci, index = self.unit_of(key)
-        # the operator checked by other means: ends what was left
         for pid in [p for p, (g, i, c) in self.smi.procs.items()
                     if g == pci and (index is None or i == index) and
                     c not in self.live.values()]:
             del self.smi.procs[pid]
-        gate_state.forget(self.gate.store, key, 'checked by hand')
+        self.cli_forget = (key, dict(dirty[key]))
+
+    @stateful.precondition(lambda self: self.cli_forget)
+    @stateful.rule()
+    def operator_forgets(self):
+        """``gpu forget``'s write: only the entry it checked."""
+        if self.cli_forget is None:
+            return
+        key, entry = self.cli_forget
+        self.cli_forget = None
+        try:
+            gate_state.forget(self.gate.store, key, 'checked by hand',
+                              checked=entry)
+        except gate_state.EntryChanged:
+            pass        # the command exits 1: nothing forgotten
+
+    @stateful.rule(pci=st.sampled_from(HOLDABLE), hold=st.booleans())
+    def operator_holds(self, pci, hold):
+        """``gpu hold`` / ``gpu release``.
+
+        The state file; nova-compute's view follows at its next period.
+        """
+        if hold:
+            gate_state.hold(self.gate.store, pci, 'by hand')
+        elif (self.gate.store.load()['holds'].get(pci) or {}).get(
+                'kind') == gate_state.KIND_OPERATOR:
+            gate_state.release(self.gate.store, pci, 'by hand')
+
+    @stateful.rule(seconds=st.sampled_from((1.0, 4.0, 9.0)))
+    @crashing
+    def time_passes(self, seconds):
+        """The re-check thread runs its schedule for ``seconds``.
+
+        With ``seconds`` over ``release_recheck_max_interval``, a dirty
+        unit clean and unbound all along leaves the list (no reserved
+        leaked): checked here.
+        """
+        self.pending = {}
+        end = self.clock.now + seconds
+        state = self.gate.store.load()
+        clean = self.clean_units()
+        window = seconds > self.conf.lxd_accelerators. \
+            release_recheck_max_interval and self.smi.mode == 'ok'
+        watch = {k for k in state['dirty'] if k in clean and
+                 self.unit_of(k)[0] not in state['holds']}
+        running = self.recheck_due is not None
+        while self.recheck_due is not None and self.recheck_due <= end:
+            self.clock.now = max(self.clock.now, self.recheck_due)
+            _freed, left = self.gate.recheck()
+            if left == set() and not self.gate._recheck_again:
+                self.recheck_due = None
+            else:
+                self.recheck_due = self.clock.now + (
+                    self.gate.recheck_interval or
+                    self.conf.lxd_accelerators.release_recheck_interval)
+        self.clock.now = max(self.clock.now, end)
+        if not window or (not running and not self.refreshed):
+            # nothing verifies before the first periodic task after a
+            # start (it runs the first refresh, which starts the thread)
+            return
+        state = self.gate.store.load()
+        leaked = sorted(k for k in watch & set(state['dirty'])
+                        if k in self.clean_units() and
+                        self.unit_of(k)[0] not in state['holds'])
+        assert not leaked, (
+            '%s clean and unbound for %.0f s and still dirty (re-check '
+            'thread %s)' % (leaked, seconds,
+                            'running' if running else 'not running'))
 
     @stateful.rule(index=st.sampled_from((0, 1)))
     def operator_recreates_mig_slice(self, index):
@@ -593,15 +866,17 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self.mig_generation[index], index)
         self.gpus = host_gpus(tuple(uuids))
 
-    @stateful.rule(point=st.sampled_from(('claim-lock', 'gate-listing',
-                                          'probe')),
-                   op=st.sampled_from(('delete', 'delete-behind',
-                                       'refresh', 'boot', 'process-leaves')),
+    @stateful.rule(point=st.sampled_from(POINTS),
+                   op=st.sampled_from(OPS),
                    flavor=st.sampled_from(sorted(FLAVORS)),
                    data=st.data())
     def schedule(self, point, op, flavor, data):
-        """Run ``op`` at the next pass through ``point`` (lock edges)."""
-        if op == 'boot' and point == 'claim-lock':
+        """Run ``op`` at the next pass through ``point`` (lock edges).
+
+        'restart': nova-compute dies there (:class:`Crashed`); 'forget'
+        and 'hold': the operator's commands, from another process.
+        """
+        if op == 'boot' and point in ('claim-lock', 'claim-recorded'):
             return          # a claim inside a claim waits for its lock
         uuid = self._pick(data)
         if flavor == 'same':
@@ -623,26 +898,44 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             pid = data.draw(st.sampled_from(sorted(self.smi.procs)))
             self.pending.setdefault(point, []).append(
                 lambda: self.smi.procs.pop(pid, None))
+        elif op == 'restart':
+            self.pending.setdefault(point, []).append(self._crash)
+        elif op == 'forget':
+            which = data.draw(st.integers(0, 7))
+            self.pending.setdefault(point, []).append(
+                lambda: self.operator_checks_a_unit_to_forget(which) or
+                self.operator_forgets())
+        elif op == 'hold':
+            pci = data.draw(st.sampled_from(HOLDABLE))
+            self.pending.setdefault(point, []).append(
+                lambda: self.operator_holds(pci, True))
+
+    def _crash(self):
+        raise Crashed()
 
     @stateful.rule(outer=st.sampled_from(('boot', 'delete', 'refresh',
                                           'recheck')),
-                   point=st.sampled_from(('lock-or-listing', 'probe')),
-                   op=st.sampled_from(('delete', 'delete-behind',
-                                       'refresh', 'boot', 'process-leaves')),
+                   where=st.integers(0, 3),
+                   op=st.sampled_from(OPS),
                    flavor=st.sampled_from(sorted(FLAVORS) + ['same']),
                    project=st.sampled_from(PROJECTS),
                    data=st.data())
-    def interleave(self, outer, point, op, flavor, project, data):
+    @crashing
+    def interleave(self, outer, where, op, flavor, project, data):
         """``op`` inside ``outer``, where ``outer`` takes or drops a lock.
 
-        A boot's claim right after it takes the claim lock; a delete, a
-        refresh or a re-check after it lists the daemon or while it
-        probes.
+        A boot: its container made, before its claim (another claim runs
+        whole there: two claims at once), right after the claim takes its
+        lock, or once it wrote the binding before it tells the gate; a
+        delete: once its units are marked, once its container is gone,
+        when it lists the daemon or while it probes; a refresh or a
+        re-check: after it lists the daemon or while it probes.
         """
-        if outer == 'boot':
-            point = 'claim-lock'
-        elif point == 'lock-or-listing':
-            point = 'gate-listing'
+        point = {'boot': ('boot-created', 'claim-lock', 'claim-recorded'),
+                 'delete': ('release-marked', 'release-removed',
+                            'gate-listing', 'probe')}.get(
+            outer, ('gate-listing', 'probe'))
+        point = point[where % len(point)]
         self.pending = {}
         before = dict(self.live)
         self.schedule(point, op, flavor, data)
@@ -695,6 +988,15 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                     continue
                 out.add(key)
         return out
+
+    @stateful.invariant()
+    def a_held_gpu_is_never_bound(self):
+        """No claim picks a unit of a GPU held when it picked.
+
+        A hold of nova-compute's view or of the state file.
+        """
+        assert not self.held_bound, 'bound on a held GPU: %s' % (
+            self.held_bound,)
 
     @stateful.invariant()
     def no_unit_bound_twice(self):

@@ -945,7 +945,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             picked = self.picked if self.picked in before else None
             flavor = self.flavor_of.get(before.get(picked), 'mig')
         if outer == 'boot':
-            self.boot(flavor, project)
+            self.boot(flavor, project, False)
         elif outer == 'delete':
             if self.live:
                 self.delete(data, data.draw(st.booleans()))

@@ -94,3 +94,16 @@ class TestCounterexamples(LedgerReplay):
         self.step('delete', Draws('00000000-0000-4000-8000-000000000001'),
                   leftover=True)
         self.step('operator_forgets')
+
+    def test_a_refresh_during_a_delete_does_not_bind_the_unit_again(self):
+        # without gate_state.stale_binding: a refresh listing the
+        # container between note_destroy and its removal records the unit
+        # bound to it again, and the unit, verified clean, stays
+        # unavailable as "gone, not yet verified"
+        self.busy_host(pool2=1)
+        # a refresh once the delete marked its units (Draws: the refresh's
+        # pick, the delete's leftover, the delete's pick)
+        self.step('interleave', data=Draws(FIRST, False, FIRST),
+                  outer='delete', where=0, op='refresh', flavor='mig',
+                  project='proj-a')
+        self.step('recheck')

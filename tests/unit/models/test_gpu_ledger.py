@@ -77,7 +77,7 @@ Invariants after every step:
 Counterexamples found (with one of the ledger's fixes removed) are
 replayed step by step in :mod:`.test_ledger_counterexamples`.
 
-``LEDGER_MODEL_EXAMPLES`` (default 200) and ``LEDGER_MODEL_STEPS`` (default
+``LEDGER_MODEL_EXAMPLES`` (default 160) and ``LEDGER_MODEL_STEPS`` (default
 40) size the run; ``tox -e ledger-model`` runs a long profile by hand. The
 seed is fixed (``derandomize``) so CI runs the same cases each time.
 """
@@ -1132,6 +1132,6 @@ def _settings(examples, steps, wide=False):
 #: the model as a test case of the unit suite (stestr finds it)
 TestLedgerModel = LedgerMachine.TestCase
 TestLedgerModel.settings = _settings(
-    int(os.environ.get('LEDGER_MODEL_EXAMPLES', '200')),
+    int(os.environ.get('LEDGER_MODEL_EXAMPLES', '160')),
     int(os.environ.get('LEDGER_MODEL_STEPS', '40')),
     wide=os.environ.get('LEDGER_MODEL_RANDOM') == '1')

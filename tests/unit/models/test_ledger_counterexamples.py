@@ -107,3 +107,16 @@ class TestCounterexamples(LedgerReplay):
                   outer='delete', where=0, op='refresh', flavor='mig',
                   project='proj-a')
         self.step('recheck')
+
+    def test_a_container_being_removed_is_not_its_instance_again(self):
+        # without the dirty entry's 'removing' (note_destroy): after a
+        # restart, a refresh listing a container its delete marked but
+        # has not removed yet takes it for its instance holding the cards
+        # again, and they stay unavailable once verified clean
+        self.busy_host(share=1, pool2=1)
+        self.step('deleted_while_down', Draws(FIRST))
+        second = '00000000-0000-4000-8000-000000000001'
+        self.step('interleave', data=Draws(second, False, second),
+                  outer='delete', where=0, op='refresh', flavor='mig',
+                  project='proj-a')
+        self.step('recheck')

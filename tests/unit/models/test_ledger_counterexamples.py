@@ -120,3 +120,13 @@ class TestCounterexamples(LedgerReplay):
                   outer='delete', where=0, op='refresh', flavor='mig',
                   project='proj-a')
         self.step('recheck')
+
+    def test_a_gpu_held_unprobeable_is_not_bound(self):
+        # without GpuGate.check_bindable (the inventory's
+        # device_for_provider): a slice of the MIG GPU held as unprobeable
+        # is bound (the pick of a MIG slice does not read the card's hold)
+        self.busy_host()
+        self.step('probe_becomes', mode='fail')
+        self.step('periodic_refresh')
+        self.step('periodic_refresh')
+        self.step('boot', flavor='mig', project='proj-a', busy=False)

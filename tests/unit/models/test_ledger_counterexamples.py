@@ -130,3 +130,13 @@ class TestCounterexamples(LedgerReplay):
         self.step('periodic_refresh')
         self.step('periodic_refresh')
         self.step('boot', flavor='mig', project='proj-a', busy=False)
+
+    def test_a_unit_left_dirty_by_a_delete_is_rechecked(self):
+        # without verify_release starting the re-check thread: a unit
+        # whose leftover ends after the delete stays reserved until some
+        # later refresh
+        self.busy_host(whole=1)
+        self.step('periodic_refresh')
+        self.step('delete', Draws(FIRST), leftover=True)
+        self.step('process_leaves', Draws(1000))
+        self.step('time_passes', seconds=9.0)

@@ -167,6 +167,17 @@ def _mig_device(gpu, mig, rc, rp_uuid, nvidia):
     return device, detail
 
 
+def _blocked_by_card(held, gpu, candidates):
+    """``held`` with the card's own holders on each of its ``candidates``."""
+    blockers = units.holders_of(held, 'pci:' + gpu.pci_address)
+    if not blockers:
+        return held
+    held = dict(held)
+    for key, _ in candidates:
+        held.setdefault(key, blockers)
+    return held
+
+
 def _share_units(gpu, rc, count, rp_uuid, held, share):
     """Slots of a shared GPU: pinned by PCI address, one project at a time.
 
@@ -195,13 +206,9 @@ def _share_units(gpu, rc, count, rp_uuid, held, share):
         error = (exception.SharedGpuMpsOtherProject if uses_mps
                  else exception.SharedGpuOtherProject)
         raise error(pci=gpu.pci_address, provider=rp_uuid)
-    blockers = units.holders_of(held, 'pci:' + gpu.pci_address)
     candidates = [(units.share_key(gpu.pci_address, slot), slot)
                   for slot in range(gpu.shared_slots)]
-    if blockers:
-        held = dict(held)
-        for key, _ in candidates:
-            held.setdefault(key, blockers)
+    held = _blocked_by_card(held, gpu, candidates)
     out = []
     for key, slot in _pick(candidates, count, held, rc, rp_uuid, gpu):
         detail = {'slot': slot, 'project_id': share.project_id}
@@ -245,8 +252,11 @@ def _gpu_units(gpu, rc, count, rp_uuid, held, nvidia=cdi.RUNTIME,
     if rc.startswith(units.MIG_PREFIX):
         migs = sorted((m for m in gpu.mig_devices
                        if m.resource_class == rc), key=lambda m: m.index)
-        picked = _pick([(units.mig_unit_key(gpu, m), m) for m in migs], count,
-                       held, rc, rp_uuid, gpu)
+        candidates = [(units.mig_unit_key(gpu, m), m) for m in migs]
+        # whatever holds the card itself (a hold of the state file, a
+        # container given the whole card) holds every slice of it
+        held = _blocked_by_card(held, gpu, candidates)
+        picked = _pick(candidates, count, held, rc, rp_uuid, gpu)
         return [(units.KIND_MIG, key) +
                 _mig_device(gpu, mig, rc, rp_uuid, nvidia)
                 for key, mig in picked]

@@ -81,6 +81,16 @@ class TestMixedHost(binding.BindingTestBase):
         self.assertEqual('MIG-00000003-0000-0000-0000-000000000003',
                          result.devices['nova-mig0']['mig.uuid'])
 
+    def test_mig_slices_of_a_held_card_are_not_picked(self):
+        # a hold on the card (an operator's `gpu hold`, the health check),
+        # read from the state file under the claim lock, keeps its slices
+        # off at once, not only from the next refresh of the inventory
+        held = {'pci:0000:00:09.0': ['held (operator): maintenance']}
+        error = self.assertRaises(
+            exception.AcceleratorUnavailable, self.bind,
+            self.alloc((H100, 'CUSTOM_MIG_1G_10GB', 1)), held)
+        self.assertIn('only 0 free', str(error))
+
     def test_ib_vf_and_port(self):
         result = self.bind(self.alloc((IB_VF, 'CUSTOM_INFINIBAND_VF', 1),
                                       (IB_PORT, 'CUSTOM_INFINIBAND_PORT',

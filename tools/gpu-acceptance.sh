@@ -21,6 +21,9 @@
 #     with lxd:gpu_memory_mb 1024 (2048 MiB refused, 512 given); a slot
 #     released while a host process is on the card stays reserved, named,
 #     then clean once it ends; the last slot's release verified clean.
+#     Then a FACT (not counted): whether an MPS client works with the pipe
+#     directory mounted read-only (mps_pipe_readonly=works|fails), for
+#     issue 43's "read-only if MPS allows it";
 #     SKIP with the reason without MPS or a C compiler;
 #   - a failing nvidia-smi (a second conf; a shim exiting 1 first on PATH,
 #     then one hanging past nvidia_smi_timeout): after

@@ -184,6 +184,10 @@ class Report(object):
         self.skipped += 1
         self.line('SKIP', '%s: %s' % (text, why))
 
+    def fact(self, text):
+        """What the hardware showed, not a check: never counted."""
+        self.line('FACT', text)
+
     def status(self):
         """The exit status: 0 only when what was asked is proven."""
         if self.failed:
@@ -866,10 +870,38 @@ def check_mps(args, report, work, gpu, binary, quota_mib=1024):
                      holder_error(proc))
         check_slot_release(report, host, shared[0], gpu, binary,
                            slots[0][:2], slots[1][:2])
+        mps_pipe_readonly_fact(report, host, allocation, binary, quota_mib)
     finally:
         host.cleanup()
         subprocess.run(['nvidia-cuda-mps-control'], input='quit\n',
                        text=True, env=env, check=False)
+
+
+def mps_pipe_readonly_fact(report, host, allocation, binary, quota_mib):
+    """Whether an MPS client works with the pipe directory read-only.
+
+    The driver mounts it read-write (issue 43: read-only if MPS allows
+    it); this prints what the card showed, as a FACT, for that decision.
+    Run after every check of :func:`check_mps`, on a slot they left free.
+    """
+    name = None
+    try:
+        name, _bound = host.new_container(allocation, _Instance(quota_mib))
+        host.cli('config', 'device', 'set', name, 'mps-pipe',
+                 'readonly=true')
+        host.client.change_state(name, 'start')
+        holder = start_holder_in(host, name, binary, quota_mib // 2)
+        held = wait_holding(holder)
+        why = '' if held else ': ' + holder_error(holder)
+        stop(holder)
+        report.fact('mps_pipe_readonly=%s (a client holding %d MiB with '
+                    'the MPS pipe directory mounted read-only%s)'
+                    % ('works' if held else 'fails', quota_mib // 2, why))
+    except Exception as exc:
+        report.fact('mps_pipe_readonly=unknown (%s)' % exc)
+    finally:
+        if name is not None:
+            host.remove(name)
 
 
 def check_slot_release(report, host, rp_uuid, gpu, binary, first, last):

@@ -50,6 +50,15 @@ class ReportTest(testtools.TestCase):
         self.assertEqual(0, status)
         self.assertEqual('proven 3 of 3', lines[-1])
 
+    def test_a_fact_is_printed_and_never_counted(self):
+        report, out = _report(passed=1)
+        report.fact('mps_pipe_readonly=works (a client holding 512 MiB)')
+        status, lines = _finish(report, out)
+        self.assertEqual(0, status)
+        self.assertIn('FACT  mps_pipe_readonly=works (a client holding 512 '
+                      'MiB)', lines)
+        self.assertEqual('proven 1 of 1', lines[-1])
+
     def test_a_skip_is_not_proven(self):
         status, lines = _finish(*_report(passed=2, skipped=1))
         self.assertNotEqual(0, status)

@@ -23,15 +23,12 @@ read as "no such image".
 import os
 
 import fixtures
-from oslo_config import fixture as config_fixture
-from requests_mock.contrib import fixture as requests_mock_fixture
 from requests_toolbelt.multipart import decoder
 import testtools
 
 from nova_lxd_accel.client import images
 from nova_lxd_accel import exception
 from tests.fixtures import lxd_responses
-from tests.fixtures import recorded_daemon
 from tests.fixtures import seam_helpers
 
 FINGERPRINT = ('e3e28ee1b261b6e6837a6621fdb9cc24'
@@ -63,13 +60,7 @@ class ImageClientTest(testtools.TestCase):
 
     def setUp(self):
         super(ImageClientTest, self).setUp()
-        self.socket = seam_helpers.SocketFile()
-        self.addCleanup(self.socket.close)
-        self.mock = self.useFixture(requests_mock_fixture.Fixture())
-        conf = seam_helpers.make_conf(self.socket.path)
-        self.useFixture(config_fixture.Config(conf))
-        self.mock.get('/1.0', json=recorded_daemon.sample(
-            'lxd-5.0.2-debian12.json'))
+        conf, self.mock = lxd_responses.mocked_daemon(self)
         self.client = images.ImageClient(conf)
         self.wait_url = '/1.0/operations/%s/wait' % OPERATION
         self.bodies = []

@@ -17,15 +17,11 @@ The requests LXD 5.0 and Incus 6.0 both take
 ``requests-mock`` as the daemon answers them.
 """
 
-from oslo_config import fixture as config_fixture
-from requests_mock.contrib import fixture as requests_mock_fixture
 import testtools
 
 from nova_lxd_accel.client import storage
 from nova_lxd_accel import exception
 from tests.fixtures import lxd_responses
-from tests.fixtures import recorded_daemon
-from tests.fixtures import seam_helpers
 
 VOLUMES = '/1.0/storage-pools/default/volumes/custom'
 VOLUME = VOLUMES + '/nova-x-ephemeral0'
@@ -35,13 +31,7 @@ class StorageClientTest(testtools.TestCase):
 
     def setUp(self):
         super(StorageClientTest, self).setUp()
-        self.socket = seam_helpers.SocketFile()
-        self.addCleanup(self.socket.close)
-        self.mock = self.useFixture(requests_mock_fixture.Fixture())
-        conf = seam_helpers.make_conf(self.socket.path)
-        self.useFixture(config_fixture.Config(conf))
-        self.mock.get('/1.0', json=recorded_daemon.sample(
-            'lxd-5.0.2-debian12.json'))
+        conf, self.mock = lxd_responses.mocked_daemon(self)
         self.client = storage.StorageClient(conf)
 
     def test_create_is_a_filesystem_volume_with_its_size(self):

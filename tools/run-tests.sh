@@ -89,6 +89,10 @@ budgets=$repo/.ci/budgets
 clock="python3 $repo/tools/ci_timings.py"
 run_id=$(date +%Y%m%dT%H%M%S)-$$
 run_start=$(date +%s.%N)
+# Stestr repositories written after this mark are this run's (a warm .tox
+# keeps older ones).
+run_mark=$state/run-start
+touch "$run_mark"
 current_stage=
 stage_start=
 stage_facts=()
@@ -377,6 +381,23 @@ benches() {
 
 # --- exit: stop what was started, print the table ----------------------------
 
+# failed_tests: each test this run's tox environments failed, with the end
+# of its traceback; printed last, as a CI report may keep only the tail.
+failed_tests() {
+    local failing env_dir env
+    for failing in "$repo"/.tox/*/.stestr/failing; do
+        if [ ! -s "$failing" ] || [ ! "$failing" -nt "$run_mark" ]; then
+            continue
+        fi
+        env_dir=${failing%/.stestr/failing}
+        env=${env_dir##*/}
+        step "Failed in $env"
+        "$env_dir/bin/stestr" -u "$env_dir" failing --subunit 2>/dev/null |
+            "$env_dir/bin/python" "$repo/tools/ci_failures.py" 12 |
+            head -n 80 || true
+    done
+}
+
 finish() {
     local rc=$? report_rc=0
     trap - EXIT
@@ -397,6 +418,7 @@ finish() {
     if [ "$rc" = 0 ] && [ "$report_rc" != 0 ]; then
         rc=$report_rc
     fi
+    [ "$rc" = 0 ] || failed_tests
     if [ "$rc" = 0 ]; then
         step "All tests passed"
     else

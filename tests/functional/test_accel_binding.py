@@ -216,7 +216,17 @@ class ConcurrencyTest(accel_servers.AccelTestBase):
         servers = [self.api.post_server({'server': self._build_server(
             image_uuid=self.image_id, flavor_id=flavor_id,
             networks='none')}) for _ in range(20)]
-        final = [self._wait_until_built(s) for s in servers]
+        # Wait on nova's notifications, not by polling the API: each GET
+        # makes nova's test harness switch its global cell database, and
+        # under load a conductor burying a server in cell0 at the same
+        # moment lost that race three times in a row ("generator didn't
+        # yield" in CellDatabases._wrap_target_cell), which left the
+        # server in BUILD for good (gate, functional-incus).
+        self.notifier.wait_for_versioned_notifications(
+            'instance.create.end', n_events=8, timeout=240)
+        self.notifier.wait_for_versioned_notifications(
+            'compute_task.build_instances.error', n_events=12, timeout=240)
+        final = [self.api.get_server(s['id']) for s in servers]
         states = sorted(s['status'] for s in final)
         self.assertEqual(['ACTIVE'] * 8 + ['ERROR'] * 12, states)
         for s in final:

@@ -65,7 +65,7 @@ import pylxd  # noqa: E402
 
 from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel.container import builder  # noqa: E402
-from nova_lxd_accel import image_cache  # noqa: E402
+from nova_lxd_accel.instance import image_cache  # noqa: E402
 from tests.fixtures import daemon_requests  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -57,8 +57,8 @@ from nova_lxd_accel import conf as lxd_conf  # noqa: E402
 from nova_lxd_accel.container import builder  # noqa: E402
 from nova_lxd_accel.container import identity  # noqa: E402
 from nova_lxd_accel import host as lxd_host  # noqa: E402
-from nova_lxd_accel import image_cache  # noqa: E402
-from nova_lxd_accel import lifecycle  # noqa: E402
+from nova_lxd_accel.instance import image_cache  # noqa: E402
+from nova_lxd_accel.instance import lifecycle  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -34,12 +34,12 @@ from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel import conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import image_cache
-from nova_lxd_accel import migration
-from nova_lxd_accel import network
+from nova_lxd_accel.hostside import network
+from nova_lxd_accel.hostside import volumes
+from nova_lxd_accel.instance import image_cache
+from nova_lxd_accel.instance import migration
 from nova_lxd_accel import nova_lookups
 from nova_lxd_accel import parts
-from nova_lxd_accel import volumes
 
 LOG = logging.getLogger(__name__)
 CONF = nova.conf.CONF
@@ -225,7 +225,7 @@ class LXDDriver(driver.ComputeDriver):
             context, instance, network_info, migration, block_device_info,
             power_on)
 
-    # Live migration is not supported (see nova_lxd_accel.migration):
+    # Live migration is not supported (see nova_lxd_accel.instance.migration):
     # refuse it in the pre-checks, so nova leaves the server where it is.
 
     def check_can_live_migrate_destination(self, context, instance,

@@ -27,8 +27,8 @@ from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
-from nova_lxd_accel import guest
-from nova_lxd_accel import watcher
+from nova_lxd_accel.instance import guest
+from nova_lxd_accel.instance import watcher
 
 LOG = logging.getLogger(__name__)
 

@@ -31,13 +31,13 @@ from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import image_cache
-from nova_lxd_accel import lifecycle as lxd_lifecycle
-from nova_lxd_accel import migration as lxd_migration
-from nova_lxd_accel import network
+from nova_lxd_accel.hostside import network
+from nova_lxd_accel.hostside import plumbing as lxd_plumbing
+from nova_lxd_accel.hostside import volumes as lxd_volumes
+from nova_lxd_accel.instance import image_cache
+from nova_lxd_accel.instance import lifecycle as lxd_lifecycle
+from nova_lxd_accel.instance import migration as lxd_migration
 from nova_lxd_accel import nova_lookups
-from nova_lxd_accel import plumbing as lxd_plumbing
-from nova_lxd_accel import volumes as lxd_volumes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,7 +86,7 @@ for arg in "$@"; do
     fi
     args+=("$arg")
 done
-# MIG capability mode, for doctor's mig-capabilities check (diagnosis.py
+# MIG capability mode, for doctor's mig-capabilities check (advice/diagnosis.py
 # assumes these files): printed as FACT lines, not counted. Confirm that
 # nv_cap_enable_devfs reads 1, each capability file names a
 # DeviceFileMinor and its /dev/nvidia-caps/nvidia-capN node exists.

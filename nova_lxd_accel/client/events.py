@@ -10,7 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The daemon's event websocket (``/1.0/events``), for nova_lxd_accel.watcher.
+"""The daemon's event websocket (``/1.0/events``), for the watcher
+(nova_lxd_accel.instance.watcher).
 
 :class:`EventsClient` opens the subscription on the connection's endpoint
 (its unix socket, or TLS with the client's certificate and pinning);

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Images and their aliases, for nova_lxd_accel.image_cache."""
+"""Images and their aliases, for nova_lxd_accel.instance.image_cache."""
 
 from requests_toolbelt import multipart
 

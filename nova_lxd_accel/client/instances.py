@@ -500,7 +500,7 @@ class LXDClient(events.EventsClient, images.ImageClient,
         self._request('delete', self.api.instances[name].snapshots[snapshot],
                       'delete snapshot', '%s/%s' % (name, snapshot))
 
-    # -- migration (nova_lxd_accel.migration) -----------------------------
+    # -- migration (nova_lxd_accel.instance.migration) --------------------
 
     def remote(self, endpoint, cert=None, key=None, verify='true'):
         """A client of another host's LXD over HTTPS, in this project."""

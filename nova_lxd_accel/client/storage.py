@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Custom storage volumes, for nova_lxd_accel.ephemeral.
+"""Custom storage volumes, for nova_lxd_accel.instance.ephemeral.
 
 The same API on LXD 5.0 and Incus 6.0:
 ``/1.0/storage-pools/<pool>/volumes/custom/<name>``, in the configured

@@ -16,7 +16,7 @@ It asks the daemon (``GET /1.0``, the storage pool, ``/1.0/resources``)
 and runs nova-compute's own check of it (:func:`.host.check_daemon`),
 runs the GPU probe and ``nvidia-smi -L``, reads the GPU state file and
 looks at ``/proc``, ``/sys`` and ``/etc/cdi``; then prints what is wrong
-and how to fix it (:mod:`nova_lxd_accel.diagnosis`). Exit status: 0
+and how to fix it (:mod:`nova_lxd_accel.advice.diagnosis`). Exit status: 0
 when nothing is an error (a CPU-only host is fine), 1 otherwise.
 
 ``--recorded DIR`` checks a recorded host instead: ``DIR/server.json``,
@@ -34,8 +34,8 @@ from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import compute_apps
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.advice import diagnosis
 from nova_lxd_accel.cmd import common
-from nova_lxd_accel import diagnosis
 
 
 def register(subparsers):

@@ -16,10 +16,10 @@ From the inventory this host reports (the same code path as
 ``nova-lxd-accel inventory``) it proposes one flavor per GPU model and MIG
 profile: a readable name, the Placement request, a description in plain
 words and the ``Accelerator:*`` properties cASO and cloud-info-provider
-read (see :mod:`nova_lxd_accel.flavor_proposals`). ``--create`` creates the
-missing ones through the compute API (openstacksdk, credentials from
-``--os-cloud`` / ``OS_*``), at microversion 2.86 so that nova checks every
-extra spec.
+read (see :mod:`nova_lxd_accel.advice.flavor_proposals`). ``--create``
+creates the missing ones through the compute API (openstacksdk,
+credentials from ``--os-cloud`` / ``OS_*``), at microversion 2.86 so that
+nova checks every extra spec.
 """
 
 import json
@@ -29,9 +29,9 @@ from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.accel.inventory import shared_gpus
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import show_inventory
-from nova_lxd_accel import flavor_proposals
 
 
 def register(subparsers):

@@ -217,7 +217,8 @@ def ephemeral_disk(instance, flavor, image_meta, policy,
     """The flavor's ephemeral disk: a custom volume mounted at /mnt.
 
     The volume itself (:func:`ephemeral_volume_name`, on the instance's
-    pool) is made before the container by :mod:`nova_lxd_accel.ephemeral`.
+    pool) is made before the container by
+    :mod:`nova_lxd_accel.instance.ephemeral`.
     """
     if not flavor.ephemeral_gb:
         return {}

@@ -10,7 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""A Neutron port as an LXD ``nic`` device (pure; plugging is network.py).
+"""A Neutron port as an LXD ``nic`` device (pure; plugging is
+hostside/network.py).
 
 The LXD device is named ``nova-port-<port id>`` and the interface inside
 the container ``eth<N>``: ports present at spawn are ``eth0``, ``eth1``,

@@ -14,7 +14,7 @@
 
 What the kept original, the copy sent to another daemon and the resized
 container look like, as config and devices, from the record LXD gave
-(see :mod:`nova_lxd_accel.migration` for the steps that write them).
+(see :mod:`nova_lxd_accel.instance.migration` for the steps that write them).
 """
 
 from nova_lxd_accel.container import builder

@@ -12,11 +12,11 @@
 
 """A Cinder volume connected to this host as an LXD device (pure).
 
-Connecting and disconnecting through os-brick is volumes.py. The device is
-named after the volume (``vol-<volume id>``), so detach finds it whatever
-else changed. A ``/dev/...`` mount point (or none) gives a ``unix-block``
-device, the raw block device; any other absolute path a ``disk`` device,
-whose file system LXD mounts there.
+Connecting and disconnecting through os-brick is hostside/volumes.py. The
+device is named after the volume (``vol-<volume id>``), so detach finds it
+whatever else changed. A ``/dev/...`` mount point (or none) gives a
+``unix-block`` device, the raw block device; any other absolute path a
+``disk`` device, whose file system LXD mounts there.
 """
 
 import dataclasses

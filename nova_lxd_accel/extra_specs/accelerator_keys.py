@@ -16,7 +16,7 @@ Registered through nova's ``nova.api.extra_spec_validators`` entry point
 (name ``accelerator``): from API microversion 2.86 a typo in the key
 (``Accelerator:Numbr``) or a bad value (``Accelerator:Number=0.5``) gets
 HTTP 400. The keys are the ones cASO and cloud-info-provider read; see
-:mod:`nova_lxd_accel.flavor_proposals` for their meaning and the MIG
+:mod:`nova_lxd_accel.advice.flavor_proposals` for their meaning and the MIG
 convention.
 """
 

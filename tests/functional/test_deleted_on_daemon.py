@@ -16,7 +16,8 @@ The server must not stay ACTIVE: it ends SHUTOFF, with the daemon's
 events and with polling; ``server start`` then fails with a fault that
 says what happened, and ``server delete`` removes everything. nova accepts
 a lifecycle event only when the driver's ``get_info`` confirms it, so
-without :meth:`nova_lxd_accel.lifecycle.Lifecycle.power_state` (SHUTDOWN
+without
+:meth:`nova_lxd_accel.instance.lifecycle.Lifecycle.power_state` (SHUTDOWN
 for a settled server whose container is gone) the event is dropped, and
 without the poller's "gone" check polling reports nothing at all.
 """

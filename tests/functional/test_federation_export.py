@@ -35,8 +35,8 @@ import time
 import fixtures
 from oslo_utils import timeutils
 
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel import conf
-from nova_lxd_accel import flavor_proposals
 from tests.fixtures import gpu_gate_host
 
 DUMP_ENV = 'NOVA_LXD_ACCEL_FEDERATION_DUMP'

@@ -21,8 +21,8 @@ them through the real scheduler and Placement.
 
 from nova.tests.functional.api import client as api_client
 
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.cmd import flavors
-from nova_lxd_accel import flavor_proposals
 from tests.fixtures import gpu_gate_host
 
 

@@ -36,8 +36,8 @@ from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import nic
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import network
-from nova_lxd_accel import volumes
+from nova_lxd_accel.hostside import network
+from nova_lxd_accel.hostside import volumes
 from tests.fixtures import block_devices
 from tests.integration import base
 

@@ -29,7 +29,7 @@ import nova.conf
 from nova import exception as nova_exception
 from nova import objects
 
-from nova_lxd_accel import image_cache
+from nova_lxd_accel.instance import image_cache
 from tests.fixtures import lxd_fixtures
 from tests.integration import base
 
@@ -39,7 +39,7 @@ _KILLED_DOWNLOAD = """
 import sys, time
 import nova.conf
 from nova_lxd_accel import conf as lxd_conf
-from nova_lxd_accel import image_cache
+from nova_lxd_accel.instance import image_cache
 CONF = nova.conf.CONF
 lxd_conf.register_opts(CONF)
 CONF([], default_config_files=[])

@@ -31,7 +31,7 @@ from nova import exception as nova_exception
 from nova.virt import driver as virt_driver
 
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import migration
+from nova_lxd_accel.instance import migration
 from tests.fixtures import lxd_fixtures
 from tests.fixtures import peer
 

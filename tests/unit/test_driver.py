@@ -55,8 +55,8 @@ from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import driver
 from nova_lxd_accel import exception
-from nova_lxd_accel import guest as lxd_guest
-from nova_lxd_accel import migration
+from nova_lxd_accel.instance import guest as lxd_guest
+from nova_lxd_accel.instance import migration
 from nova_lxd_accel import nova_lookups
 from nova_lxd_accel import parts
 from tests.fixtures import fake_lxd

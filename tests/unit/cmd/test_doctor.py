@@ -12,8 +12,8 @@
 
 """``nova-lxd-accel doctor``: its table, its inputs and its exit statuses.
 
-The checks themselves are :mod:`nova_lxd_accel.diagnosis`'s (see
-``tests/unit/test_diagnosis.py``; ``test_gpu`` runs them on the recorded
+The checks themselves are :mod:`nova_lxd_accel.advice.diagnosis`'s (see
+``tests/unit/advice/test_diagnosis.py``; ``test_gpu`` runs them on the recorded
 hosts of ``samples/doctor``). Here: what the operator reads (the table and
 its ``fix:`` lines, the JSON), unusable inputs (exit 2, one error line),
 ``--at``, and the live host view, whose daemon answers are the recorded
@@ -29,11 +29,11 @@ import fixtures
 from requests_mock.contrib import fixture as requests_mock_fixture
 import testtools
 
+from nova_lxd_accel.advice import diagnosis
 from nova_lxd_accel import client as lxd_client
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import doctor
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import diagnosis
 from nova_lxd_accel import exception
 from nova_lxd_accel import host as lxd_host
 from tests.fixtures import host_cli

@@ -16,8 +16,8 @@ Through the command's own entry point, on the recorded hosts of
 ``tests/unit/accel/samples`` and ``--query-gpu`` files in the probe's
 field list (``tests/fixtures/fake_nvidia_smi``); the daemon's answers are
 the recorded LXD 5.0.2 ones, served at the HTTP boundary. The proposals'
-own rules are :mod:`nova_lxd_accel.flavor_proposals`'s (see
-``tests/unit/test_flavor_proposals.py``). ``--create`` talks to the
+own rules are :mod:`nova_lxd_accel.advice.flavor_proposals`'s (see
+``tests/unit/advice/test_flavor_proposals.py``). ``--create`` talks to the
 compute API through openstacksdk: :class:`flavors.SdkFlavors` is replaced
 by an in-memory compute API, the boundary the functional test
 ``tests/functional/test_gpu_flavors.py`` runs for real.
@@ -30,8 +30,8 @@ import fixtures
 from requests_mock.contrib import fixture as requests_mock_fixture
 import testtools
 
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.cmd import flavors
-from nova_lxd_accel import flavor_proposals
 from tests.fixtures import fake_nvidia_smi
 from tests.fixtures import gpu_hosts
 from tests.fixtures import host_cli

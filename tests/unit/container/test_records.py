@@ -17,7 +17,8 @@ made (nova objects in, accelerator binding merged, ``volatile.*`` keys
 added as LXD adds them), so the transforms are checked against what the
 driver itself writes: stripping a binding gives back the container
 without it, and the host-side devices are exactly the builder's host
-parts. tests/unit/test_migration.py has the basic cases of each function.
+parts. tests/unit/instance/test_migration.py has the basic cases of each
+function.
 """
 
 import copy

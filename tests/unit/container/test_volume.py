@@ -15,8 +15,8 @@
 The connection_info dicts are shaped as Cinder's ``os-initialize_connection``
 answer that nova keeps in the block device mapping. The basics (serial,
 ``/dev`` path, directory, refused mount points) are in
-tests/unit/test_volumes.py; here are the precedence, naming and message
-rules that detach and the operator rely on.
+tests/unit/hostside/test_volumes.py; here are the precedence, naming and
+message rules that detach and the operator rely on.
 """
 
 import re

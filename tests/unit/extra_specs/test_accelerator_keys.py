@@ -16,15 +16,15 @@ Each validator is called the way nova's API calls it (``validate(name,
 value)`` with the string an operator typed); a refusal must name the key
 and say what it accepts. That the flavors the helper proposes pass, and
 that a misspelt key is refused through nova's registry, is checked in
-tests/unit/test_flavor_proposals.py.
+tests/unit/advice/test_flavor_proposals.py.
 """
 
 from nova.api.validation.extra_specs import validators
 from nova import exception as nova_exception
 import testtools
 
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.extra_specs import accelerator_keys
-from nova_lxd_accel import flavor_proposals
 
 BY_NAME = {v.name: v for v in accelerator_keys.EXTRA_SPEC_VALIDATORS}
 

@@ -29,11 +29,11 @@ from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.accel.inventory import shared_gpus
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
 from nova_lxd_accel.extra_specs import sharing_modes
-from nova_lxd_accel import flavor_proposals
 from tests.fixtures import binding
 from tests.fixtures import gpu_hosts
 

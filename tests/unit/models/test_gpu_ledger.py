@@ -108,8 +108,8 @@ from nova_lxd_accel.accel import units
 from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
+from nova_lxd_accel.instance import watcher
 from nova_lxd_accel import placement_names
-from nova_lxd_accel import watcher
 from tests.fixtures import fake_lxd
 from tests.fixtures import fake_nvidia_smi
 

@@ -38,6 +38,67 @@ TESTED_ELSEWHERE = {
 }
 
 
+#: What the package root holds besides its rooms (packages): the facade,
+#: the parts it builds, the Host part, and the names every room shares.
+ROOT = {
+    'driver', 'parts', 'host', 'daemon', 'exception', 'nova_lookups',
+    'placement_names',
+    # the rooms
+    'accel', 'accounting', 'advice', 'client', 'cmd', 'conf', 'container',
+    'extra_specs', 'hostside', 'instance',
+}
+#: Rooms of the root and what each must never import: the host side is
+#: below the instance's life, and neither reaches up to the facade, the
+#: parts, the Host part or the command line.
+_TOP = ('driver', 'parts', 'host', 'cmd', 'advice')
+FORBIDDEN = {
+    'hostside': ('instance',) + _TOP,
+    'instance': _TOP,
+    'container': ('instance', 'hostside') + _TOP,
+    'accel': ('instance', 'hostside') + _TOP,
+    'client': ('instance', 'hostside', 'accel') + _TOP,
+}
+#: Modules may grow to 500 lines; these are longer, each for its reason
+#: (and none past 700).
+MAX_LINES = 500
+LONG_MODULES = {
+    'nova_lxd_accel.accel.health.gate':
+        'the GPU gate: one class over the state file, probe and release '
+        'check (issue 44 item 1 splits it)',
+    'nova_lxd_accel.accel.health.gate_state':
+        'the state file: atomic durable writes, fail-closed reads and '
+        'the migration of old formats, kept together',
+    'nova_lxd_accel.accel.inventory.nvidia_smi':
+        'every nvidia-smi query and its parser, and the reaper of the '
+        'process that does not exit, in one place',
+    'nova_lxd_accel.accel.inventory.reporter':
+        'the inventory nova reports, from every source, in one pass',
+    'nova_lxd_accel.advice.diagnosis':
+        'each check of `doctor` is short; there are many',
+    'nova_lxd_accel.host':
+        "the Host part: the daemon's facts, the container policy, the "
+        'daemon check and the root provider',
+    'nova_lxd_accel.instance.lifecycle':
+        'spawn to destroy, rescue and snapshot: one undo list per action',
+    'nova_lxd_accel.instance.image_cache':
+        'Glance to LXD and back, with the cache manager hooks',
+    'nova_lxd_accel.container.builder':
+        'the assembler: every filter of the chain has the same signature '
+        'and reads best beside the others',
+    'nova_lxd_accel.conf.accelerators':
+        'option help text: one group, one module',
+    'nova_lxd_accel.client.instances':
+        "the seam's instance calls, with their error mapping and the "
+        'creation lock',
+}
+
+
+def _room(module):
+    """The room of the package root a module is in, or its root name."""
+    parts = module.split('.')
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
 def _modules():
     out = {}
     for folder, _dirs, files in os.walk(PACKAGE):
@@ -183,11 +244,35 @@ class LayoutTest(testtools.TestCase):
                     users.add(module.split('.')[1])
         self.assertEqual({'client'}, users)
 
-    def test_no_module_over_700_lines(self):
-        long = {m: n for m, n in (
-            (m, sum(1 for _ in open(p))) for m, p in self.modules.items())
-            if n > 700}
-        self.assertEqual({}, long)
+    def test_the_root_holds_the_facade_its_parts_and_shared_names(self):
+        # everything else is in a room: the instance's life (instance/),
+        # the host side (hostside/), what the CLI tells an operator
+        # (advice/), the accelerators (accel/), ...
+        root = {m.split('.')[1] for m in self.modules if m.count('.') == 1}
+        self.assertEqual(ROOT, root)
+
+    def test_rooms_at_the_root_run_one_way(self):
+        wrong = set()
+        for module, deps in self.graph.items():
+            for dep in deps:
+                if _room(dep) in FORBIDDEN.get(_room(module), ()):
+                    wrong.add((module, dep))
+        self.assertEqual(set(), wrong)
+
+    def test_only_the_command_line_takes_advice(self):
+        users = {module for module, deps in self.graph.items()
+                 if _room(module) not in ('advice', 'cmd') and
+                 any(_room(dep) == 'advice' for dep in deps)}
+        self.assertEqual(set(), users)
+
+    def test_no_module_over_500_lines_but_the_named_ones(self):
+        lines = {m: sum(1 for _ in open(p)) for m, p in self.modules.items()}
+        long = {m for m, n in lines.items() if n > MAX_LINES}
+        self.assertEqual(set(), long - set(LONG_MODULES))
+        # an entry that no longer needs its exception goes
+        self.assertEqual(
+            set(), {m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES})
+        self.assertEqual({}, {m: n for m, n in lines.items() if n > 700})
 
 
 def _unit_test_modules():

@@ -15,7 +15,7 @@
 from nova.compute import power_state
 import testtools
 
-from nova_lxd_accel import guest
+from nova_lxd_accel.instance import guest
 
 
 def _record(status, **config):

@@ -24,10 +24,10 @@ from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import provider_tree
 from nova_lxd_accel.accel.inventory import reporter
+from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.cmd import common
 from nova_lxd_accel.cmd import flavors
 from nova_lxd_accel.container import builder
-from nova_lxd_accel import flavor_proposals
 from tests.fixtures import gpu_hosts
 
 

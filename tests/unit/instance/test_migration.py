@@ -35,12 +35,12 @@ from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import records
 from nova_lxd_accel.container import volume
-from nova_lxd_accel import ephemeral
 from nova_lxd_accel import exception
-from nova_lxd_accel import guest as lxd_guest
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import migration
-from nova_lxd_accel import plumbing
+from nova_lxd_accel.hostside import plumbing
+from nova_lxd_accel.instance import ephemeral
+from nova_lxd_accel.instance import guest as lxd_guest
+from nova_lxd_accel.instance import migration
 from tests.fixtures import fake_lxd
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'

@@ -33,8 +33,8 @@ from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel import image_cache
-from nova_lxd_accel import lifecycle
+from nova_lxd_accel.instance import image_cache
+from nova_lxd_accel.instance import lifecycle
 from tests.fixtures import fake_lxd
 from tests.fixtures import lifecycle_parts
 

@@ -26,7 +26,7 @@ import testtools
 
 from nova_lxd_accel import conf
 from nova_lxd_accel import exception
-from nova_lxd_accel import image_cache
+from nova_lxd_accel.instance import image_cache
 
 IMAGE_ID = '5c7d6e2a-0b7e-4b8e-9d1a-2f3c4d5e6f70'
 
@@ -115,7 +115,7 @@ class SniffTest(testtools.TestCase):
         self.useFixture(fixtures.EnvironmentVariable(
             'PATH', bin_dir + ':' + os.environ['PATH']))
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_lxd_accel.image_cache.TAR_TIMEOUT', 1))
+            'nova_lxd_accel.instance.image_cache.TAR_TIMEOUT', 1))
         error = self.assertRaises(nova_exception.ImageUnacceptable,
                                   image_cache.sniff_image, path, 'img')
         self.assertIn('listing the tarball took more than 1 seconds',

@@ -29,7 +29,7 @@ from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import volumes
+from nova_lxd_accel.hostside import volumes
 from tests.fixtures import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -67,8 +67,9 @@ class VolumesTestCase(testtools.TestCase):
         factory.return_value = self.brick
         self.factory = factory
         self.is_block = True
-        self.useFixture_patch('nova_lxd_accel.volumes._not_a_block_device',
-                              side_effect=self._not_block)
+        self.useFixture_patch(
+            'nova_lxd_accel.hostside.volumes._not_a_block_device',
+            side_effect=self._not_block)
 
     def useFixture_patch(self, target, **kwargs):
         patcher = mock.patch(target, **kwargs)

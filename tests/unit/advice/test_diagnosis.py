@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The host checks of :mod:`nova_lxd_accel.diagnosis`, one by one.
+"""The host checks of :mod:`nova_lxd_accel.advice.diagnosis`, one by one.
 
 Each check runs on a :class:`diagnosis.HostView` made of real inputs: a
 root directory written by the test (``/proc``, ``/sys``, ``/etc``), the
@@ -31,8 +31,8 @@ import testtools
 
 from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from nova_lxd_accel.advice import diagnosis
 from nova_lxd_accel.cmd import common
-from nova_lxd_accel import diagnosis
 from tests.fixtures import gpu_hosts
 from tests.fixtures import recorded_daemon
 

@@ -25,7 +25,7 @@ from nova.virt import event as virtevent
 import testtools
 
 from nova_lxd_accel.container import identity
-from nova_lxd_accel import watcher
+from nova_lxd_accel.instance import watcher
 from tests.fixtures import fake_lxd
 
 HOST = 'cmp1'

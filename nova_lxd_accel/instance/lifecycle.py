@@ -30,12 +30,12 @@ from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon
-from nova_lxd_accel import ephemeral as lxd_ephemeral
 from nova_lxd_accel import exception
 from nova_lxd_accel.extra_specs import lxd_keys
-from nova_lxd_accel import guest as lxd_guest
-from nova_lxd_accel import image_cache
-from nova_lxd_accel import plumbing as lxd_plumbing
+from nova_lxd_accel.hostside import plumbing as lxd_plumbing
+from nova_lxd_accel.instance import ephemeral as lxd_ephemeral
+from nova_lxd_accel.instance import guest as lxd_guest
+from nova_lxd_accel.instance import image_cache
 
 LOG = logging.getLogger(__name__)
 

@@ -11,16 +11,16 @@
 # under the License.
 
 """The ephemeral disk: a custom volume made, grown and deleted with the
-instance (nova_lxd_accel.ephemeral through the lifecycle)."""
+instance (nova_lxd_accel.instance.ephemeral through the lifecycle)."""
 
 from nova import exception as nova_exception
 from nova import objects
 import testtools
 
 from nova_lxd_accel.container import builder
-from nova_lxd_accel import ephemeral
 from nova_lxd_accel import exception
-from nova_lxd_accel import lifecycle
+from nova_lxd_accel.instance import ephemeral
+from nova_lxd_accel.instance import lifecycle
 from tests.fixtures import fake_lxd
 from tests.fixtures import lifecycle_parts
 

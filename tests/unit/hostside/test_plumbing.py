@@ -12,10 +12,11 @@
 
 """HostPlumbing: an instance's ports plugged and volumes connected.
 
-The real :class:`~nova_lxd_accel.network.Networking` and
-:class:`~nova_lxd_accel.volumes.Volumes` do the work; what they reach on
-the host is replaced at its boundary, as in tests/unit/test_network.py and
-tests/unit/test_volumes.py: os-vif's plug and unplug, os-brick's
+The real :class:`~nova_lxd_accel.hostside.network.Networking` and
+:class:`~nova_lxd_accel.hostside.volumes.Volumes` do the work; what they
+reach on the host is replaced at its boundary, as in
+tests/unit/hostside/test_network.py and
+tests/unit/hostside/test_volumes.py: os-vif's plug and unplug, os-brick's
 connector, the block-device check of the path os-brick returns, and
 nova's wait for Neutron's events (a recording VirtAPI).
 """
@@ -40,9 +41,9 @@ from nova_lxd_accel.container import identity
 from nova_lxd_accel.container import volume
 from nova_lxd_accel import exception
 from nova_lxd_accel import host as lxd_host
-from nova_lxd_accel import network
-from nova_lxd_accel import plumbing
-from nova_lxd_accel import volumes
+from nova_lxd_accel.hostside import network
+from nova_lxd_accel.hostside import plumbing
+from nova_lxd_accel.hostside import volumes
 from tests.fixtures import fake_lxd
 
 CONF = nova.conf.CONF
@@ -107,11 +108,11 @@ class PlumbingTestCase(testtools.TestCase):
         self.useFixture(fixtures.MockPatchObject(
             network, '_initialize_os_vif'))
         self.plug = self.useFixture(fixtures.MockPatch(
-            'nova_lxd_accel.network.os_vif.plug',
+            'nova_lxd_accel.hostside.network.os_vif.plug',
             side_effect=lambda vif, info: self.host.append(
                 ('plug', vif.id)))).mock
         self.unplug = self.useFixture(fixtures.MockPatch(
-            'nova_lxd_accel.network.os_vif.unplug',
+            'nova_lxd_accel.hostside.network.os_vif.unplug',
             side_effect=lambda vif, info: self.host.append(
                 ('unplug', vif.id)))).mock
         brick = mock.Mock()

@@ -34,7 +34,7 @@ attachment):
 The LXD device is named after the volume (``vol-<volume id>``), so detach
 finds it whatever else changed. Encrypted volumes (os-brick encryptors)
 and multi-attach are not supported, nor is booting from a volume (refused
-at spawn by :mod:`nova_lxd_accel.lifecycle`).
+at spawn by :mod:`nova_lxd_accel.instance.lifecycle`).
 """
 
 import os

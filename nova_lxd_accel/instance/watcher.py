@@ -40,7 +40,7 @@ from oslo_log import log as logging
 
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
-from nova_lxd_accel import guest
+from nova_lxd_accel.instance import guest
 
 LOG = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import testtools
 
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
-from nova_lxd_accel import network
+from nova_lxd_accel.hostside import network
 from tests.fixtures import fake_lxd
 
 UUID = '7a1c5f0e-4c0b-4a55-9d59-3f7c5d0f8e21'
@@ -163,9 +163,10 @@ class PlugTest(testtools.TestCase):
 
     def setUp(self):
         super(PlugTest, self).setUp()
-        self.plug = self.useFixture_patch('nova_lxd_accel.network.os_vif.plug')
+        self.plug = self.useFixture_patch(
+            'nova_lxd_accel.hostside.network.os_vif.plug')
         self.unplug = self.useFixture_patch(
-            'nova_lxd_accel.network.os_vif.unplug')
+            'nova_lxd_accel.hostside.network.os_vif.unplug')
 
     def useFixture_patch(self, target):
         patcher = mock.patch(target)
@@ -216,8 +217,8 @@ class PlugTest(testtools.TestCase):
 
 
 @mock.patch.object(network, '_initialize_os_vif', mock.Mock())
-@mock.patch('nova_lxd_accel.network.os_vif.plug', mock.Mock())
-@mock.patch('nova_lxd_accel.network.os_vif.unplug', mock.Mock())
+@mock.patch('nova_lxd_accel.hostside.network.os_vif.plug', mock.Mock())
+@mock.patch('nova_lxd_accel.hostside.network.os_vif.unplug', mock.Mock())
 class WaitTest(testtools.TestCase):
 
     def _spawn(self, net, instance, network_info, start=lambda: None):
@@ -326,7 +327,8 @@ class HotPlugTest(testtools.TestCase):
     def setUp(self):
         super(HotPlugTest, self).setUp()
         for name in ('plug', 'unplug'):
-            patcher = mock.patch('nova_lxd_accel.network.os_vif.' + name)
+            patcher = mock.patch(
+                'nova_lxd_accel.hostside.network.os_vif.' + name)
             setattr(self, name, patcher.start())
             self.addCleanup(patcher.stop)
 

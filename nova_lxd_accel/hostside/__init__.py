@@ -1,0 +1,19 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host side of an instance: what lives outside its container.
+
+Neutron ports plugged through os-vif (network), Cinder volumes attached
+through os-brick (volumes), and the two together for one instance
+(plumbing). Used by the instance's life (nova_lxd_accel.instance), never
+the other way.
+"""

@@ -160,6 +160,18 @@ class ForeignHolderTest(claim_servers.ClaimTestBase):
             # before the project fixture removes the project
             self.addCleanup(self._delete_foreign, name)
 
+    def boot_gets_the_units_the_foreign_ones_leave(self):
+        """A server gets the second MIG slice and VF; then it is deleted.
+
+        The foreign instances hold the first of each.
+        """
+        server = self.boot(self.flavor(**{
+            'resources1:%s' % MIG_RC: '1', 'resources2:%s' % VF_RC: '1',
+            'group_policy': 'none'}))
+        self.assertEqual(sorted([MIG_UUIDS[1], VF_NETDEVS[1]]),
+                         self.units_of(server))
+        self._delete_server(server)
+
     def _delete_foreign(self, name):
         self.other._wait(self.other.client.api.instances[name].delete())
 
@@ -173,21 +185,11 @@ class ForeignHolderTest(claim_servers.ClaimTestBase):
         self.assertIn('%s/cli-mig' % self.other.name, log)
         self.assertIn('%s/cli-ib' % self.other.name, log)
         # the first free units in binding order are the held ones
-        server = self.boot(self.flavor(**{
-            'resources1:%s' % MIG_RC: '1', 'resources2:%s' % VF_RC: '1',
-            'group_policy': 'none'}))
-        self.assertEqual(sorted([MIG_UUIDS[1], VF_NETDEVS[1]]),
-                         self.units_of(server))
-        self._delete_server(server)
+        self.boot_gets_the_units_the_foreign_ones_leave()
 
     def test_claim_skips_foreign_units_placement_does_not_know(self):
         # no periodic run since the foreign instances appeared: Placement
         # still offers every unit, the claim alone must skip theirs
         inventory = self._get_provider_inventory(self.rp(MIG_RP))
         self.assertEqual(0, inventory[MIG_RC]['reserved'])
-        server = self.boot(self.flavor(**{
-            'resources1:%s' % MIG_RC: '1', 'resources2:%s' % VF_RC: '1',
-            'group_policy': 'none'}))
-        self.assertEqual(sorted([MIG_UUIDS[1], VF_NETDEVS[1]]),
-                         self.units_of(server))
-        self._delete_server(server)
+        self.boot_gets_the_units_the_foreign_ones_leave()

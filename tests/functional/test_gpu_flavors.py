@@ -19,10 +19,9 @@ every extra spec with the registered validators, and servers boot from
 them through the real scheduler and Placement.
 """
 
-from nova.tests.functional.api import client as api_client
-
 from nova_lxd_accel.advice import flavor_proposals
 from nova_lxd_accel.cmd import flavors
+from tests.fixtures import extra_spec_api
 from tests.fixtures import gpu_gate_host
 
 
@@ -77,13 +76,8 @@ class TestGpuFlavors(gpu_gate_host.GpuHostTestCase):
             self.assertEqual('ACTIVE', server['status'])
 
     def _post(self, flavor_id, specs, microversion):
-        before, self.admin.microversion = self.admin.microversion, \
-            microversion
-        try:
-            return self.admin.post_extra_spec(flavor_id,
-                                              {'extra_specs': specs})
-        finally:
-            self.admin.microversion = before
+        return extra_spec_api.post(self.admin, flavor_id, specs,
+                                   microversion)
 
     def test_accelerator_keys_are_validated(self):
         flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0)
@@ -93,12 +87,7 @@ class TestGpuFlavors(gpu_gate_host.GpuHostTestCase):
                            ('Accelerator:Type', 'gpu'),
                            ('Accelerator:VirtualizationType', 'mig'),
                            ('Accelerator:Memory', '10GB')):
-            exc = self.assertRaises(api_client.OpenStackApiException,
-                                    self._post, flavor_id, {key: value},
-                                    '2.86')
-            self.assertEqual(400, exc.response.status_code)
-            self.assertIn(key, str(exc))
-            # as nova does: not checked before 2.86
-            self._post(flavor_id, {key: value}, '2.85')
+            extra_spec_api.assert_refused_from_2_86(
+                self, self.admin, flavor_id, key, value)
         self._post(flavor_id, {'Accelerator:Number': '7',
                                'Accelerator:Type': 'GPU'}, '2.86')

@@ -31,6 +31,14 @@ from nova_lxd_accel.instance import image_cache
 IMAGE_ID = '5c7d6e2a-0b7e-4b8e-9d1a-2f3c4d5e6f70'
 
 
+def _cut_in_half(path):
+    """Truncate the file at ``path`` to half its size (a cut download)."""
+    with open(path, 'rb') as handle:
+        data = handle.read()
+    with open(path, 'wb') as handle:
+        handle.write(data[:len(data) // 2])
+
+
 def _tarball(path, members, mode='w:gz'):
     with tarfile.open(path, mode) as archive:
         for name, data in members:
@@ -87,10 +95,7 @@ class SniffTest(testtools.TestCase):
     def test_truncated_tarball_refused(self):
         path = self.path('cut.tar.gz')
         _tarball(path, [('rootfs/big', b'x' * 100000)])
-        with open(path, 'rb') as handle:
-            data = handle.read()
-        with open(path, 'wb') as handle:
-            handle.write(data[:len(data) // 2])
+        _cut_in_half(path)
         error = self.assertRaises(nova_exception.ImageUnacceptable,
                                   image_cache.sniff_image, path, 'img')
         self.assertIn('unreadable tarball', str(error))
@@ -173,10 +178,7 @@ class SniffTest(testtools.TestCase):
                         '-no-progress'], check=True, stdout=subprocess.DEVNULL)
         self.assertEqual(image_cache.KIND_SQUASHFS,
                          image_cache.sniff_image(path, 'img'))
-        with open(path, 'rb') as handle:
-            data = handle.read()
-        with open(path, 'wb') as handle:
-            handle.write(data[:len(data) // 2])
+        _cut_in_half(path)
         error = self.assertRaises(nova_exception.ImageUnacceptable,
                                   image_cache.sniff_image, path, 'img')
         self.assertIn('truncated squashfs', str(error))

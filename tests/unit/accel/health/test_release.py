@@ -73,13 +73,17 @@ class TestMpsServerIsNotATenant(gate_harness.GateTestCase):
     def dirty(self):
         return self.gate.store.load()['dirty']
 
-    def test_released_card_with_its_mps_server_is_clean(self):
+    def share_with_a_client_then_leave(self):
+        """A slot's tenant computes, then its container goes."""
         self.containers = [gate_harness.share_container(0, INSTANCE)]
         self.host(*WITH_CLIENT)
         self.now += 60
         self.gate.refresh()
-        # the last sharer leaves; the MPS server stays, as MPS does
         self.containers = []
+
+    def test_released_card_with_its_mps_server_is_clean(self):
+        # the last sharer leaves; the MPS server stays, as MPS does
+        self.share_with_a_client_then_leave()
         self.host(*SERVER_ONLY)
         self.now += 60
         self.gate.refresh()
@@ -88,11 +92,7 @@ class TestMpsServerIsNotATenant(gate_harness.GateTestCase):
                          self.gate.store.load()['events'][-1]['event'])
 
     def test_a_client_left_behind_holds_the_card(self):
-        self.containers = [gate_harness.share_container(0, INSTANCE)]
-        self.host(*WITH_CLIENT)
-        self.now += 60
-        self.gate.refresh()
-        self.containers = []
+        self.share_with_a_client_then_leave()
         self.now += 60
         self.gate.refresh()
         holding = self.dirty()[units.share_key(H100, 0)]['holding']

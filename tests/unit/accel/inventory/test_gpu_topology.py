@@ -11,8 +11,6 @@
 # under the License.
 
 import operator
-import os
-import stat
 
 import fixtures
 from oslotest import base
@@ -20,6 +18,7 @@ from oslotest import base
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import gpu_topology
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from tests.fixtures import fake_nvidia_smi
 from tests.fixtures import gpu_hosts
 
 DGX = 'handmade-nvsmi-topo-m-dgx-h100.txt'
@@ -236,12 +235,8 @@ class TestRead(base.BaseTestCase):
     """Runs real tiny scripts standing in for nvidia-smi."""
 
     def _script(self, body):
-        tmp = self.useFixture(fixtures.TempDir()).path
-        path = os.path.join(tmp, 'nvidia-smi')
-        with open(path, 'w') as f:
-            f.write('#!/bin/sh\n' + body + '\n')
-        os.chmod(path, stat.S_IRWXU)
-        return path
+        return fake_nvidia_smi.script(
+            self.useFixture(fixtures.TempDir()).path, body)
 
     def _sample_script(self, name):
         return self._script(

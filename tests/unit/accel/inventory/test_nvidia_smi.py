@@ -24,6 +24,7 @@ from oslotest import base
 
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import nvidia_smi
+from tests.fixtures import fake_nvidia_smi
 from tests.fixtures import gpu_hosts
 
 
@@ -117,12 +118,8 @@ class TestRunList(base.BaseTestCase):
     """Runs real tiny scripts standing in for nvidia-smi."""
 
     def _script(self, body):
-        tmp = self.useFixture(fixtures.TempDir()).path
-        path = os.path.join(tmp, 'nvidia-smi')
-        with open(path, 'w') as f:
-            f.write('#!/bin/sh\n' + body + '\n')
-        os.chmod(path, stat.S_IRWXU)
-        return path
+        return fake_nvidia_smi.script(
+            self.useFixture(fixtures.TempDir()).path, body)
 
     def test_output(self):
         path = self._script('[ "$1" = "-L" ] && cat <<EOF\n%sEOF' %

@@ -14,7 +14,9 @@
 
 The same API on LXD 5.0 and Incus 6.0:
 ``/1.0/storage-pools/<pool>/volumes/custom/<name>``, in the configured
-project.
+project. A volume moves to another daemon as an instance does (the
+``storage_api_remote_volume_handling`` API extension, pull mode): the
+source offers it, the destination pulls it over HTTPS.
 """
 
 from nova_lxd_accel.client import connection
@@ -61,3 +63,34 @@ class StorageClient(connection.Connection):
         except exception.LXDObjectNotFound:
             return False
         return True
+
+    def offer_volume_migration(self, pool, name):
+        """Offer a volume to another daemon (pull mode), without snapshots.
+
+        :returns: (operation id, websocket secrets) of the source side;
+            the operation ends once a target has pulled the volume.
+        """
+        response = self._call('migrate', self._volume_target(pool, name),
+                              self._custom_volume(pool, name).post,
+                              json={'name': name, 'migration': True,
+                                    'volume_only': True})
+        metadata = response.json()['metadata']
+        return metadata['id'], metadata['metadata']
+
+    def create_volume_from_migration(self, pool, name, config,
+                                     operation_url, certificate, secrets,
+                                     timeout=None):
+        """Pull a volume offered by another daemon into ``pool``.
+
+        :param operation_url: the source's migration operation URL.
+        :param certificate: the source daemon's server certificate (PEM).
+        """
+        body = {'name': name, 'type': 'custom',
+                'content_type': 'filesystem', 'config': config,
+                'source': {'type': 'migration', 'mode': 'pull',
+                           'operation': operation_url,
+                           'certificate': certificate, 'secrets': secrets,
+                           'volume_only': True}}
+        self._request('post', self.api.storage_pools[pool].volumes.custom,
+                      'migrate', self._volume_target(pool, name),
+                      timeout=timeout, json=body)

@@ -20,11 +20,19 @@ path (destroy, a failed spawn, the kept original of a failed move). Its
 size is the volume's ``size``: enforced by btrfs, zfs and lvm pools;
 ``dir`` pools accept it without enforcing it, as they do the root disk's.
 Container snapshots (nova's image snapshots) leave custom volumes out.
+
+A cold migration or a resize to another host sends the volume with its
+data before the container (:meth:`EphemeralDisks.send`), as the libvirt
+driver copies an instance's ephemeral disks; the source deletes its copy
+when the move is confirmed and keeps it for a revert. An evacuation
+rebuilds the instance with a new, empty volume, as nova's other drivers
+do without shared storage.
 """
 
 from nova import exception as nova_exception
 from nova.virt import driver as virt_driver
 from oslo_log import log as logging
+from oslo_utils import excutils
 
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
@@ -100,22 +108,72 @@ class EphemeralDisks(object):
                               'pool': pool}, instance=instance)
 
     @staticmethod
-    def check_resize(instance, flavor, same_host):
+    def check_resize(instance, flavor):
         """Refuse a resize the ephemeral disk cannot follow.
 
-        :raises: ResizeError: it would shrink, or move the volume to
-            another host (the migration moves the container only).
+        :raises: ResizeError: it would shrink (a file system cannot be
+            cut to a smaller quota without losing what lies beyond it).
         """
         old, new = instance.flavor.ephemeral_gb, flavor.ephemeral_gb
         if new < old:
             raise nova_exception.ResizeError(
                 reason='the ephemeral disk cannot shrink (%d GiB to %d GiB)'
                        % (old, new))
-        if not same_host and (old or new):
-            raise nova_exception.ResizeError(
-                reason='the ephemeral disk (an LXD custom volume) cannot '
-                       'move to another host: cold migration and resize to '
-                       'another host are refused for instances with one')
+
+    def send(self, instance, record, remote, source_address, certificate,
+             timeout=None):
+        """Send the stopped instance's volume to another host's daemon.
+
+        The destination pulls it over HTTPS, as it pulls the container
+        (:mod:`.migration`); a copy left there by an earlier attempt is
+        replaced. The source keeps its volume (the kept original mounts
+        it) until the move is confirmed.
+
+        :param record: the container's record (names the pool).
+        :param remote: the destination's client.
+        :returns: whether there was a volume to send.
+        """
+        pool, name = self._pool(record), self._name(instance)
+        volume = self._client.get_custom_volume(pool, name)
+        if volume is None:
+            return False
+        if remote.get_custom_volume(pool, name) is not None:
+            LOG.warning('Replacing storage volume %s left on the '
+                        'destination by an earlier attempt', name,
+                        instance=instance)
+            remote.delete_custom_volume(pool, name)
+        config = {key: value for key, value in
+                  (volume.get('config') or {}).items()
+                  if not key.startswith('volatile.')}
+        operation_id, secrets = self._client.offer_volume_migration(pool,
+                                                                    name)
+        url = 'https://%s/1.0/operations/%s' % (source_address, operation_id)
+        try:
+            remote.create_volume_from_migration(
+                pool, name, config, url, certificate, secrets,
+                timeout=timeout)
+            self._client.wait_operation(
+                operation_id, 'migrate',
+                'storage volume %s on pool %s' % (name, pool),
+                timeout=timeout)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                self._client.cancel_operation(operation_id)
+                self.delete_remote_quietly(instance, record, remote)
+        LOG.info('Ephemeral disk %(name)s sent to %(url)s',
+                 {'name': name, 'url': getattr(remote, 'endpoint', None)},
+                 instance=instance)
+        return True
+
+    def delete_remote_quietly(self, instance, record, remote):
+        """Delete the volume sent to ``remote``; errors are logged."""
+        pool, name = self._pool(record), self._name(instance)
+        try:
+            remote.delete_custom_volume(pool, name)
+        except Exception:
+            LOG.exception('Could not remove the partial copy of ephemeral '
+                          'disk %s from the destination', name,
+                          instance=instance)
 
     def grow(self, instance, flavor):
         """Make the volume of the new flavor, or grow it to its size."""

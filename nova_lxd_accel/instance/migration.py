@@ -228,8 +228,7 @@ class Migration(object):
             # Refuse a flavor the container cannot take while it still
             # runs: nova then leaves the instance as it was.
             self._fragment(instance, flavor, None)
-            self._lifecycle.ephemeral.check_resize(instance, flavor,
-                                                   same_host)
+            self._lifecycle.ephemeral.check_resize(instance, flavor)
             if flavor.root_gb and flavor.root_gb < instance.flavor.root_gb:
                 raise nova_exception.ResizeError(
                     reason='the root disk cannot shrink (%d GiB to %d GiB)'
@@ -317,9 +316,12 @@ class Migration(object):
         address = self._source_address(migration)
         certificate = self._client.server_info()['environment'][
             'certificate']
+        timeout = self._conf.lxd_migration.timeout
+        # the ephemeral disk first: the container's device names it
+        volume_sent = self._lifecycle.ephemeral.send(
+            instance, record, remote, address, certificate, timeout=timeout)
         operation_id, secrets = self._client.offer_migration(name)
         url = 'https://%s/1.0/operations/%s' % (address, operation_id)
-        timeout = self._conf.lxd_migration.timeout
         try:
             remote.create_from_migration(
                 name, records.transfer_record(record,
@@ -331,6 +333,9 @@ class Migration(object):
         except Exception:
             with excutils.save_and_reraise_exception():
                 self._client.cancel_operation(operation_id)
+                if volume_sent:
+                    self._lifecycle.ephemeral.delete_remote_quietly(
+                        instance, record, remote)
                 try:
                     if remote.get_container(name) is not None:
                         remote.delete_container(name)
@@ -446,9 +451,12 @@ class Migration(object):
         if not self._lifecycle.remove_container(backup):
             LOG.info('Container %s is already gone', backup,
                      instance=instance)
-            return
-        LOG.info('Deleted container %s kept for a revert', backup,
-                 instance=instance)
+        else:
+            LOG.info('Deleted container %s kept for a revert', backup,
+                     instance=instance)
+        if migration.source_compute != migration.dest_compute:
+            # the destination has its own copy of the ephemeral disk
+            self._lifecycle.ephemeral.delete_quietly(instance)
 
     def finish_revert_migration(self, context, instance, network_info,
                                 migration, block_device_info=None,

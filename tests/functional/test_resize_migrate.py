@@ -229,9 +229,8 @@ class TwoHostTest(_Base):
         self._delete_server(server)
         self.assert_gone(server)
 
-    def test_ephemeral_disk_refused_to_another_host(self):
-        # the migration moves the container only: the volume at /mnt would
-        # be left behind, so the move is refused before anything stops
+    def test_ephemeral_disk_moves_to_another_host(self):
+        # the volume at /mnt moves with its data, before the container
         eph = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
                                   ephemeral=1, name='lxd.eph')
         server = self._create_server(image_uuid=self.image_id,
@@ -239,22 +238,22 @@ class TwoHostTest(_Base):
                                      host='compute1')
         name = 'nova-%s' % server['id']
         volume = name + '-ephemeral0'
-        self.api.post_server_action(server['id'],
-                                    {'migrate': {'host': 'compute2'}})
-        self._wait_for_migration_status(server, ['error'])
-        server = self._wait_for_state_change(server, 'ACTIVE')
-        # refused by the driver's check, not by LXD's failed transfer
-        self.assertIn('the ephemeral disk (an LXD custom volume) cannot '
-                      'move to another host', self.stdlog.logger.output)
-        self.assertEqual('compute1', server['OS-EXT-SRV-ATTR:host'])
-        self.assertEqual('Running', self.lxd.instance(name)['status'])
-        self.assertEqual([name], self.names('compute1'))
-        self.assertEqual([], self.names('compute2'))
-        self.assertEqual('1GiB', self.lxd.custom_volume(
-            lxd_fixtures.pool_name(), volume)['config']['size'])
+        pool = lxd_fixtures.pool_name()
+        self.lxd.client.instances.get(name).files.put(
+            '/mnt/hello', b'ephemeral data')
+        server = self._migrate_server(server, host='compute2')
+        self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual(b'ephemeral data', self.peer.client.instances.get(
+            name).files.get('/mnt/hello'))
+        self.assertEqual('1GiB', self.peer.custom_volume(
+            pool, volume)['config']['size'])
+        # the source keeps its copy for a revert until confirmed
+        self.assertIsNotNone(self.lxd.custom_volume(pool, volume))
+        server = self._confirm_resize(server)
+        self.assertIsNone(self.lxd.custom_volume(pool, volume))
         self._delete_server(server)
-        self.assertIsNone(self.lxd.custom_volume(lxd_fixtures.pool_name(),
-                                                 volume))
+        self.assertIsNone(self.peer.custom_volume(pool, volume))
+        self.assert_gone(server)
 
     def test_evacuate(self):
         server = self._boot('compute1')

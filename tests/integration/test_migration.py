@@ -221,6 +221,25 @@ class ColdMigrationTest(peer.MigrationTestBase):
             self.project.client, name, '/root/hello'))
         self.driver.destroy(self.context, instance, None)
 
+    def test_the_ephemeral_disk_moves_with_its_data(self):
+        instance = self.make_instance(vcpus=1, memory_mb=128)
+        instance.flavor.ephemeral_gb = 1
+        self.driver.spawn(self.context, instance, self.image, [], None, {})
+        name = self.container_name(instance)
+        volume = name + '-ephemeral0'
+        pool = lxd_fixtures.pool_name()
+        self.driver._parts.client.push_file(name, '/mnt/hello',
+                                            b'on the ephemeral disk')
+        mig = self._migrate(instance)
+        self.assertEqual(b'on the ephemeral disk', peer.read_file(
+            self.peer.client, name, '/mnt/hello'))
+        # kept on the source for a revert until the move is confirmed
+        self.assertIsNotNone(self.project.custom_volume(pool, volume))
+        self.driver.confirm_migration(self.context, mig, instance, None)
+        self.assertIsNone(self.project.custom_volume(pool, volume))
+        self.peer_driver.destroy(self.context, instance, None)
+        self.assertIsNone(self.peer.custom_volume(pool, volume))
+
     def test_the_destination_masks_its_own_profiles(self):
         # issue 43 item 11: the container gets the destination's [lxd]
         # profiles there, their unsafe content masked by the destination's

@@ -448,6 +448,7 @@ class ScenarioTest(testtools.TestCase):
         # (tests/integration/test_migration.py), or an image body stream,
         # or no request at all (the last listing: ListingMemoryTest)
         elsewhere = {'open_events', 'remote', 'create_from_migration',
+                     'offer_volume_migration', 'create_volume_from_migration',
                      'export_image',
                      'import_split_image', 'instance_lock_name',
                      'get_container_etag', 'listed_containers'}

@@ -136,22 +136,17 @@ class EphemeralResizeTest(testtools.TestCase):
     def test_shrink_refused(self):
         error = self.assertRaises(
             nova_exception.ResizeError, self.disks.check_resize,
-            _instance(ephemeral_gb=2), _flavor(ephemeral_gb=1), True)
+            _instance(ephemeral_gb=2), _flavor(ephemeral_gb=1))
         self.assertIn('cannot shrink (2 GiB to 1 GiB)', str(error))
 
-    def test_another_host_refused_with_an_ephemeral_disk(self):
-        for old, new in ((1, 1), (0, 1), (1, 2)):
-            error = self.assertRaises(
-                nova_exception.ResizeError, self.disks.check_resize,
-                _instance(ephemeral_gb=old), _flavor(ephemeral_gb=new),
-                False)
-            self.assertIn('cannot move to another host', str(error))
-        self.disks.check_resize(_instance(ephemeral_gb=0),
-                                _flavor(ephemeral_gb=0), False)
+    def test_same_size_or_larger_accepted(self):
+        for old, new in ((1, 1), (0, 1), (1, 2), (0, 0)):
+            self.disks.check_resize(_instance(ephemeral_gb=old),
+                                    _flavor(ephemeral_gb=new))
 
     def test_grow_on_the_same_host(self):
         self.disks.check_resize(_instance(ephemeral_gb=1),
-                                _flavor(ephemeral_gb=2), True)
+                                _flavor(ephemeral_gb=2))
         self.disks.create(_instance(), _flavor(ephemeral_gb=1))
         self.disks.grow(_instance(), _flavor(ephemeral_gb=2))
         self.assertEqual({'size': '2GiB'},

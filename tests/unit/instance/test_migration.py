@@ -431,10 +431,11 @@ class SameHostTest(_Base):
                           [], self.mig('h', 'h'), {}, True)
 
 
-class OtherHostTest(_Base):
+class _TwoHosts(_Base):
+    """A source daemon with the instance, a destination that trusts it."""
 
     def setUp(self):
-        super(OtherHostTest, self).setUp()
+        super().setUp()
         self.conf.set_override('client_cert', '/etc/c.crt',
                                group='lxd_migration')
         self.conf.set_override('client_key', '/etc/c.key',
@@ -444,6 +445,9 @@ class OtherHostTest(_Base):
         self.client = _daemon([_record(host='src')])
         self.dest = _daemon()
         self.client.remotes['https://10.0.0.2:8443'] = self.dest
+
+
+class OtherHostTest(_TwoHosts):
 
     def test_sends_then_keeps_original(self):
         self.mig('src', 'dst')
@@ -562,3 +566,66 @@ class OtherHostTest(_Base):
         self.assertNotIn('src-gpu', record['devices'])
         # owned by the host that finished it, whatever the policy's name
         self.assertEqual('dst', record['config'][identity.KEY_HOST])
+
+
+class OtherHostEphemeralTest(_TwoHosts):
+    """The ephemeral disk moves with the container, before it."""
+
+    DISK = ('default', NAME + '-ephemeral0')
+
+    def setUp(self):
+        super().setUp()
+        self.instance.flavor = _flavor()
+        self.instance.flavor.ephemeral_gb = 1
+        self.client.records[NAME]['devices']['ephemeral0'] = {
+            'type': 'disk', 'pool': 'default', 'source': self.DISK[1],
+            'path': '/mnt'}
+        self.client.volumes[self.DISK] = {
+            'name': self.DISK[1], 'type': 'custom',
+            'config': {'size': '1GiB', 'volatile.idmap.last': '[]'}}
+        self.mig('src', 'dst')
+
+    def move(self):
+        new = _flavor()
+        new.ephemeral_gb = 1
+        return self.make(self.client).migrate_disk_and_power_off(
+            None, self.instance, '10.0.0.2', new, [], {}, 0, 0)
+
+    def test_disk_sent_before_the_container_and_kept_for_a_revert(self):
+        self.move()
+        pulls = [call[0] for call in self.dest.calls
+                 if call[0] in ('pull_volume', 'pull')]
+        self.assertEqual(['pull_volume', 'pull'], pulls)
+        # the daemon's own volatile keys stay behind
+        self.assertEqual({'size': '1GiB'},
+                         self.dest.volumes[self.DISK]['config'])
+        self.assertIn('ephemeral0', self.dest.records[NAME]['devices'])
+        self.assertIn(self.DISK, self.client.volumes)
+
+    def test_failed_container_transfer_removes_the_sent_disk(self):
+        self.dest.fail('create_from_migration', exception.LXDOperationFailed(
+            action='migrate', target=NAME, reason='boom'))
+        self.assertRaises(nova_exception.InstanceFaultRollback, self.move)
+        self.assertEqual({}, self.dest.volumes)
+        self.assertIn(self.DISK, self.client.volumes)
+        self.assertEqual('Running', self.client.records[NAME]['status'])
+
+    def test_failed_disk_transfer_sends_no_container(self):
+        self.dest.fail('create_volume_from_migration',
+                       exception.LXDOperationFailed(
+                           action='migrate', target=self.DISK[1],
+                           reason='boom'))
+        self.assertRaises(nova_exception.InstanceFaultRollback, self.move)
+        self.assertEqual({}, self.dest.records)
+        self.assertEqual({}, self.dest.volumes)
+        self.assertIn(('cancel', 'op-volume'), self.client.calls)
+        self.assertNotIn(('offer', NAME), self.client.calls)
+        self.assertEqual('Running', self.client.records[NAME]['status'])
+
+    def test_confirm_deletes_the_source_disk(self):
+        self.move()
+        self.make(self.client).confirm_migration(
+            None, self.mig('src', 'dst'), self.instance, [])
+        self.assertEqual([], list(self.client.records))
+        self.assertNotIn(self.DISK, self.client.volumes)
+        self.assertIn(self.DISK, self.dest.volumes)

@@ -375,7 +375,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             background=False)
         # the re-check thread, on the model's clock (see time_passes)
         self.recheck_due = None
-        self.gate._ensure_rechecker = self.rechecker_wanted
+        self.gate.release_check.ensure = self.rechecker_wanted
         #: whether this gate refreshed (the first periodic task ran)
         self.refreshed = False
         refresh = self.gate.refresh
@@ -407,18 +407,18 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self._destroy(name)
 
     def rechecker_wanted(self):
-        """``GpuGate._ensure_rechecker`` on the model's clock.
+        """``ReleaseCheck.ensure`` on the model's clock.
 
         As the thread: started when not running, its wait from
         ``release_recheck_interval``; a release while it runs starts
-        its schedule again (``_recheck_loop``).
+        its schedule again (``ReleaseCheck._loop``).
         """
         start = self.conf.lxd_accelerators.release_recheck_interval
         if self.recheck_due is None:
             self.gate.recheck_interval = None
             self.recheck_due = self.clock.now + start
         else:
-            self.gate._recheck_again = True
+            self.gate.release_check._again = True
             self.gate.recheck_interval = None
             self.recheck_due = min(self.recheck_due, self.clock.now + start)
 
@@ -832,7 +832,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         while self.recheck_due is not None and self.recheck_due <= end:
             self.clock.now = max(self.clock.now, self.recheck_due)
             _freed, left = self.gate.recheck()
-            if left == set() and not self.gate._recheck_again:
+            if left == set() and not self.gate.release_check._again:
                 self.recheck_due = None
             else:
                 self.recheck_due = self.clock.now + (

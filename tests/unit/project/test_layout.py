@@ -62,9 +62,6 @@ FORBIDDEN = {
 #: (and none past 700).
 MAX_LINES = 500
 LONG_MODULES = {
-    'nova_lxd_accel.accel.health.gate':
-        'the GPU gate: one class over the state file, probe and release '
-        'check (issue 44 item 1 splits it)',
     'nova_lxd_accel.accel.health.gate_state':
         'the state file: atomic durable writes, fail-closed reads and '
         'the migration of old formats, kept together',

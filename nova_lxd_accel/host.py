@@ -19,11 +19,13 @@ names the command of the one in use.
 import json
 import platform
 import re
+import typing
 
 import os_resource_classes as orc
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel.binding import cdi
+from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
@@ -450,15 +452,17 @@ class Host(object):
     :param client: the daemon client.
     :param conf: the configuration (nova's, with this driver's groups).
     :param owner: the host's :class:`.identity.Owner`.
-    :param on_gone: callable(container name), told first when one of ours
-        is removed behind nova's back (the GPU gate's ``note_gone``).
+    :param gate: the GPU gate (:class:`.gate_seams.GoneGate`), told by the
+        lifecycle watcher first when one of ours is removed behind nova's
+        back (its ``note_gone``), or None.
     """
 
-    def __init__(self, client, conf, owner, on_gone=None):
+    def __init__(self, client, conf, owner,
+                 gate: typing.Optional[gate_seams.GoneGate] = None):
         self._client = client
         self._conf = conf
         self._owner = owner
-        self._on_gone = on_gone
+        self._gate = gate
         self._server_info = {}
         self._profile_masks = None
         self._pool_driver = None
@@ -486,7 +490,7 @@ class Host(object):
             self._client, self._owner, lxd.lifecycle_poll_interval, emit,
             use_events=lxd.lifecycle_events,
             max_backoff=lxd.lifecycle_events_max_backoff,
-            on_gone=self._on_gone)
+            gate=self._gate)
         self.watcher.start()
 
     def stop_watcher(self):

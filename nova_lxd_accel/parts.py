@@ -73,8 +73,7 @@ class Parts(object):
             on_clean=functools.partial(nova_lookups.update_resources, virtapi,
                                        host))
         # the one maker of each instance's Guest and of the host policy
-        host_part = lxd_host.Host(client, conf, owner,
-                                  on_gone=gpu_gate.note_gone)
+        host_part = lxd_host.Host(client, conf, owner, gate=gpu_gate)
         images = image_cache.ImageCache(client, conf)
         networking = network.Networking(client, conf, virtapi)
         volumes = lxd_volumes.Volumes(client, conf, host_part.guest)
@@ -87,9 +86,7 @@ class Parts(object):
         # one claim for spawn, resize and migration; never a dirty unit
         accel_claims = claims.Claims(
             client, conf, inventory.device_for_provider,
-            inventory.all_devices, gpu_gate.unavailable_units,
-            on_bound=gpu_gate.note_bound,
-            dirty_projects=gpu_gate.dirty_share_projects)
+            inventory.all_devices, gate=gpu_gate)
         lifecycle = lxd_lifecycle.Lifecycle(
             client, conf, images, host_part, plumbing=plumbing,
             claims=accel_claims, gpu_gate=gpu_gate)

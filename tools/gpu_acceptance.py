@@ -300,9 +300,7 @@ class Host(object):
             gate=self.gate, reported=reported)
         self.claims = claims.Claims(
             self.client, conf, self.inventory.device_for_provider,
-            self.inventory.all_devices, self.gate.unavailable_units,
-            on_bound=self.gate.note_bound,
-            dirty_projects=self.gate.dirty_share_projects)
+            self.inventory.all_devices, gate=self.gate)
         self.tree = provider_tree.ProviderTree()
         self.tree.new_root(NODE, ROOT)
 

@@ -17,6 +17,7 @@ own partial work when it fails, so a failed call leaves LXD as it was.
 """
 
 import os
+import typing
 
 from nova.compute import power_state
 from nova.compute import task_states
@@ -27,6 +28,7 @@ from oslo_utils import excutils
 from oslo_utils import timeutils
 
 from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon
@@ -156,13 +158,14 @@ class Lifecycle(object):
         ports, no volumes).
     :param claims: the host's :class:`.claims.Claims` (None: a spawn
         with accelerators in its allocations is refused).
-    :param gpu_gate: the host's :class:`.accel.health.gate.GpuGate`, told of
-        every container removed so that its GPU units are verified at
-        release, or None.
+    :param gpu_gate: the host's GPU gate, as a removal sees it
+        (:class:`.gate_seams.ReleaseGate`): told of every container removed
+        so that its GPU units are verified at release, or None.
     """
 
     def __init__(self, client, conf, images, host, plumbing=None,
-                 claims=None, gpu_gate=None):
+                 claims=None,
+                 gpu_gate: typing.Optional[gate_seams.ReleaseGate] = None):
         self._client = client
         self._conf = conf
         self._images = images

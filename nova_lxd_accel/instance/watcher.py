@@ -33,11 +33,13 @@ projects, other hosts and containers Nova did not make are never emitted.
 
 import threading
 import time
+import typing
 
 from nova.compute import power_state
 from nova.virt import event as virtevent
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel.instance import guest
@@ -120,16 +122,17 @@ class LifecycleWatcher(object):
         watcher off; otherwise the poll interval used only when the daemon
         has no events API.
     :param use_events: False polls whatever the daemon offers.
-    :param on_gone: callable(container name) told first when one of ours
-        was removed behind nova's back (the GPU gate's
-        :meth:`~nova_lxd_accel.accel.health.gate.GpuGate.note_gone`), or None.
+    :param gate: the GPU gate (:class:`.gate_seams.GoneGate`), told first
+        when one of ours was removed behind nova's back (its
+        ``note_gone``), or None.
     """
 
     def __init__(self, client, owner, interval, emit, use_events=True,
                  max_backoff=30.0, min_backoff=0.5, read_timeout=0.5,
-                 burst=0.05, max_burst=200, on_gone=None):
+                 burst=0.05, max_burst=200,
+                 gate: typing.Optional[gate_seams.GoneGate] = None):
         self._client = client
-        self._on_gone = on_gone
+        self._gate = gate
         self._owner = owner
         self._interval = interval
         self._emit = emit
@@ -235,10 +238,10 @@ class LifecycleWatcher(object):
         LOG.warning('The container %(name)s of instance %(uuid)s is gone '
                     '(deleted on the daemon); reporting the instance '
                     'stopped', {'name': name, 'uuid': uuid})
-        if self._on_gone is not None:
+        if self._gate is not None:
             # its GPU units first: no claim may take them until verified
             try:
-                self._on_gone(name)
+                self._gate.note_gone(name)
             except Exception:
                 LOG.exception('Telling the GPU gate that %s is gone '
                               'failed', name)

@@ -199,6 +199,18 @@ class AcceleratorWiringTest(PartsTestCase):
         tree = self.provider_tree()
         self.assertEqual(1, tree.data(GPU07).inventory['PGPU']['reserved'])
 
+    def test_each_part_is_given_the_one_gate_whole(self):
+        # one typed object per part (accel.gate_seams), no loose callables
+        self.build()
+        gate_now = self.parts.gate
+        self.assertIs(gate_now, self.parts.claims._gate)
+        self.assertIs(gate_now, self.parts.inventory._gate)
+        self.assertIs(gate_now, self.parts.lifecycle._gate)
+        self.assertIs(gate_now, self.parts.host._gate)
+        self.parts.host.start_watcher(lambda event: None)
+        self.addCleanup(self.parts.host.stop_watcher)
+        self.assertIs(gate_now, self.parts.host.watcher._gate)
+
     def test_the_gate_judges_the_gpus_the_inventory_reported(self):
         # nvidia-smi lists one of the two GPUs LXD reports: the other one
         # fell off the bus, so it is held, in Placement and in claims

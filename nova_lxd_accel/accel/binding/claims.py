@@ -19,10 +19,10 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
    projects, containers and VMs, devices from profiles included: see
    :func:`nova_lxd_accel.accel.units.held_units`), and then, still under
    the lock, add the units released but not yet verified clean and those
-   of containers removed behind nova's back (:meth:`nova_lxd_accel.accel.
-   gate.GpuGate.unavailable_units`, read from the GPU state file after
-   the listing): a claim picks by identity, never a dirty unit, whatever
-   Placement counts;
+   of containers removed behind nova's back (the GPU gate's
+   :meth:`~nova_lxd_accel.accel.gate_seams.ClaimGate.unavailable_units`,
+   read from the ledger, the GPU state file, after the listing): a claim
+   picks by identity, never a dirty unit, whatever Placement counts;
 2. pick free units (:func:`nova_lxd_accel.accel.binding.pick.bind`);
 3. still under the lock (the body of :func:`claiming`), write the
    devices and their record (the binding record key) into the already created,
@@ -41,6 +41,7 @@ import, the container's creation or its start.
 
 import contextlib
 import dataclasses
+import typing
 
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
@@ -49,6 +50,7 @@ from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import builder
 from nova_lxd_accel import exception
@@ -106,8 +108,8 @@ def with_projects(share, records, exclude, dirty=None):
 @contextlib.contextmanager
 def claiming(client, name, allocations, device_for_provider,
              host_devices=(), instance=None, project=None, share=None,
-             unavailable=None, nvidia=cdi.RUNTIME, dirty_projects=None,
-             ib_ports=False):
+             gate: typing.Optional[gate_seams.ClaimGate] = None,
+             nvidia=cdi.RUNTIME, ib_ports=False):
     """Pick the units of ``allocations``; the body writes them, locked.
 
     Yields the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`; the
@@ -121,14 +123,12 @@ def claiming(client, name, allocations, device_for_provider,
         GPU selector foreign instances use.
     :param share: a :class:`.pick.ShareRequest` (:func:`share_request`)
         for slots of shared GPUs.
-    :param unavailable: unit key -> reasons, units no claim may pick
-        (released and not yet verified clean), as
-        :meth:`.gate.GpuGate.unavailable_units` gives them; or that
-        callable, called with the records listed, under the lock.
+    :param gate: the GPU gate (:class:`.gate_seams.ClaimGate`), or None:
+        under the lock, after the listing, its ``unavailable_units`` (units
+        no claim may pick: released and not yet verified clean) and its
+        ``dirty_share_projects`` (shared GPU -> projects of its dirty
+        slots) are read.
     :param nvidia: the :class:`.cdi.NvidiaBinding` of the daemon.
-    :param dirty_projects: callable(records) -> shared GPU -> projects of
-        its dirty slots (:meth:`.gate.GpuGate.dirty_share_projects`), read
-        under the lock.
     :param ib_ports: whole InfiniBand ports may be bound
         (``[lxd_accelerators] report_infiniband_ports``).
     :raises: AcceleratorUnavailable, AcceleratorNotBindable.
@@ -137,18 +137,19 @@ def claiming(client, name, allocations, device_for_provider,
         records = client.list_all_instances()
         held = units.held_units(records, exclude=(project, name),
                                 host_devices=host_devices)
-        if callable(unavailable):
+        unavailable = None
+        if gate is not None:
             # read after the listing, under the lock: a release written
             # before this point is seen, whatever the last probe said
-            unavailable = unavailable(records)
+            unavailable = gate.unavailable_units(records)
         for key, reasons in (unavailable or {}).items():
             held[key] = list(held.get(key, ())) + list(reasons)
         bound = pick.bind(allocations, device_for_provider or
                           (lambda rp_uuid: None), held, nvidia=nvidia,
                           share=with_projects(
                               share, records, (project, name),
-                              dirty_projects(records) if dirty_projects
-                              else None),
+                              gate.dirty_share_projects(records)
+                              if gate is not None else None),
                           ib_ports=ib_ports)
         yield bound
     ledger.log_bound(LOG, bound, instance)
@@ -166,18 +167,18 @@ def claim(client, name, allocations, device_for_provider, host_devices=(),
         **kwargs))
 
 
-def _recorded(client, name, instance, holding, on_bound=None):
+def _recorded(client, name, instance, holding, gate=None):
     """Record in ``name`` what a :func:`claiming` picks, under its lock.
 
-    :param on_bound: callable(container, instance uuid, records) told of
-        the units once written (:meth:`.gate.GpuGate.note_bound`).
+    :param gate: the GPU gate (:class:`.gate_seams.ClaimGate`), told of
+        the units once written (its ``note_bound``), or None.
     """
     with holding as bound:
         if bound.units:
             record(client, name, bound, instance)
-            if on_bound is not None:
-                on_bound(name, getattr(instance, 'uuid', None),
-                         bound.records())
+            if gate is not None:
+                gate.note_bound(name, getattr(instance, 'uuid', None),
+                                bound.records())
     return bound
 
 
@@ -188,22 +189,20 @@ class Claims(object):
     :param conf: ConfigOpts with ``[lxd]`` and ``[lxd_accelerators]``.
     :param device_for_provider: callable(rp_uuid) -> device reported there.
     :param host_devices: zero-argument callable, the host's devices.
-    :param unavailable: callable(records) run under the claim lock, see
-        :func:`claiming`.
-    :param on_bound: see :func:`_recorded`.
-    :param dirty_projects: see :func:`claiming`.
+    :param gate: the host's GPU gate, as a claim sees it
+        (:class:`.gate_seams.ClaimGate`): read under the claim lock (see
+        :func:`claiming`) and told of each binding written (see
+        :func:`_recorded`); None: no unit is kept from a claim.
     """
 
     def __init__(self, client, conf, device_for_provider,
-                 host_devices=tuple, unavailable=None, on_bound=None,
-                 dirty_projects=None):
-        self._dirty_projects = dirty_projects
+                 host_devices=tuple,
+                 gate: typing.Optional[gate_seams.ClaimGate] = None):
         self._client = client
         self._conf = conf
         self._device_for_provider = device_for_provider
         self._host_devices = host_devices
-        self._unavailable = unavailable
-        self._on_bound = on_bound
+        self._gate = gate
 
     def holding(self, name, allocations, instance):
         """:func:`claiming` for ``instance``'s allocations into ``name``.
@@ -216,8 +215,7 @@ class Claims(object):
                         host_devices=self._host_devices(), instance=instance,
                         project=self._conf.lxd.project,
                         share=share_request(self._conf, instance),
-                        unavailable=self._unavailable,
-                        dirty_projects=self._dirty_projects,
+                        gate=self._gate,
                         nvidia=cdi.for_client(self._client, self._conf),
                         ib_ports=self._ib_ports())
 
@@ -230,15 +228,16 @@ class Claims(object):
         """:meth:`holding` for a body that writes the whole new config.
 
         A resize or a migration writes its binding itself; once written,
-        still under the lock, the gate is told (``on_bound``), as a spawn's
-        claim tells it: a server of theirs deleted behind nova's back then
-        leaves its units unavailable until verified clean, like any other.
+        still under the lock, the gate is told (its ``note_bound``), as a
+        spawn's claim tells it: a server of theirs deleted behind nova's
+        back then leaves its units unavailable until verified clean, like
+        any other.
         """
         with self.holding(name, allocations, instance) as bound:
             yield bound
-            if bound.units and self._on_bound is not None:
-                self._on_bound(name, getattr(instance, 'uuid', None),
-                               bound.records())
+            if bound.units and self._gate is not None:
+                self._gate.note_bound(name, getattr(instance, 'uuid', None),
+                                      bound.records())
 
     def claim(self, name, allocations, instance):
         """Bind and record ``instance``'s units in container ``name``.
@@ -247,7 +246,7 @@ class Claims(object):
         """
         return _recorded(self._client, name, instance,
                          self.holding(name, allocations, instance),
-                         on_bound=self._on_bound)
+                         gate=self._gate)
 
     def prepare(self, name, allocations, instance):
         """The accelerators of a spawn, in stopped container ``name``.

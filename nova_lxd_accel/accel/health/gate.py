@@ -66,6 +66,7 @@ import time
 
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.accel.health import gate_reads
 from nova_lxd_accel.accel.health import gate_state
 from nova_lxd_accel.accel.health import holds
@@ -84,8 +85,9 @@ TRAIT_UNPROBEABLE = placement_names.TRAIT_UNPROBEABLE
 RELEASE_POLL = release_notices.RELEASE_POLL
 
 
-class GpuGate(object):
-    """See the module docstring.
+class GpuGate(gate_seams.ClaimGate, gate_seams.ProviderTreeGate,
+              gate_seams.ReleaseGate, gate_seams.GoneGate):
+    """See the module docstring; each part sees it through its seam.
 
     :param conf: ConfigOpts with ``[lxd_accelerators]``.
     :param list_containers: callable returning LXD container records.

@@ -33,6 +33,7 @@ from nova import exception as nova_exception
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
+from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import gpu_topology
 from nova_lxd_accel.accel.inventory import nvidia_smi
@@ -114,8 +115,9 @@ class AcceleratorInventory(object):
         than ours hold are reported ``reserved``. None: nothing is.
     :param is_ours: callable(record) -> whether an instance is one of this
         nova-compute's (:meth:`.identity.Owner.is_ours`).
-    :param gate: the host's :class:`.gate.GpuGate` (held, unhealthy and
-        not yet verified units), or None.
+    :param gate: the host's GPU gate, as the provider tree sees it
+        (:class:`.gate_seams.ProviderTreeGate`: held, unhealthy and not yet
+        verified units), or None.
     :param reported: the :class:`ReportedGpus` the gate reads.
     :param probed_gpus: PCI address -> the probe's facts of each GPU
         (:class:`.nvidia_smi.GpuFacts`), for a caller without a gate (the
@@ -128,8 +130,9 @@ class AcceleratorInventory(object):
 
     def __init__(self, read_resources, list_mig_devices=None, *, conf,
                  provider_allocations=None, list_instances=None,
-                 is_ours=None, gate=None, reported=None, probed_gpus=None,
-                 on_reshaped=None):
+                 is_ours=None,
+                 gate: typing.Optional[gate_seams.ProviderTreeGate] = None,
+                 reported=None, probed_gpus=None, on_reshaped=None):
         self._conf = conf
         self._read_resources = read_resources
         self._list_mig_devices = list_mig_devices or self._run_nvidia_smi

@@ -41,6 +41,7 @@ from nova_lxd_accel.hostside import plumbing
 from nova_lxd_accel.instance import ephemeral
 from nova_lxd_accel.instance import guest as lxd_guest
 from nova_lxd_accel.instance import migration
+from tests.fixtures import binding
 from tests.fixtures import fake_lxd
 
 UUID = '0d7c3b53-4f3e-4a8a-9a57-4f3e2f0c1a11'
@@ -260,7 +261,8 @@ class _Base(testtools.TestCase):
         self.noted = []
         accel_claims = claims.Claims(
             client, self.conf, lambda rp: GPU if rp == GPU_RP else None,
-            on_bound=lambda *args: self.noted.append(args))
+            gate=binding.ClaimGateCalls(
+                on_bound=lambda *args: self.noted.append(args)))
         host_part = lxd_host.Host(client, self.conf,
                                   identity.Owner.from_conf(self.conf, 'src'))
         if host_policy is not None:

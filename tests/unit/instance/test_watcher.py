@@ -18,6 +18,7 @@ daemon in tests/integration/test_events.py.
 
 import threading
 import time
+import types
 
 import fixtures
 from nova.compute import power_state
@@ -188,7 +189,7 @@ class WatcherTest(testtools.TestCase):
         watching = watcher.LifecycleWatcher(
             client, identity.Owner(HOST, project='p1'), 60,
             lambda event: emitted.append((list(told), event)),
-            on_gone=told.append)
+            gate=types.SimpleNamespace(note_gone=told.append))
         watching.resync()
         del client.records[NAME]
         watching.resync()            # a poll sees it gone

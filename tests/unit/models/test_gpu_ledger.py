@@ -386,9 +386,10 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.gate.refresh = refreshing
         self.claims = claims.Claims(
             self.client, self.conf, self.device_for_provider,
-            lambda: self.gpus, self.gate.unavailable_units,
-            on_bound=self.note_bound,
-            dirty_projects=self.gate.dirty_share_projects)
+            lambda: self.gpus, gate=types.SimpleNamespace(
+                unavailable_units=self.gate.unavailable_units,
+                dirty_share_projects=self.gate.dirty_share_projects,
+                note_bound=self.note_bound))
         # init_host: interrupted builds removed, then the bindings of
         # instances nova no longer has here released (driver.init_host)
         for name in sorted(self.building):
@@ -399,7 +400,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                             on_release=self.gate.note_destroy)
         self.watcher = watcher.LifecycleWatcher(
             self.client, self.owner, 1, lambda event: None,
-            on_gone=self.gate.note_gone)
+            gate=self.gate)
         self.watcher.resync()
         self.watched = set(self.live.values())
         # nova's _init_instance: a delete under way is done again
@@ -423,7 +424,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             self.recheck_due = min(self.recheck_due, self.clock.now + start)
 
     def note_bound(self, container, instance, records):
-        """The claim's ``on_bound``: what it picked, under its lock."""
+        """The claim's ``note_bound``: what it picked, under its lock."""
         # the state file's holds (an operator's release there is read by
         # the claim at once), and those only in memory (a file that
         # cannot be read holds every GPU)
@@ -1196,7 +1197,7 @@ class TestCounterexamples(LedgerReplay):
         self.step('boot', flavor='mig', project='proj-a', busy=False)
 
     def test_a_resize_or_migration_tells_the_gate_what_it_bound(self):
-        # without on_bound in Claims.rewriting: a migrated server deleted
+        # without note_bound in Claims.rewriting: a migrated server deleted
         # behind nova's back leaves a process on a unit no one marks dirty
         self.busy_host()
         self.step('arrives_by_resize_or_migration', flavor='mig',

@@ -40,6 +40,7 @@ from nova_lxd_accel import conf as lxd_conf
 from nova_lxd_accel.container import identity
 from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
+from tests.fixtures import binding
 from tests.fixtures import fake_lxd
 from tests.fixtures import gpu_hosts
 from tests.fixtures import recorded_daemon
@@ -148,11 +149,12 @@ class ClaimsTestBase(testtools.TestCase):
                                 'pool': 'default'}}, ['default'], {})
         del self.client.calls[:]
 
-    def claims(self, **kwargs):
+    def claims(self, **gate):
+        """The claim, with a gate of the callables ``gate`` names."""
         return claims.Claims(self.client, self.conf,
                              self.inventory.device_for_provider,
                              host_devices=self.inventory.all_devices,
-                             **kwargs)
+                             gate=binding.ClaimGateCalls(**gate))
 
     def alloc(self, *items):
         out = {gpu_hosts.ROOT_UUID: {

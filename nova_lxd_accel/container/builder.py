@@ -451,8 +451,9 @@ def flavor_config_keys():
 def with_accelerators(container, bound):
     """The container with the devices and config of an accelerator binding.
 
-    ``bound`` is a :class:`nova_lxd_accel.accel.binding.ledger.Binding`;
-    its device names (``nova-gpu0``, ``nova-mig0``, ``nova-ib0``) never
+    ``bound`` is a
+    :class:`~nova_lxd_accel.accel.binding.binding_record.Binding`; its
+    device names (``nova-gpu0``, ``nova-mig0``, ``nova-ib0``) never
     clash with the driver's own (``root``).
     """
     return _merged(container, bound.config, bound.devices)

@@ -135,7 +135,8 @@ def resized(record, fragment, host, host_devices, bound):
         new flavor, with this host's profile masks.
     :param host: the host that owns it now.
     :param host_devices: this host's NIC and volume devices.
-    :param bound: the :class:`nova_lxd_accel.accel.binding.ledger.Binding` of
+    :param bound: the
+        :class:`~nova_lxd_accel.accel.binding.binding_record.Binding` of
         the new allocation.
     """
     config, devices = without_accelerators(record)

@@ -46,8 +46,8 @@ import typing
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel.binding import cdi
-from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import gate_seams
@@ -112,10 +112,10 @@ def claiming(client, name, allocations, device_for_provider,
              nvidia=cdi.RUNTIME, ib_ports=False):
     """Pick the units of ``allocations``; the body writes them, locked.
 
-    Yields the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`; the
-    body of the ``with`` runs under :data:`CLAIM_LOCK` and writes the
-    binding into the container (:func:`record`, or a migration's whole new
-    config). A body that raises fails the claim and writes nothing else.
+    Yields the :class:`.binding_record.Binding`; the body of the ``with``
+    runs under :data:`CLAIM_LOCK` and writes the binding into the
+    container (:func:`record`, or a migration's whole new config). A body
+    that raises fails the claim and writes nothing else.
 
     :param name: the container (created and stopped).
     :param device_for_provider: callable(rp_uuid) -> device reported there.
@@ -152,14 +152,14 @@ def claiming(client, name, allocations, device_for_provider,
                               if gate is not None else None),
                           ib_ports=ib_ports)
         yield bound
-    ledger.log_bound(LOG, bound, instance)
+    binding_record.log_bound(LOG, bound, instance)
 
 
 def claim(client, name, allocations, device_for_provider, host_devices=(),
           **kwargs):
     """:func:`claiming` that records the binding in the container.
 
-    :returns: the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`.
+    :returns: the :class:`.binding_record.Binding`.
     :raises: as :func:`claiming`, and ContainerNotFound.
     """
     return _recorded(client, name, kwargs.get('instance'), claiming(
@@ -242,7 +242,7 @@ class Claims(object):
     def claim(self, name, allocations, instance):
         """Bind and record ``instance``'s units in container ``name``.
 
-        :returns: the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`.
+        :returns: the :class:`.binding_record.Binding`.
         """
         return _recorded(self._client, name, instance,
                          self.holding(name, allocations, instance),
@@ -256,10 +256,10 @@ class Claims(object):
         (:mod:`.mps_environment`); without a quota it removes those a
         snapshot image brought along.
 
-        :returns: the :class:`~nova_lxd_accel.accel.binding.ledger.Binding`
+        :returns: the :class:`.binding_record.Binding`
             (empty without accelerator allocations).
         """
-        bound = ledger.Binding()
+        bound = binding_record.Binding()
         if wants_accelerators(allocations):
             bound = self.claim(name, allocations, instance)
         mps_environment.apply(

@@ -50,9 +50,9 @@ import typing
 import os_resource_classes as orc
 from oslo_log import log as logging
 
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel.binding import card_choice
 from nova_lxd_accel.accel.binding import cdi
-from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel.binding import sharing
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import units
@@ -410,14 +410,14 @@ def bind(allocations, device_for_provider, held=None, nvidia=None,
                 prefix = _NAME_PREFIX[kind]
                 index = counters.get(prefix, 0)
                 counters[prefix] = index + 1
-                bound.append(ledger.Unit(
+                bound.append(binding_record.Unit(
                     name='%s%d' % (prefix, index), kind=kind,
                     resource_class=rc, provider=rp_uuid,
                     device_pci=_card_of(device, key), key=key,
                     device=lxd_device, detail=detail))
                 # a unit is never given twice within one request either
                 held[key] = ['(this request)']
-    return ledger.Binding(units=tuple(bound), nvidia=nvidia)
+    return binding_record.Binding(units=tuple(bound), nvidia=nvidia)
 
 
 def _card_of(device, key):

@@ -35,7 +35,7 @@ import json
 
 from oslo_log import log as logging
 
-from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 
@@ -60,7 +60,7 @@ def placement_mismatches(recorded, allocations):
         Placement for that consumer.
     :returns: list of ``(provider, rc, bound, allocated)``.
     """
-    bound = ledger.expected_usage(recorded)
+    bound = binding_record.expected_usage(recorded)
     allocated = {}
     for rp_uuid, alloc in (allocations or {}).items():
         for rc, amount in ((alloc or {}).get('resources') or {}).items():

@@ -10,7 +10,11 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The GPU state file: holds, units waiting for verification, usage.
+"""The ledger: the GPU state file of bound, dirty and held units, and usage.
+
+The ledger records; the gate (:mod:`.gate`) decides from it whether a GPU
+may be handed out; the holds (:mod:`.holds`, and the operator's
+``nova-lxd-accel gpu hold``) are written in it.
 
 One small JSON file, ``<[lxd_accelerators] state_dir>/gpu-state.json``,
 shared by nova-compute and the ``nova-lxd-accel`` commands. Every change is

@@ -10,9 +10,12 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The GPU health gate: what a probe says of each GPU's health.
+"""The holds: a GPU held for its health, from what a probe says of it.
 
-Functions over the GPU state (:mod:`.gate_state`) and a probe's
+A hold keeps a whole GPU from being handed out (the gate, :mod:`.gate`,
+reserves it); an operator's hold (``nova-lxd-accel gpu hold``) is written
+by the command line, the health holds here. Functions over the ledger
+(the state file, :mod:`.gate_state`) and a probe's
 :class:`.probe.Snapshot`, run by :class:`.gate.GpuGate` under the
 state file's lock:
 

@@ -27,7 +27,7 @@ import json
 from nova import objects
 import testtools
 
-from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import builder
 from nova_lxd_accel.container import identity
@@ -54,10 +54,10 @@ VOLATILE = {'volatile.uuid': '5e1b5e7c-6a0f-4f43-a1a3-1c2bd8f0e0c4',
 
 
 def _unit(name, kind, rc, key, device, **detail):
-    return ledger.Unit(name=name, kind=kind, resource_class=rc,
-                       provider='11111111-1111-1111-1111-111111111111',
-                       device_pci=PCI, key=key, device=device,
-                       detail=detail)
+    return binding_record.Unit(
+        name=name, kind=kind, resource_class=rc,
+        provider='11111111-1111-1111-1111-111111111111',
+        device_pci=PCI, key=key, device=device, detail=detail)
 
 
 PGPU = _unit('nova-gpu0', units.KIND_PGPU, 'PGPU', 'pci:' + PCI,
@@ -125,7 +125,7 @@ class WithoutAcceleratorsTest(testtools.TestCase):
         plain = _built()
         for bound in ((PGPU,), (MIG,), (SHARE_MPS,), (IB_VF,),
                       (PGPU, IB_VF)):
-            record = _record(plain, ledger.Binding(units=bound))
+            record = _record(plain, binding_record.Binding(units=bound))
             config, devices = records.without_accelerators(record)
             self.assertEqual(dict(plain['config'], **VOLATILE), config,
                              [u.name for u in bound])
@@ -133,7 +133,7 @@ class WithoutAcceleratorsTest(testtools.TestCase):
                              [u.name for u in bound])
 
     def test_mps_mounts_and_limits_are_named_as_the_bindings(self):
-        record = _record(_built(), ledger.Binding(units=(SHARE_MPS,)))
+        record = _record(_built(), binding_record.Binding(units=(SHARE_MPS,)))
         self.assertEqual({'nova-gpushare0', 'mps-pipe', 'mps-shm'},
                          records.accelerator_device_names(record))
         self.assertIn('environment.CUDA_MPS_PIPE_DIRECTORY',
@@ -156,7 +156,7 @@ class WithoutAcceleratorsTest(testtools.TestCase):
                          records.without_accelerators(record)[1])
 
     def test_a_damaged_binding_record_still_strips_by_prefix(self):
-        record = _record(_built(), ledger.Binding(units=(PGPU,)))
+        record = _record(_built(), binding_record.Binding(units=(PGPU,)))
         record['config'][identity.KEY_DEVICES] = '[{"unit": '
         config, devices = records.without_accelerators(record)
         self.assertNotIn('nova-gpu0', devices)
@@ -175,7 +175,7 @@ class HostSideDevicesTest(testtools.TestCase):
         objects.register_all()
 
     def test_host_side_devices_are_the_builders_host_parts(self):
-        record = _record(_built(), ledger.Binding(units=(PGPU, IB_VF)))
+        record = _record(_built(), binding_record.Binding(units=(PGPU, IB_VF)))
         record['devices']['shared'] = {'type': 'disk', 'source': '/srv/x',
                                        'path': '/mnt/x'}
         host_side = {name for name, device in record['devices'].items()
@@ -207,7 +207,7 @@ class TransferRecordTest(testtools.TestCase):
 
     def test_the_copy_carries_only_what_the_destination_cannot_make(self):
         plain = _built(host_side=builder.NO_HOST_SIDE)
-        record = _record(_built(), ledger.Binding(units=(MIG,)))
+        record = _record(_built(), binding_record.Binding(units=(MIG,)))
         sent = records.transfer_record(record, 'dst')
         expected = dict(plain['config'])
         expected[identity.KEY_HOST] = 'dst'
@@ -215,7 +215,7 @@ class TransferRecordTest(testtools.TestCase):
         self.assertEqual(plain['devices'], sent['devices'])
 
     def test_the_record_given_is_not_changed(self):
-        record = _record(_built(), ledger.Binding(units=(SHARE_MPS,)))
+        record = _record(_built(), binding_record.Binding(units=(SHARE_MPS,)))
         before = copy.deepcopy(record)
         records.transfer_record(record, 'dst')
         records.backup_config(record['config'], 'src')
@@ -257,11 +257,11 @@ class ResizedTest(testtools.TestCase):
         objects.register_all()
 
     def test_mps_limits_of_the_old_share_do_not_survive(self):
-        old = _record(_built(), ledger.Binding(units=(SHARE_MPS,)))
+        old = _record(_built(), binding_record.Binding(units=(SHARE_MPS,)))
         fragment = builder.resize_fragment(
             _instance(_flavor()), _flavor(), _image(), POLICY)
         config, devices = records.resized(
-            old, fragment, 'dst', {}, ledger.Binding(units=(PGPU,)))
+            old, fragment, 'dst', {}, binding_record.Binding(units=(PGPU,)))
         self.assertEqual([], [k for k in config
                               if k.startswith(records.MPS_CONFIG_PREFIX)])
         self.assertFalse(set(records.MPS_DEVICE_NAMES) & set(devices))
@@ -269,14 +269,14 @@ class ResizedTest(testtools.TestCase):
             u['unit'] for u in identity.recorded_units(config)])
 
     def test_this_hosts_devices_replace_the_old_hosts(self):
-        old = _record(_built(), ledger.Binding(units=(IB_VF,)))
+        old = _record(_built(), binding_record.Binding(units=(IB_VF,)))
         new_nic = {'type': 'nic', 'nictype': 'bridged', 'name': 'eth0',
                    'parent': 'qbrb1e0c5a2-7f', 'host_name': 'tapb1e0c5a2-7f'}
         fragment = builder.resize_fragment(
             _instance(_flavor()), _flavor(), _image(), POLICY)
         config, devices = records.resized(
             old, fragment, 'dst', {'nova-port-' + PORT: new_nic},
-            ledger.Binding())
+            binding_record.Binding())
         self.assertEqual(['nova-port-' + PORT, 'root'], sorted(devices))
         self.assertEqual(new_nic, devices['nova-port-' + PORT])
         self.assertEqual('dst', config[identity.KEY_HOST])
@@ -292,14 +292,14 @@ class ResizedTest(testtools.TestCase):
         fragment = builder.resize_fragment(
             _instance(_flavor()), _flavor(), _image(), POLICY)
         config, _devices = records.resized(before, fragment, 'dst', {},
-                                           ledger.Binding())
+                                           binding_record.Binding())
         self.assertEqual('false', config['security.devlxd'])
         # an operator who keeps it gets the daemon's default back
         kept = builder.HostPolicy(host='dst', devlxd=True)
         fragment = builder.resize_fragment(
             _instance(_flavor()), _flavor(), _image(), kept)
         config, _devices = records.resized(_record(_built()), fragment,
-                                           'dst', {}, ledger.Binding())
+                                           'dst', {}, binding_record.Binding())
         self.assertNotIn('security.devlxd', config)
         # on Incus the key has its other name, and LXD's is not left
         incus = builder.HostPolicy(
@@ -307,7 +307,7 @@ class ResizedTest(testtools.TestCase):
         fragment = builder.resize_fragment(
             _instance(_flavor()), _flavor(), _image(), incus)
         config, _devices = records.resized(_record(_built()), fragment,
-                                           'dst', {}, ledger.Binding())
+                                           'dst', {}, binding_record.Binding())
         self.assertEqual('false', config['security.guestapi'])
         self.assertNotIn('security.devlxd', config)
 
@@ -346,7 +346,7 @@ class ProfileMasksTest(testtools.TestCase):
         fragment = builder.resize_fragment(_instance(flavor), flavor,
                                            _image(), policy)
         return records.resized(_record(old), fragment, 'dst', {},
-                               ledger.Binding())
+                               binding_record.Binding())
 
     def test_the_destination_masks_its_own_profiles(self):
         config, devices = self.moved()

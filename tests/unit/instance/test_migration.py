@@ -26,8 +26,8 @@ from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 import testtools
 
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel.binding import claims
-from nova_lxd_accel.accel.binding import ledger
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel import conf as lxd_conf
@@ -182,7 +182,7 @@ class PureTest(testtools.TestCase):
     def test_resized_without_accelerators_drops_old_ones(self):
         config, devices = records.resized(
             _record(), {'config': {}, 'devices': {}}, 'dst', {},
-            ledger.Binding())
+            binding_record.Binding())
         self.assertNotIn('nova-gpu0', devices)
         self.assertNotIn(identity.KEY_DEVICES, config)
 
@@ -204,7 +204,7 @@ class PureTest(testtools.TestCase):
         plain = builder.resize_fragment(
             instance, _flavor(), None, policy)
         config, _devices = records.resized(record, plain, 'dst', {},
-                                           ledger.Binding())
+                                           binding_record.Binding())
         for key in old:
             self.assertEqual(plain['config'].get(key), config.get(key), key)
         self.assertEqual(builder.flavor_config_keys(),

@@ -23,7 +23,7 @@ import json
 import fixtures
 from oslotest import base
 
-from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
@@ -320,7 +320,7 @@ class TestRecords(base.BaseTestCase):
     def test_expected_usage(self):
         self.assertEqual(
             {'p1': {'PGPU': 1}, 'p2': {'CUSTOM_MIG_1G_10GB': 2}},
-            ledger.expected_usage([
+            binding_record.expected_usage([
                 {'provider': 'p1', 'resource_class': 'PGPU'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'},
                 {'provider': 'p2', 'resource_class': 'CUSTOM_MIG_1G_10GB'}]))

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Health gate, verified release, usage, idle and metrics (unit level).
+"""The GPU gate: health holds, verified release, idle (unit level).
 
 The probe is the real :class:`probe.HostProbe` running a script that
 prints recorded nvidia-smi outputs; the state file is real.
@@ -23,7 +23,7 @@ import os
 import fixtures
 import testtools
 
-from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel.binding import reconcile
 from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.health import gate
@@ -233,14 +233,14 @@ class TestXidGate(gate_harness.GateTestCase):
 
 
 def mig_container(uuid, instance=INSTANCE):
-    unit = ledger.Unit(
+    unit = binding_record.Unit(
         name='nova-mig0', kind=units.KIND_MIG,
         resource_class='CUSTOM_MIG_1G_10GB', provider='rp-mig',
         device_pci=H100, key='mig:' + uuid,
         device={'type': 'gpu', 'gputype': 'mig', 'pci': H100,
                 'mig.uuid': uuid},
         detail={'mig_uuid': uuid})
-    config = dict(ledger.Binding(units=(unit,)).config)
+    config = dict(binding_record.Binding(units=(unit,)).config)
     config['user.nova_lxd_accel.instance_uuid'] = instance
     return {'name': 'nova-' + instance, 'status': 'Running',
             'config': config}

@@ -10,12 +10,12 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What one claim bound (:mod:`.binding.ledger`), built unit by unit.
+"""What one claim bound (:mod:`.binding.binding_record`), unit by unit.
 
 The whole path from Placement allocations to a binding is covered by
 ``test_pick``, ``test_cdi`` and ``test_sharing``; these tests take the
-:class:`ledger.Binding` on its own: the record it writes is the one the
-rest of the driver reads back, its devices are the caller's to change,
+:class:`binding_record.Binding` on its own: the record it writes is the
+one the rest of the driver reads back, its devices are the caller's to change,
 the NVIDIA runtime option with mixed units, and the MPS quota of a shared
 GPU as recorded in the unit's details.
 """
@@ -26,7 +26,7 @@ import fixtures
 from oslo_log import log as oslo_logging
 import testtools
 
-from nova_lxd_accel.accel.binding import ledger
+from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import identity
 
@@ -42,14 +42,14 @@ def whole_gpu(cdi_id=None):
     device = ({'type': 'gpu', 'gputype': 'physical', 'id': cdi_id}
               if cdi_id else
               {'type': 'gpu', 'gputype': 'physical', 'pci': GPU})
-    return ledger.Unit(
+    return binding_record.Unit(
         name='nova-gpu0', kind=units.KIND_PGPU, resource_class='PGPU',
         provider='rp-a100', device_pci=GPU, key='pci:' + GPU,
         device=device, detail=detail)
 
 
 def mig_slice():
-    return ledger.Unit(
+    return binding_record.Unit(
         name='nova-mig0', kind=units.KIND_MIG,
         resource_class='CUSTOM_MIG_1G_10GB', provider='rp-h100',
         device_pci=MIG_GPU, key='mig:' + MIG_UUID[len('MIG-'):],
@@ -59,7 +59,7 @@ def mig_slice():
 
 
 def ib_port():
-    return ledger.Unit(
+    return binding_record.Unit(
         name='nova-ib0', kind=units.KIND_IB_PORT,
         resource_class='CUSTOM_IB_PORT', provider='rp-ib',
         device_pci='0000:4b:00.0', key='netdev:ibp75s0',
@@ -69,7 +69,7 @@ def ib_port():
 
 
 def share(pci=SHARED, **detail):
-    return ledger.Unit(
+    return binding_record.Unit(
         name='nova-gpushare0', kind=units.KIND_SHARE,
         resource_class='CUSTOM_GPU_SHARE', provider='rp-share',
         device_pci=pci, key=units.share_key(pci, 0),
@@ -80,7 +80,8 @@ def share(pci=SHARED, **detail):
 class TestBindingRecord(testtools.TestCase):
 
     def test_record_is_read_back_as_the_units_the_container_holds(self):
-        bound = ledger.Binding(units=(whole_gpu(), mig_slice(), ib_port()))
+        bound = binding_record.Binding(
+            units=(whole_gpu(), mig_slice(), ib_port()))
         container = {'name': 'nova-' + INSTANCE, 'config': bound.config,
                      'devices': bound.devices}
         self.assertEqual(
@@ -102,7 +103,7 @@ class TestBindingRecord(testtools.TestCase):
 
     def test_devices_are_a_copy_the_caller_may_change(self):
         unit = whole_gpu()
-        bound = ledger.Binding(units=(unit,))
+        bound = binding_record.Binding(units=(unit,))
         devices = bound.devices
         devices['nova-gpu0']['pci'] = '0000:99:00.0'
         devices['root'] = {'type': 'disk', 'path': '/'}
@@ -111,13 +112,13 @@ class TestBindingRecord(testtools.TestCase):
         self.assertEqual(GPU, unit.device['pci'])
 
     def test_infiniband_only_binding_sets_no_nvidia_option(self):
-        config = ledger.Binding(units=(ib_port(),)).config
+        config = binding_record.Binding(units=(ib_port(),)).config
         self.assertEqual([identity.KEY_DEVICES], list(config))
 
     def test_a_cdi_unit_turns_the_runtime_off_beside_a_mig_slice(self):
         # LXD refuses a CDI id while nvidia.runtime is true, even though
         # the MIG slice alone would need it on
-        bound = ledger.Binding(units=(
+        bound = binding_record.Binding(units=(
             mig_slice(), whole_gpu(cdi_id='nvidia.com/gpu=0')))
         self.assertEqual('false', bound.config['nvidia.runtime'])
 
@@ -126,13 +127,13 @@ class TestMpsQuota(testtools.TestCase):
 
     def test_share_without_a_pipe_gets_no_mps_devices(self):
         # a quota in the details without the MPS pipe: time-sliced
-        bound = ledger.Binding(units=(share(gpu_memory_mb=4096),))
+        bound = binding_record.Binding(units=(share(gpu_memory_mb=4096),))
         self.assertEqual(['nova-gpushare0'], list(bound.devices))
         self.assertEqual([identity.KEY_DEVICES], list(bound.config))
         self.assertEqual({}, bound.mps_variables)
 
     def test_quota_mounts_the_recorded_pipe_and_shm_directories(self):
-        bound = ledger.Binding(units=(share(
+        bound = binding_record.Binding(units=(share(
             pci='3B:00.0', gpu_memory_mb=8192, gpu_compute_percent=50,
             mps_pipe='/srv/mps/{pci}/pipe', mps_shm='/srv/mps/{pci}/shm'),))
         devices = bound.devices
@@ -156,13 +157,13 @@ class TestMpsQuota(testtools.TestCase):
              if k.startswith('environment.')})
 
     def test_shm_directory_defaults_beside_the_pipe(self):
-        bound = ledger.Binding(units=(share(
+        bound = binding_record.Binding(units=(share(
             gpu_memory_mb=1024, mps_pipe='/run/nvidia-mps-{pci}'),))
         self.assertEqual('/run/nvidia-mps-%s-shm' % SHARED,
                          bound.devices['mps-shm']['source'])
 
     def test_only_the_share_carries_the_quota_beside_other_units(self):
-        bound = ledger.Binding(units=(
+        bound = binding_record.Binding(units=(
             ib_port(), share(gpu_compute_percent=25,
                              mps_pipe='/run/nvidia-mps-{pci}')))
         self.assertEqual({'CUDA_MPS_PIPE_DIRECTORY': '/run/nvidia-mps-' +
@@ -176,25 +177,26 @@ class TestMpsQuota(testtools.TestCase):
 class TestExpectedUsage(testtools.TestCase):
 
     def test_no_records_account_for_nothing(self):
-        self.assertEqual({}, ledger.expected_usage([]))
+        self.assertEqual({}, binding_record.expected_usage([]))
 
     def test_amounts_per_class_of_one_provider(self):
-        bound = ledger.Binding(units=(
+        bound = binding_record.Binding(units=(
             mig_slice(), mig_slice(), ib_port()))
         self.assertEqual(
             {'rp-h100': {'CUSTOM_MIG_1G_10GB': 2},
              'rp-ib': {'CUSTOM_IB_PORT': 1}},
-            ledger.expected_usage(bound.records()))
+            binding_record.expected_usage(bound.records()))
 
 
 class TestLogBound(testtools.TestCase):
 
     def test_one_line_per_unit_names_the_host_device(self):
         log = self.useFixture(fixtures.FakeLogger(
-            name='test_ledger', level=logging.INFO))
-        ledger.log_bound(oslo_logging.getLogger('test_ledger'),
-                         ledger.Binding(units=(whole_gpu(), ib_port())),
-                         instance=None)
+            name='test_binding_record', level=logging.INFO))
+        binding_record.log_bound(
+            oslo_logging.getLogger('test_binding_record'),
+            binding_record.Binding(units=(whole_gpu(), ib_port())),
+            instance=None)
         self.assertEqual(
             ['Bound PGPU pci:%s of provider rp-a100 as LXD device '
              'nova-gpu0' % GPU,

@@ -10,8 +10,14 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What one claim bound: its units, the LXD devices and config they need,
-and the record written into the container (see :mod:`.pick`).
+"""The binding record: what one claim bound.
+
+Its units, the LXD devices and config they need, and the record written
+into the container (``user.nova_lxd_accel.devices``, see :mod:`.pick`):
+the daemon's own record of who holds which unit. Not the *ledger* (the
+GPU gate's state file of bound, dirty and held units,
+:mod:`nova_lxd_accel.accel.health.gate_state`), which a claim reads and
+tells of what it bound.
 """
 
 import dataclasses

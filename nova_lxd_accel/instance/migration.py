@@ -40,7 +40,7 @@ has the working container under the usual name.
   afresh from the destination's allocation (never the source's devices:
   the hosts' devices differ), then start.
 * ``confirm_migration`` (source): delete the backup, which releases the
-  devices it held.
+  devices it held, and (another host) the ephemeral disk it sent.
 * ``finish_revert_migration`` (source, after nova destroyed the
   destination's container): rename the backup back, restoring limits and
   devices exactly, re-plug and start.
@@ -95,13 +95,10 @@ class Migration(object):
 
     """Resize and cold migration of one host's containers.
 
-    :param owner: the host's :class:`.container.identity.Owner` (names).
-    :param lifecycle: the host's :class:`.lifecycle.Lifecycle` (containers
-        are removed through it, so their GPUs are verified at release).
-    :param claims: the host's :class:`.accel.binding.claims.Claims`.
-    :param plumbing: the host's :class:`.plumbing.HostPlumbing`.
-    :param host: the host's :class:`.host.Host`: the policy containers are
-        built under.
+    The host's parts it uses: ``owner`` (names), ``lifecycle`` (containers
+    are removed through it, so their GPUs are verified at release; and
+    its ephemeral disks), ``claims``, ``plumbing`` and ``host`` (the policy
+    containers are built under).
     """
 
     def __init__(self, client, conf, owner, lifecycle, claims, plumbing,
@@ -448,12 +445,9 @@ class Migration(object):
 
     def confirm_migration(self, context, migration, instance, network_info):
         _name, backup = self._names(instance)
-        if not self._lifecycle.remove_container(backup):
-            LOG.info('Container %s is already gone', backup,
-                     instance=instance)
-        else:
-            LOG.info('Deleted container %s kept for a revert', backup,
-                     instance=instance)
+        removed = self._lifecycle.remove_container(backup)
+        LOG.info('Deleted container %s kept for a revert' if removed else
+                 'Container %s is already gone', backup, instance=instance)
         if migration.source_compute != migration.dest_compute:
             # the destination has its own copy of the ephemeral disk
             self._lifecycle.ephemeral.delete_quietly(instance)

@@ -322,13 +322,16 @@ class TestMigRelease(gate_harness.GateTestCase):
             h100(), mig_devices=tuple(listing[0].mig_devices))]
         self.mig_host('nvsmi-h100-80gb-mig-4slices-idle-q.txt')
 
-    def mig_host(self, query):
-        fake_nvidia_smi.recorded(self.smi_dir, {
+    def mig_host(self, query=None,
+                 apps='nvsmi-h100-80gb-idle-compute-apps.csv'):
+        """The MIG host's nvidia-smi; without ``query``, -q fails."""
+        outputs = {
             '--query-gpu': gpu_hosts.sample_path(
                 'handmade-nvsmi-h100-mig-query-gpu.csv'),
-            '--query-compute-apps': gpu_hosts.sample_path(
-                'nvsmi-h100-80gb-idle-compute-apps.csv'),
-            '-q': gpu_hosts.sample_path(query)})
+            '--query-compute-apps': gpu_hosts.sample_path(apps)}
+        if query:
+            outputs['-q'] = gpu_hosts.sample_path(query)
+        fake_nvidia_smi.recorded(self.smi_dir, outputs)
 
     def dirty(self):
         return self.gate.store.load()['dirty'].get('mig:' + self.SLICE2)
@@ -402,11 +405,7 @@ class TestMigRelease(gate_harness.GateTestCase):
         self.gate.refresh()
         self.gate.note_destroy(lambda: mig_container(self.SLICE2))
         # -q fails; --query-compute-apps shows a process on the GPU
-        fake_nvidia_smi.recorded(self.smi_dir, {
-            '--query-gpu': gpu_hosts.sample_path(
-                'handmade-nvsmi-h100-mig-query-gpu.csv'),
-            '--query-compute-apps': gpu_hosts.sample_path(
-                'nvsmi-h100-80gb-load-compute-apps.csv')})
+        self.mig_host(apps='nvsmi-h100-80gb-load-compute-apps.csv')
         self.now += 60
         self.gate.refresh()
         holding = self.dirty()['holding']
@@ -415,11 +414,7 @@ class TestMigRelease(gate_harness.GateTestCase):
         # a failing -q counts toward the unprobeable hold
         self.assertEqual(1, self.gate.store.load()['probe']['failures'])
         # the process leaves: clean although -q still fails
-        fake_nvidia_smi.recorded(self.smi_dir, {
-            '--query-gpu': gpu_hosts.sample_path(
-                'handmade-nvsmi-h100-mig-query-gpu.csv'),
-            '--query-compute-apps': gpu_hosts.sample_path(
-                'nvsmi-h100-80gb-idle-compute-apps.csv')})
+        self.mig_host()
         self.now += 60
         self.gate.refresh()
         self.assertIsNone(self.dirty())
@@ -433,14 +428,18 @@ class TestSharedRelease(gate_harness.GateTestCase):
     def dirty(self):
         return self.gate.store.load()['dirty']
 
-    def test_slot_free_while_shared_card_verified_when_empty(self):
-        self.gate.refresh()             # baseline while free
+    def two_sharers_compute(self):
+        """Both slots of the card bound (two projects' instances), busy."""
         self.containers = [share_container(0, INSTANCE),
                            share_container(1, self.OTHER)]
         self.host('nvsmi-h100-80gb-load-query-gpu.csv',
                   'nvsmi-h100-80gb-load-compute-apps.csv')
         self.now += 60
         self.gate.refresh()
+
+    def test_slot_free_while_shared_card_verified_when_empty(self):
+        self.gate.refresh()             # baseline while free
+        self.two_sharers_compute()
         state = self.gate.store.load()
         self.assertEqual(2, len(state['bound']))
         self.assertIn(INSTANCE, state['usage'])
@@ -473,12 +472,7 @@ class TestSharedRelease(gate_harness.GateTestCase):
 
     def test_slot_with_a_process_no_sharer_accounts_for_stays_dirty(self):
         self.gate.refresh()
-        self.containers = [share_container(0, INSTANCE),
-                           share_container(1, self.OTHER)]
-        self.host('nvsmi-h100-80gb-load-query-gpu.csv',
-                  'nvsmi-h100-80gb-load-compute-apps.csv')
-        self.now += 60
-        self.gate.refresh()
+        self.two_sharers_compute()
         # the leaver's process (its cgroup names its own, removed
         # container) stays while the other slot is still bound
         self.pids.update(dict.fromkeys((11327, 11328), 'nova-' + self.OTHER))

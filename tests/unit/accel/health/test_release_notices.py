@@ -12,8 +12,8 @@
 
 """The release side: a delete marks its units and waits for them (unit level).
 
-The probe is the real :class:`probe.HostProbe` running a script that
-prints recorded nvidia-smi outputs; the state file is real.
+Through the gate, with its real probe (a script printing recorded
+nvidia-smi outputs, tests/fixtures/gate_harness) and its real state file.
 """
 
 import os

@@ -12,8 +12,8 @@
 
 """Usage accounting: time, busy time and energy of bound units (unit level).
 
-The probe is the real :class:`probe.HostProbe` running a script that
-prints recorded nvidia-smi outputs; the state file is real.
+Accounted by refreshes of the gate: its probe runs a script printing
+recorded nvidia-smi outputs; its state file is a real one.
 """
 
 import os

@@ -84,6 +84,7 @@ seed is fixed (``derandomize``) so CI runs the same cases each time.
 
 import contextlib
 import functools
+import json
 import os
 import types
 
@@ -201,6 +202,9 @@ class FakeSmi(object):
         self.model = model
         self.procs = {}
         self.mode = 'ok'
+        #: nvidia-smi reports the MIG GPU lost ("Unable to determine the
+        #: device handle for GPU ...: GPU is lost"): no row, no process
+        self.lost = False
         self.calls = 0
         #: probes in a row that could not read everything (as the model
         #: sees them start)
@@ -211,8 +215,11 @@ class FakeSmi(object):
         # first: a nova-compute that dies here never ran this probe
         self.model.at_yield_point('probe')
         if args[0].startswith('--query-gpu'):
-            self.failed_in_a_row = 0 if self.mode == 'ok' else \
-                self.failed_in_a_row + 1
+            # no GPU in MIG mode listed (the MIG GPU lost): no ``-q``
+            failing = self.mode != 'ok' and not (
+                self.mode == 'q-fail' and self.lost)
+            self.failed_in_a_row = self.failed_in_a_row + 1 if failing \
+                else 0
         if self.mode == 'hang' or (self.mode == 'q-fail' and
                                    args[0] == '-q'):
             # the real run: killed at the timeout, abandoned after grace
@@ -235,7 +242,12 @@ class FakeSmi(object):
 
     def query_gpu(self):
         rows = [fake_nvidia_smi.QUERY_HEADER]
+        if self.lost:
+            rows.insert(0, 'Unable to determine the device handle for GPU '
+                        '%s: GPU is lost' % MIGGPU)
         for n, pci in enumerate((WHOLE, MIGGPU, SHARED) + POOL_CARDS):
+            if self.lost and pci == MIGGPU:
+                continue
             rows.append(fake_nvidia_smi.gpu_row(
                 n, pci, 'GPU-%d' % n, 'NVIDIA H100 80GB HBM3',
                 used_mib=self.used(pci),
@@ -245,6 +257,8 @@ class FakeSmi(object):
     def apps(self):
         rows = [fake_nvidia_smi.APPS_HEADER]
         for pid, (pci, _index, _c) in sorted(self.procs.items()):
+            if self.lost and pci == MIGGPU:
+                continue
             rows.append(fake_nvidia_smi.app_row(pci, pid, 'python3', 100))
         return '\n'.join(rows) + '\n'
 
@@ -274,6 +288,10 @@ class FakeSmi(object):
                       '            Name               : python3',
                       '            Used GPU Memory    : 100 MiB']
         return '\n'.join(lines) + '\n'
+
+
+def empty_ledger():
+    return {'holds': {}, 'dirty': {}, 'bound': {}}
 
 
 def model_conf(state_dir):
@@ -350,6 +368,17 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.held_bound = []
         #: the re-check thread: when it runs next, or None (not running)
         self.recheck_due = None
+        #: the daemon lists a container its delete removed until that
+        #: delete ends (Incus does, a moment)
+        self.daemon_lags = False
+        #: container -> its record, removed but still listed
+        self.lingering = {}
+        #: the state file's last good text while the model has it damaged
+        self.state_backup = None
+        #: (from, to) of each time nova-compute was down
+        self.downtime = []
+        #: instance -> when its boot began
+        self.born = {}
         self.patch = fixtures.MockPatchObject(nvidia_smi, 'run',
                                               self.smi.run)
         self.patch.setUp()
@@ -426,15 +455,14 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     def note_bound(self, container, instance, records):
         """The claim's ``note_bound``: what it picked, under its lock."""
         # the state file's holds (an operator's release there is read by
-        # the claim at once), and those only in memory (a file that
-        # cannot be read holds every GPU)
-        held = set(self.gate.store.load()['holds']) | {
-            pci for pci, hold in self.gate.view().holds.items()
-            if hold.get('kind') == gate_state.KIND_UNREADABLE}
+        # the claim at once); a file that cannot be read holds every GPU
+        stored = self.stored()
+        held = set(stored['holds']) if stored is not None else None
         for record in records:
-            if record.get('pci') in held:
-                self.held_bound.append((container, record.get('unit'),
-                                        record.get('pci')))
+            if held is None or record.get('pci') in held:
+                self.held_bound.append((
+                    container, record.get('unit'), record.get('pci')
+                    if held is not None else 'the state file unreadable'))
         self.at_yield_point('claim-recorded')
         self.gate.note_bound(container, instance, records)
 
@@ -451,8 +479,27 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     def list_containers(self):
         records = self.client.list_containers()
+        listed = {r['name'] for r in records}
+        records += [dict(r) for n, r in sorted(self.lingering.items())
+                    if n not in listed]
         self.at_yield_point('gate-listing')
         return records
+
+    def state_damaged(self):
+        """Whether the state file is there but not a JSON object."""
+        try:
+            with open(self.gate.store.path, encoding='utf-8') as f:
+                return not isinstance(json.load(f), dict)
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            return True
+
+    def stored(self):
+        """The state file, or None while the model has it damaged."""
+        if self.state_damaged():
+            return None
+        return self.gate.store.load()
 
     def attribute(self, pid):
         proc = self.smi.procs.get(pid)
@@ -538,6 +585,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         uuid = '00000000-0000-4000-8000-%012d' % self.next_instance
         self.next_instance += 1
         name = self.owner.container_name(uuid)
+        self.born[uuid] = self.clock.now
         self.client.create_container(
             name, {identity.KEY_HOST: HOST,
                    identity.KEY_INSTANCE_UUID: uuid}, {}, [], {})
@@ -645,10 +693,45 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         released = self.gate.note_destroy(
             lambda: self.client.get_container(name))
         self.at_yield_point('release-marked')
+        if self.daemon_lags and self.client.get_container(name):
+            self.lingering[name] = self.client.get_container(name)
         self.client.remove_container(name)
-        self.at_yield_point('release-removed')
-        self.gate.verify_release(released)
+        try:
+            self.at_yield_point('release-removed')
+            self.gate.verify_release(released)
+        finally:
+            self.lingering.pop(name, None)
         self.deleting.discard(name)
+        self.allocation_dropped(name)
+
+    def allocation_dropped(self, name):
+        """nova's delete of ``name`` returned: Placement frees its units.
+
+        A unit a process of the container still runs on must then be
+        reserved (dirty, or its GPU held, in the view
+        ``update_provider_tree`` reports), or Placement offers it. While
+        the state file cannot be read the claims refuse every GPU
+        (:meth:`note_bound` checks that).
+        """
+        if self.state_damaged():
+            return
+        view = self.gate.view()
+        for pid, (pci, index, owner) in sorted(self.smi.procs.items()):
+            if owner != name or pci in view.holds:
+                continue
+            keys = self.unit_keys(pci, index)
+            assert keys & set(view.dirty), (
+                'nova deleted %s and process %d still runs on %s, but none '
+                'of %s is reserved' % (name, pid, pci, sorted(keys)))
+
+    def unit_keys(self, pci, index):
+        """The units a process on ``pci`` (MIG slice ``index``) is on."""
+        if pci == SHARED:
+            return {units.share_key(SHARED, slot) for slot in (0, 1)}
+        if index is None:
+            return {'pci:' + pci}
+        return {units.mig_unit_key(self.gpus[1], m)
+                for m in self.gpus[1].mig_devices if m.index == index}
 
     def _remove_behind(self, name):
         """``lxc delete``: the daemon only; nova and the gate not told."""
@@ -717,12 +800,14 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
     @crashing
     def recheck(self):
         clean = self.clean_units()
-        self.recheck_seq = self.gate.store.load().get('seq', 0)
+        stored = self.stored()
+        self.recheck_seq = (stored or {}).get('seq', 0)
         start = self.clock.now - self.yield_time
         self.gate.recheck()
         took = self.clock.now - self.yield_time - start
         assert took <= SMI_TIMEOUT + 1.0, took
-        self.clean_at_recheck = clean if self.smi.mode == 'ok' else set()
+        self.clean_at_recheck = clean if self.smi.mode == 'ok' and \
+            stored is not None else set()
 
     @stateful.rule()
     def restart_compute(self):
@@ -733,7 +818,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.start_compute()
         self.clean_at_recheck = set()
 
-    @stateful.precondition(lambda self: self.live)
+    @stateful.precondition(lambda self: self.live and
+                           self.state_backup is None)
     @stateful.rule(data=st.data())
     def deleted_while_down(self, data):
         """nova deletes a server while nova-compute is down.
@@ -741,7 +827,10 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         Its container keeps running (left to nova's
         ``running_deleted_instance_action``), with its processes; the
         restarted nova-compute's ``init_host`` releases its binding
-        (:func:`.reconcile.reconcile`).
+        (:func:`.reconcile.reconcile`). Not while the state file is
+        damaged: the release is not recorded, and once the file is put
+        back the unit is offered with the process on it (MISSING-FIX.txt,
+        issue 46).
         """
         uuid = self._pick(data)
         if uuid is None:
@@ -773,7 +862,10 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         other means; the write (:meth:`operator_forgets`) comes later, any
         step may run between.
         """
-        dirty = self.gate.store.load()['dirty']
+        stored = self.stored()
+        if stored is None:
+            return          # the command cannot read the file: exits 1
+        dirty = stored['dirty']
         if not dirty:
             return
         key = sorted(dirty)[which % len(dirty)]
@@ -797,7 +889,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         try:
             gate_state.forget(self.gate.store, key, 'checked by hand',
                               checked=entry)
-        except gate_state.EntryChanged:
+        except (gate_state.EntryChanged, gate_state.StateUnreadable):
             pass        # the command exits 1: nothing forgotten
 
     @stateful.rule(pci=st.sampled_from(HOLDABLE), hold=st.booleans())
@@ -806,9 +898,12 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
         The state file; nova-compute's view follows at its next period.
         """
+        stored = self.stored()
+        if stored is None:
+            return          # the command cannot read the file: exits 1
         if hold:
             gate_state.hold(self.gate.store, pci, 'by hand')
-        elif (self.gate.store.load()['holds'].get(pci) or {}).get(
+        elif (stored['holds'].get(pci) or {}).get(
                 'kind') == gate_state.KIND_OPERATOR:
             gate_state.release(self.gate.store, pci, 'by hand')
 
@@ -823,10 +918,11 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         """
         self.pending = {}
         end = self.clock.now + seconds
-        state = self.gate.store.load()
+        state = self.stored() or empty_ledger()
         clean = self.clean_units()
         window = seconds > self.conf.lxd_accelerators. \
-            release_recheck_max_interval and self.smi.mode == 'ok'
+            release_recheck_max_interval and self.smi.mode == 'ok' and \
+            not self.state_damaged()
         watch = {k for k in state['dirty'] if k in clean and
                  self.unit_of(k)[0] not in state['holds']}
         running = self.recheck_due is not None
@@ -844,7 +940,9 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             # nothing verifies before the first periodic task after a
             # start (it runs the first refresh, which starts the thread)
             return
-        state = self.gate.store.load()
+        state = self.stored()
+        if state is None:
+            return
         leaked = sorted(k for k in watch & set(state['dirty'])
                         if k in self.clean_units() and
                         self.unit_of(k)[0] not in state['holds'])
@@ -867,6 +965,104 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         uuids[index] = 'MIG-bbbbbbbb-%04d-4000-8000-%012d' % (
             self.mig_generation[index], index)
         self.gpus = host_gpus(tuple(uuids))
+
+    @stateful.rule(lags=st.booleans())
+    def daemon_lists_removed_containers(self, lags):
+        """The daemon lists a container a moment after removing it.
+
+        Incus does: the listings of the delete that removed it (its
+        verification) still show it (see :meth:`_destroy`).
+        """
+        self.daemon_lags = lags
+
+    @stateful.precondition(lambda self: self.live)
+    @stateful.rule(data=st.data())
+    @crashing
+    def removal_fails(self, data):
+        """nova's delete fails: the daemon does not remove the container.
+
+        ``Lifecycle._release_gpus``' order: the units marked, the removal
+        raises, the gate told (``removal_failed``), then the verification.
+        The instance stays nova's (ERROR), its container and processes
+        stay; an operator may ``lxc delete`` it later
+        (:meth:`delete_behind_novas_back`).
+        """
+        uuid = self._pick(data)
+        if uuid is None:
+            return
+        name = self.live[uuid]
+        released = self.gate.note_destroy(
+            lambda: self.client.get_container(name))
+        self.at_yield_point('release-marked')
+        self.gate.removal_failed(released)
+        self.gate.verify_release(released)
+
+    @stateful.precondition(lambda self: self.state_backup is None)
+    @stateful.rule(how=st.sampled_from(('truncated', 'unreadable',
+                                        'list')))
+    def state_file_damaged(self, how):
+        """The state file cut short, unreadable, or JSON but not an object.
+
+        'unreadable': a read fails with an ``OSError`` (a directory in its
+        place: the tests may run as root, whom modes do not stop).
+        """
+        path = self.gate.store.path
+        if self.state_backup is not None or not os.path.isfile(path):
+            return
+        with open(path, encoding='utf-8') as f:
+            self.state_backup = f.read()
+        if how == 'unreadable':
+            os.unlink(path)
+            os.mkdir(path)
+        else:
+            with open(path, 'w', encoding='utf-8') as f:
+                f.write(self.state_backup[:len(self.state_backup) // 2]
+                        if how == 'truncated' else '[]')
+        self.clean_at_recheck = set()
+
+    @stateful.precondition(lambda self: self.state_backup is not None)
+    @stateful.rule()
+    def operator_repairs_state_file(self):
+        """The operator puts the last good state file back.
+
+        What nova-compute could not write meanwhile is not in it (failed
+        probes included: the model counts them again).
+        """
+        path = self.gate.store.path
+        if self.state_backup is None:
+            return
+        if self.state_damaged():
+            if os.path.isdir(path):
+                os.rmdir(path)
+            with open(path, 'w', encoding='utf-8') as f:
+                f.write(self.state_backup)
+        self.state_backup = None
+        self.smi.failed_in_a_row = 0
+        self.clean_at_recheck = set()
+        # the units of containers gone meanwhile: recorded bound until the
+        # next refresh or the watcher sees them gone
+        self.unseen_gone |= set(self.uuid_of) - set(self.live.values())
+
+    @stateful.rule(lost=st.booleans())
+    def mig_gpu_lost(self, lost):
+        """nvidia-smi reports the MIG GPU lost (or lists it again)."""
+        self.smi.lost = lost
+
+    @stateful.rule()
+    def compute_down_for_hours(self):
+        """nova-compute is down for 10 hours, then starts again.
+
+        The processes run on meanwhile; no refresh accounts the hours
+        (:meth:`usage_knows_no_downtime`).
+        """
+        self.pending = {}
+        self.watcher.stop()
+        self.gate.stop()
+        start = self.clock.now
+        self.clock.now += 10 * 3600
+        self.downtime.append((start, self.clock.now))
+        self.start_compute()
+        self.clean_at_recheck = set()
 
     @stateful.rule(point=st.sampled_from(POINTS),
                    op=st.sampled_from(OPS),
@@ -892,7 +1088,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         elif op == 'refresh':
             # late bound: the gate of the nova-compute running then
             self.pending.setdefault(point, []).append(
-                lambda: self.gate.refresh())
+                lambda: self.gate.maybe_refresh())
         elif op == 'boot':
             self.pending.setdefault(point, []).append(
                 lambda: self._boot(flavor, PROJECTS[0]))
@@ -955,8 +1151,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             # a container removed after the refresh listed the daemon is
             # not seen by this refresh
             seen = set(self.unseen_gone)
-            self.gate.refresh()
-            self.unseen_gone -= seen
+            if self.gate.maybe_refresh() is not None:
+                self.unseen_gone -= seen
         else:
             self.recheck()
         self.pending = {}
@@ -982,6 +1178,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         bound = self.bound()
         out = set()
         for gpu in self.gpus:
+            if self.smi.lost and gpu.pci_address == MIGGPU:
+                continue        # nvidia-smi cannot tell: not "clean"
             for key in [k for keys in units.provider_units(gpu).values()
                         for k in keys]:
                 if key in bound:
@@ -990,6 +1188,29 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
                     continue
                 out.add(key)
         return out
+
+    @stateful.invariant()
+    def usage_knows_no_downtime(self):
+        """No busy time nor energy counted for hours nova-compute was down.
+
+        A unit's ``busy_s`` and ``energy_s`` are at most the time
+        nova-compute ran since its instance's boot began.
+        """
+        state = self.stored()
+        if state is None:
+            return
+        for uuid, usage in sorted(state['usage'].items()):
+            born = self.born[uuid]
+            for key, record in sorted(usage['units'].items()):
+                last = record.get('last', born)
+                up = (last - born) - sum(
+                    max(0.0, min(last, end) - max(born, start))
+                    for start, end in self.downtime)
+                for name in ('busy_s', 'energy_s'):
+                    assert record.get(name, 0.0) <= up + 1e-6, (
+                        '%s of %s counts %.0f s %s, nova-compute ran %.0f s '
+                        'of them (down: %s)' % (key, uuid, record[name], name,
+                                                up, self.downtime))
 
     @stateful.invariant()
     def a_held_gpu_is_never_bound(self):
@@ -1054,7 +1275,9 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         shared card, some slot of the card (which keeps other projects
         away).
         """
-        state = self.gate.store.load()
+        state = self.stored()
+        if state is None:
+            return      # every claim refuses (note_bound checks)
         alive = set(self.live.values())
         unavailable = set(state['dirty']) | {
             k for k, u in state['bound'].items()
@@ -1062,22 +1285,16 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         for pid, (pci, index, owner) in sorted(self.smi.procs.items()):
             if owner in alive:
                 continue
-            if pci == SHARED:
-                keys = {units.share_key(SHARED, slot) for slot in (0, 1)}
-            elif index is None:
-                keys = {'pci:' + pci}
-            else:
-                keys = {units.mig_unit_key(self.gpus[1], m)
-                        for m in self.gpus[1].mig_devices
-                        if m.index == index}
+            keys = self.unit_keys(pci, index)
             assert keys & unavailable, (
                 'process %d of removed container %s on %s, and none of %s '
                 'is dirty' % (pid, owner, pci, sorted(keys)))
 
     @stateful.invariant()
     def a_gpu_that_cannot_be_verified_is_held(self):
-        # every failing mode leaves the MIG GPU's slices unverifiable
-        if self.smi.failed_in_a_row >= 2:
+        # every failing mode leaves the MIG GPU's slices unverifiable (a
+        # state file that cannot be written: note_bound checks the claims)
+        if self.smi.failed_in_a_row >= 2 and not self.state_damaged():
             hold = self.gate.view().holds.get(MIGGPU) or {}
             assert hold.get('kind') in (gate_state.KIND_UNPROBEABLE,
                                         gate_state.KIND_UNHEALTHY), (
@@ -1086,9 +1303,9 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
 
     @stateful.invariant()
     def clean_unbound_units_are_allocatable(self):
-        if self.smi.mode != 'ok':
+        state = self.stored()
+        if self.smi.mode != 'ok' or state is None:
             return
-        state = self.gate.store.load()
         still = self.clean_at_recheck & self.clean_units()
         for key in sorted(still):
             pci, _index = self.unit_of(key)

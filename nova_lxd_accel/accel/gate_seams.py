@@ -67,7 +67,8 @@ class ReleaseGate(typing.Protocol):
     def note_destroy(self, read_record):
         """Mark the units of a container about to be removed dirty.
 
-        :returns: the keys marked.
+        :returns: the keys marked, or None when the release could not be
+            recorded.
         """
 
     def removal_failed(self, keys):

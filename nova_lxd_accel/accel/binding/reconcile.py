@@ -107,7 +107,9 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None,
         released (:meth:`.gate.GpuGate.note_destroy`): the container may
         still run a process on its GPU, so its units are dirty until
         verified clean, and no claim made before the first refresh takes
-        them.
+        them. When it returns None (the release could not be recorded:
+        the GPU state file is damaged) the binding is kept, so that the
+        units stay with their container until a later start records it.
     :returns: names of the containers whose bindings were released.
     """
     records = [r for r in client.list_containers()
@@ -129,8 +131,20 @@ def reconcile(client, host, instance_uuids, consumer_allocations=None,
             continue
         uuid = _instance_uuid(record)
         if instance_uuids is not None and uuid not in instance_uuids:
-            if on_release is not None:
-                on_release(lambda record=record: record)
+            if on_release is not None and on_release(
+                    lambda record=record: record) is None:
+                # unrecorded, the release would leave the units to the
+                # next claim once the state file is repaired, with this
+                # container's processes still on them
+                LOG.error('Keeping accelerators %(units)s of container '
+                          '%(name)s, whose instance %(uuid)s nova no longer '
+                          'has on this host: their release cannot be '
+                          'recorded in the GPU state file (see the error '
+                          'above); repair the file and restart '
+                          'nova-compute', {
+                              'units': [u['unit'] for u in recorded],
+                              'name': record['name'], 'uuid': uuid})
+                continue
             try:
                 release(client, record)
             except Exception as exc:

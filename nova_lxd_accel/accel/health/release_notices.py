@@ -95,7 +95,10 @@ class ReleaseNotices(object):
         :param read_record: zero-argument callable returning the
             container's LXD record (or None).
         :returns: the keys of the units marked (give them to
-            :meth:`verify_release` once the container is gone).
+            :meth:`verify_release` once the container is gone), or None
+            when the release could not be recorded (the state file cannot
+            be read or written): a caller that can keep the binding until
+            it can be recorded does (:func:`.binding.reconcile.reconcile`).
         """
         try:
             record = read_record()
@@ -119,7 +122,7 @@ class ReleaseNotices(object):
         except Exception:
             LOG.exception('Cannot record the GPU units of a deleted '
                           'container; the next probe finds them')
-            return ()
+            return None
 
     def removal_failed(self, keys):
         """The removal after :meth:`note_destroy` failed: the container stays.

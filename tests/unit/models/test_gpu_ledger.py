@@ -62,9 +62,7 @@ it starts processes and waits real seconds, not the model's clock;
 ``tests/unit/accel/inventory/test_nvidia_smi.py`` covers the cap), the
 watcher's event stream and a concurrent ``stop()`` (``test_watcher.py``:
 ``test_thread_follows_the_stream_and_stops_promptly``,
-``test_stop_twice_at_once_is_safe``); and a server deleted while
-nova-compute is down while the state file is damaged (its release is not
-recorded: a known gap, ``MISSING-FIX.txt``).
+``test_stop_twice_at_once_is_safe``).
 
 Invariants after every step:
 
@@ -838,8 +836,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.start_compute()
         self.clean_at_recheck = set()
 
-    @stateful.precondition(lambda self: self.live and
-                           self.state_backup is None)
+    @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data())
     def deleted_while_down(self, data):
         """nova deletes a server while nova-compute is down.
@@ -847,10 +844,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         Its container keeps running (left to nova's
         ``running_deleted_instance_action``), with its processes; the
         restarted nova-compute's ``init_host`` releases its binding
-        (:func:`.reconcile.reconcile`). Not while the state file is
-        damaged: the release is not recorded, and once the file is put
-        back the unit is offered with the process on it (MISSING-FIX.txt,
-        issue 46).
+        (:func:`.reconcile.reconcile`), or keeps it while the state file
+        is damaged and cannot record the release.
         """
         uuid = self._pick(data)
         if uuid is None:
@@ -1562,3 +1557,15 @@ class TestCounterexamples(LedgerReplay):
         self.step('periodic_refresh')
         self.step('compute_down_for_hours')
         self.step('periodic_refresh')
+
+    def test_a_release_the_state_file_cannot_record_keeps_the_binding(self):
+        # without reconcile keeping the binding when note_destroy cannot
+        # record the release: once the operator puts the last good state
+        # file back, it records the unit bound to a live container, and
+        # the next claim takes it with the deleted server's process on it
+        self.busy_host(mig=2)
+        self.step('state_file_damaged', how='truncated')
+        self.step('deleted_while_down', Draws(FIRST))
+        self.step('operator_repairs_state_file')
+        self.step('restart_compute')
+        self.step('boot', flavor='mig', project='proj-b', busy=False)

@@ -73,6 +73,22 @@ class TestReconcile(base.BaseTestCase):
         self.assertEqual('a', record['config'][identity.KEY_INSTANCE_UUID])
         self.assertIn('pci:0000:07:00.0', self.log.output)
 
+    def test_binding_kept_when_its_release_cannot_be_recorded(self):
+        # the gate's note_destroy answers None: the GPU state file cannot
+        # record the release, so the units stay with their container
+        client = _daemon([_record('nova-a', 'a', [GPU7])])
+        told = []
+        released = reconcile.reconcile(
+            client, 'cmp1', {'b'},
+            on_release=lambda read: told.append(read()['name']))
+        self.assertEqual(['nova-a'], told)
+        self.assertEqual([], released)
+        self.assertEqual([], _puts(client))
+        self.assertIn('Keeping accelerators', self.log.output)
+        # recorded (no unit or units marked): released
+        self.assertEqual(['nova-a'], reconcile.reconcile(
+            client, 'cmp1', {'b'}, on_release=lambda read: ()))
+
     def test_nothing_released_when_nova_unknown(self):
         client = _daemon([_record('nova-a', 'a', [GPU7])])
         self.assertEqual([], reconcile.reconcile(client, 'cmp1', None))

@@ -30,6 +30,16 @@ import typing
 SERVER_LXD = 'lxd'
 SERVER_INCUS = 'incus'
 
+#: The values both daemons read as true in a boolean config key
+#: (``shared.IsTrue``); anything else is false.
+_TRUE_VALUES = ('true', '1', 'yes', 'on')
+
+
+def is_true(value):
+    """Whether the daemon reads the config value ``value`` as true."""
+    return str(value).strip().lower() in _TRUE_VALUES
+
+
 #: The instance config key that turns the guest API (``/dev/lxd`` on LXD,
 #: ``/dev/incus`` on Incus) on or off: Incus renamed LXD's key, and each
 #: daemon refuses the other's ("Unknown configuration key").

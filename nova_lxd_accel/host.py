@@ -221,7 +221,7 @@ def _unsafe_config(key, value):
     """Why an ``[lxd] profiles`` config key is unsafe, or None."""
     if key.startswith('raw.'):
         return 'raw LXC/AppArmor/seccomp/idmap passthrough'
-    truthy = str(value).strip().lower() in ('true', '1', 'yes', 'on')
+    truthy = lxd_daemon.is_true(value)
     if key.startswith(_OFF_ONLY):
         if truthy:
             return 'only a flavor the operator allows may ask for it'

@@ -339,6 +339,16 @@ class Connection(object):
                               **kwargs)
         return self._wait(response, action, target, timeout=timeout)
 
+    def _offer(self, target, node, body):
+        """POST ``body`` to ``node``, starting a migration source (pull).
+
+        :returns: (operation id, websocket secrets); the operation ends
+            once a target daemon has pulled what is offered.
+        """
+        response = self._call('migrate', target, node.post, json=body)
+        metadata = response.json()['metadata']
+        return metadata['id'], metadata['metadata']
+
     # -- operations -------------------------------------------------------
 
     def wait_operation(self, operation_id, action, target, timeout=None):

@@ -35,6 +35,7 @@ from nova_lxd_accel.client import connection
 from nova_lxd_accel.client import events
 from nova_lxd_accel.client import images
 from nova_lxd_accel.client import storage
+from nova_lxd_accel import daemon as lxd_daemon
 from nova_lxd_accel import exception
 
 LOG = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ LISTING_MAX_AGE = 60.0
 _ISOLATED_CREATION_LOCK = 'nova-lxd-accel-isolated-container-creation'
 
 
-def _one_isolated_creation_at_a_time(config):
+def _one_isolated_creation_at_a_time(isolated):
     """Held while the daemon creates a container with an isolated idmap.
 
     LXD (5.0 to 6.x) and Incus store a new container before they pick
@@ -67,8 +68,7 @@ def _one_isolated_creation_at_a_time(config):
     So this process creates isolated containers one at a time; other
     clients of the daemon are not held.
     """
-    if str(config.get('security.idmap.isolated', '')).lower() in (
-            'true', '1', 'yes', 'on'):
+    if isolated:
         return lockutils.lock(_ISOLATED_CREATION_LOCK)
     return contextlib.nullcontext()
 
@@ -201,7 +201,8 @@ class LXDClient(events.EventsClient, images.ImageClient,
     def create_container(self, name, config, devices, profiles, source):
         body = {'name': name, 'type': 'container', 'config': config,
                 'devices': devices, 'profiles': profiles, 'source': source}
-        with _one_isolated_creation_at_a_time(config):
+        with _one_isolated_creation_at_a_time(
+                lxd_daemon.is_true(config.get('security.idmap.isolated'))):
             self._request('post', self.api.instances, 'create',
                           'instance %s' % name, json=body)
 
@@ -525,9 +526,9 @@ class LXDClient(events.EventsClient, images.ImageClient,
         body = {'name': new_name, 'type': 'container', 'profiles': profiles,
                 'source': {'type': 'copy', 'source': name,
                            'instance_only': True}}
-        # The copy (its source's config) is created as a new container.
-        with _one_isolated_creation_at_a_time(
-                {'security.idmap.isolated': 'true'}):
+        # The copy (its source's config) is created as a new container:
+        # held whether or not its source is isolated (not read for it).
+        with _one_isolated_creation_at_a_time(True):
             self._request('post', self.api.instances, 'copy',
                           'instance %s to %s' % (name, new_name), json=body)
 
@@ -537,12 +538,9 @@ class LXDClient(events.EventsClient, images.ImageClient,
         :returns: (operation id, websocket secrets) of the source side;
             the operation ends once a target has pulled the container.
         """
-        response = self._call('migrate', 'instance %s' % name,
-                              self.api.instances[name].post,
-                              json={'migration': True, 'live': False,
-                                    'instance_only': True})
-        metadata = response.json()['metadata']
-        return metadata['id'], metadata['metadata']
+        return self._offer('instance %s' % name, self.api.instances[name],
+                           {'migration': True, 'live': False,
+                            'instance_only': True})
 
     @_writes('name')
     def create_from_migration(self, name, record, operation_url,

@@ -70,12 +70,10 @@ class StorageClient(connection.Connection):
         :returns: (operation id, websocket secrets) of the source side;
             the operation ends once a target has pulled the volume.
         """
-        response = self._call('migrate', self._volume_target(pool, name),
-                              self._custom_volume(pool, name).post,
-                              json={'name': name, 'migration': True,
-                                    'volume_only': True})
-        metadata = response.json()['metadata']
-        return metadata['id'], metadata['metadata']
+        return self._offer(self._volume_target(pool, name),
+                           self._custom_volume(pool, name),
+                           {'name': name, 'migration': True,
+                            'volume_only': True})
 
     def create_volume_from_migration(self, pool, name, config,
                                      operation_url, certificate, secrets,

@@ -56,12 +56,17 @@ and once it removed its container, after the gate lists the daemon, and
 while the probe runs. No sleeps: the fake clock moves only when the model
 moves it.
 
-Not modelled: the real ``nvidia_smi.run`` and its reaper (``MAX_STUCK``:
-it starts processes and waits real seconds, not the model's clock;
-``TestAbandonWithoutFreezer.test_stuck_processes_are_capped`` in
-``tests/unit/accel/inventory/test_nvidia_smi.py`` covers the cap), the
-watcher's event stream and a concurrent ``stop()`` (``test_watcher.py``:
-``test_thread_follows_the_stream_and_stops_promptly``,
+nvidia-smi stuck in the kernel runs the real :func:`.nvidia_smi.run`: it
+starts a process that neither answers nor ends on SIGKILL
+(:class:`WedgedPopen`, each wait costing its timeout on the model's
+clock), abandons it to a real reaper thread, and refuses to start more
+while ``MAX_STUCK`` are stuck; the kernel lets them go one at a time
+(``stuck_nvidia_smi_ends``). The lifecycle watcher is driven both ways it
+works: a poll (a listing, ``resync``) and its event stream (the daemon's
+lifecycle events of every write since its last read, nova's own deletes
+included, handled as one burst by ``handle_all``; also at any yield
+point). Not modelled: a concurrent ``stop()`` of the watcher
+(``test_watcher.py``: ``test_thread_follows_the_stream_and_stops_promptly``,
 ``test_stop_twice_at_once_is_safe``).
 
 Invariants after every step:
@@ -76,6 +81,8 @@ Invariants after every step:
 * after ``probe_failures_before_hold`` probes in a row that could not read
   everything (``-q`` included), the GPU is held;
 * nothing ran past its deadline (a delete: ``release_wait`` + 1 s);
+* at most ``MAX_STUCK`` nvidia-smi processes of one nova-compute are
+  stuck in the kernel at once, and as many reaper threads;
 * a held GPU is never bound: no claim picks a unit of a GPU held in the
   state file when it picks, nor any unit while the file cannot be read;
 * when nova's delete of a container returns (nova then frees its
@@ -102,6 +109,8 @@ import contextlib
 import functools
 import json
 import os
+import subprocess
+import threading
 import types
 
 import fixtures
@@ -153,9 +162,18 @@ HOLDABLE = (WHOLE, SHARED) + POOL_CARDS
 #: where an operation may be scheduled to run inside another
 POINTS = ('boot-created', 'claim-lock', 'claim-recorded', 'gate-listing',
           'probe', 'release-marked', 'release-removed')
-#: what may run there
+#: what may run there ('events': the watcher handles the daemon's events
+#: that arrived since it last read its stream)
 OPS = ('delete', 'delete-behind', 'refresh', 'boot', 'process-leaves',
-       'restart', 'forget', 'hold')
+       'restart', 'forget', 'hold', 'events')
+#: the daemon's lifecycle event for each write of the fake daemon
+#: (``FakeLXDClient.calls``)
+EVENT_OF_CALL = {'create': 'instance-created', 'delete': 'instance-deleted',
+                 'patch': 'instance-updated', 'put': 'instance-updated',
+                 'copy': 'instance-created', 'rename': 'instance-renamed'}
+EVENT_OF_STATE = {'start': 'instance-started', 'stop': 'instance-stopped',
+                  'freeze': 'instance-paused', 'unfreeze': 'instance-resumed',
+                  'restart': 'instance-restarted'}
 SMI_TIMEOUT = 3
 RELEASE_WAIT = 2.0
 
@@ -177,6 +195,45 @@ def crashing(rule):
         except Crashed:
             self.restart_compute()
     return run
+
+
+class WedgedPopen(object):
+    """An nvidia-smi stuck in the kernel: no answer, and no end on SIGKILL.
+
+    What :func:`.nvidia_smi.run` starts (as ``subprocess.Popen``) while the
+    model's GPU is wedged. Each wait costs its timeout on the model's
+    clock, as the real one would in seconds; ``ended`` is set when the
+    kernel lets the process go (the model's :meth:`LedgerMachine.\
+stuck_nvidia_smi_ends`), and only then does its reaper's ``wait`` return.
+    """
+
+    def __init__(self, clock, pid, args):
+        self.clock = clock
+        self.pid = pid
+        self.args = args
+        self.returncode = None
+        self.ended = threading.Event()
+        self.stdin = None
+        self.stdout = open(os.devnull)
+        self.stderr = open(os.devnull)
+
+    def communicate(self, timeout=None):
+        self.clock.sleep(timeout)
+        raise subprocess.TimeoutExpired(self.args, timeout)
+
+    def kill(self):
+        pass            # SIGKILL waits for the GPU's driver
+
+    def wait(self, timeout=None):
+        self.ended.wait()
+        self.returncode = -9
+        return self.returncode
+
+    def reaper(self):
+        """The reaper thread :func:`.nvidia_smi.run` left, if alive."""
+        name = 'nvidia-smi-reaper-%d' % self.pid
+        return next((t for t in threading.enumerate() if t.name == name),
+                    None)
 
 
 def mig_devices(uuids=MIG_UUIDS):
@@ -210,7 +267,9 @@ class FakeSmi(object):
     """nvidia-smi as the model's processes make it answer.
 
     :ivar procs: pid -> (pci, MIG index or None, container name).
-    :ivar mode: 'ok', 'fail', 'hang' or 'q-fail' (only ``-q`` fails).
+    :ivar mode: 'ok', 'fail', 'hang', 'q-fail' (only ``-q`` fails) or
+        'wedged' (stuck in the kernel: the real :func:`.nvidia_smi.run`
+        starts a :class:`WedgedPopen`, kills it, abandons it to a reaper).
     """
 
     def __init__(self, clock, model):
@@ -236,6 +295,8 @@ class FakeSmi(object):
                 self.mode == 'q-fail' and self.lost)
             self.failed_in_a_row = self.failed_in_a_row + 1 if failing \
                 else 0
+        if self.mode == 'wedged':
+            return self.model.run_wedged(path, args, timeout)
         if self.mode == 'hang' or (self.mode == 'q-fail' and
                                    args[0] == '-q'):
             # the real run: killed at the timeout, abandoned after grace
@@ -395,6 +456,15 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.downtime = []
         #: instance -> when its boot began
         self.born = {}
+        #: nvidia-smi processes stuck in the kernel, of this nova-compute
+        #: and of every one before (WedgedPopen)
+        self.wedged = []
+        self.all_wedged = []
+        self.real_run = nvidia_smi.run
+        nvidia_smi.reset_abandoned()
+        #: how many of the fake daemon's writes the watcher's event stream
+        #: has delivered (``FakeLXDClient.calls``)
+        self.events_read = 0
         self.patch = fixtures.MockPatchObject(nvidia_smi, 'run',
                                               self.smi.run)
         self.patch.setUp()
@@ -404,6 +474,14 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.watcher.stop()
         self.gate.stop()
         self.patch.cleanUp()
+        for proc in self.all_wedged:
+            proc.ended.set()
+            reaper = proc.reaper()
+            if reaper is not None:
+                reaper.join()
+            proc.stdout.close()
+            proc.stderr.close()
+        nvidia_smi.reset_abandoned()
         self._fixtures.cleanUp()
 
     # -- the host's parts, built as nova-compute builds them --------------
@@ -448,6 +526,8 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.watcher = watcher.LifecycleWatcher(
             self.client, self.owner, 1, lambda event: None,
             gate=self.gate)
+        # subscribed to the daemon's events, then listed (watcher._run)
+        self.events_read = len(self.client.calls)
         self.watcher.resync()
         self.watched = set(self.live.values())
         # nova's _init_instance: a delete under way is done again
@@ -518,6 +598,17 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         if self.state_damaged():
             return None
         return self.gate.store.load()
+
+    def run_wedged(self, path, args, timeout):
+        """The real :func:`.nvidia_smi.run` on a GPU stuck in the kernel."""
+        def popen(argv, **_kwargs):
+            proc = WedgedPopen(self.clock, 90000 + len(self.all_wedged),
+                               argv)
+            self.wedged.append(proc)
+            self.all_wedged.append(proc)
+            return proc
+        with fixtures.MockPatchObject(nvidia_smi.subprocess, 'Popen', popen):
+            return self.real_run(path, args, timeout)
 
     def attribute(self, pid):
         proc = self.smi.procs.get(pid)
@@ -797,9 +888,65 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         del self.smi.procs[data.draw(st.sampled_from(
             sorted(self.smi.procs)))]
 
-    @stateful.rule(mode=st.sampled_from(('ok', 'fail', 'hang', 'q-fail')))
+    @stateful.rule(mode=st.sampled_from(('ok', 'fail', 'hang', 'q-fail',
+                                         'wedged')))
     def probe_becomes(self, mode):
         self.smi.mode = mode
+
+    @stateful.precondition(lambda self: any(
+        not p.ended.is_set() for p in self.all_wedged))
+    @stateful.rule()
+    def stuck_nvidia_smi_ends(self):
+        """The kernel lets the oldest stuck nvidia-smi go; it is reaped."""
+        stuck = [p for p in self.all_wedged if not p.ended.is_set()]
+        if not stuck:
+            return
+        stuck[0].ended.set()
+        reaper = stuck[0].reaper()
+        if reaper is not None:
+            # the reaper's own time: the next probe may start one again
+            reaper.join()
+
+    @stateful.rule()
+    def watcher_reads_events(self):
+        """The watcher's event stream: what the daemon did since its last read.
+
+        The daemon's lifecycle events of every write since the watcher
+        last read its stream (nova's own deletes included), handled as one
+        burst (``LifecycleWatcher.handle_all``), as its thread does.
+        """
+        calls = self.client.calls[self.events_read:]
+        self.events_read += len(calls)
+        events = [self._event(call) for call in calls]
+        events = [e for e in events if e is not None]
+        if not events:
+            return
+        self.watcher.handle_all(events)
+        for event in events:
+            for name in watcher.event_instances(event):
+                if name in self.client.records:
+                    if name in self.live.values():
+                        self.watched.add(name)
+                elif name in self.watched:
+                    # the watcher knew it: it told the gate it is gone
+                    self.watched.discard(name)
+                    self.unseen_gone.discard(name)
+
+    @staticmethod
+    def _event(call):
+        """The daemon's lifecycle event of one fake daemon write."""
+        method, name = call[0], call[1]
+        action = EVENT_OF_STATE.get(call[2]) if method == 'state' else \
+            EVENT_OF_CALL.get(method)
+        if action is None:
+            return None
+        context = {}
+        if method in ('copy', 'rename'):
+            context = {'old_name': name} if method == 'rename' else {}
+            name = call[2]
+        return {'type': 'lifecycle', 'project': 'default',
+                'metadata': {'action': action, 'context': context,
+                             'source': '/1.0/instances/%s' % name}}
 
     @stateful.rule()
     @crashing
@@ -833,8 +980,18 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.pending = {}
         self.watcher.stop()
         self.gate.stop()
+        self.forget_stuck_children()
         self.start_compute()
         self.clean_at_recheck = set()
+
+    def forget_stuck_children(self):
+        """A new nova-compute process knows no stuck child of the old one.
+
+        Those stay stuck in the kernel (the model's GPU still wedged) and
+        end when it lets them go; the new process may start its own.
+        """
+        self.wedged = []
+        nvidia_smi.reset_abandoned()
 
     @stateful.precondition(lambda self: self.live)
     @stateful.rule(data=st.data())
@@ -1073,6 +1230,7 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.pending = {}
         self.watcher.stop()
         self.gate.stop()
+        self.forget_stuck_children()
         start = self.clock.now
         self.clock.now += 10 * 3600
         self.downtime.append((start, self.clock.now))
@@ -1122,6 +1280,10 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             pci = data.draw(st.sampled_from(HOLDABLE))
             self.pending.setdefault(point, []).append(
                 lambda: self.operator_holds(pci, True))
+        elif op == 'events':
+            # late bound: the watcher of the nova-compute running then
+            self.pending.setdefault(point, []).append(
+                self.watcher_reads_events)
 
     def _crash(self):
         raise Crashed()
@@ -1235,6 +1397,22 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         """
         assert not self.held_bound, 'bound on a held GPU: %s' % (
             self.held_bound,)
+
+    @stateful.invariant()
+    def stuck_nvidia_smi_is_capped(self):
+        """At most ``MAX_STUCK`` nvidia-smi stuck at once, per process.
+
+        However many probes ran while the GPU was wedged: each one would
+        otherwise leave one more process and one more reaper thread.
+        """
+        stuck = [p for p in self.wedged if not p.ended.is_set()]
+        assert len(stuck) <= nvidia_smi.MAX_STUCK, (
+            '%d nvidia-smi processes stuck in the kernel (pids %s), '
+            'cap %d' % (len(stuck), [p.pid for p in stuck],
+                        nvidia_smi.MAX_STUCK))
+        reapers = [p for p in self.wedged if p.reaper() is not None]
+        assert len(reapers) <= nvidia_smi.MAX_STUCK, (
+            '%d reaper threads' % len(reapers))
 
     @stateful.invariant()
     def no_unit_bound_twice(self):
@@ -1577,3 +1755,56 @@ class TestCounterexamples(LedgerReplay):
         self.step('operator_repairs_state_file')
         self.step('restart_compute')
         self.step('boot', flavor='mig', project='proj-b', busy=False)
+
+    def test_a_wedged_gpu_leaves_at_most_two_stuck_nvidia_smi(self):
+        # without nvidia_smi.MAX_STUCK: every probe on a GPU stuck in the
+        # kernel starts one more nvidia-smi that SIGKILL cannot end, and
+        # leaves it with one more reaper thread (issue 46, item 9)
+        self.busy_host(mig=1)
+        self.step('probe_becomes', mode='wedged')
+        for _ in range(4):
+            self.step('periodic_refresh')
+        self.step('delete', Draws(FIRST), leftover=False)
+        self.assertEqual(nvidia_smi.MAX_STUCK, len(self.machine.wedged))
+        # one ends: the next probe may start nvidia-smi again, one only
+        self.step('stuck_nvidia_smi_ends')
+        self.step('recheck')
+        self.assertEqual(nvidia_smi.MAX_STUCK + 1,
+                         len(self.machine.wedged))
+
+    def test_the_watcher_tells_the_gate_of_a_container_its_event_says_gone(
+            self):
+        # the event stream, not a poll: a container removed behind nova's
+        # back, its leftover gone, is verified clean and offered again by
+        # the re-check once the watcher handled its deletion (without
+        # LifecycleWatcher._gone's note_gone the unit stays "bound to a
+        # container that is gone" until a refresh)
+        self.busy_host(whole=1)
+        self.step('watcher_reads_events')
+        self.step('delete_behind_novas_back', Draws(FIRST), leftover=False)
+        self.step('watcher_reads_events')
+        self.assertEqual(set(), self.machine.unseen_gone)
+        self.step('recheck')
+        self.step('recheck')
+
+
+class TestModelConfinement(testtools.TestCase):
+    """The model's option overrides stay in the model (issue 46)."""
+
+    def test_overrides_do_not_reach_another_configuration(self):
+        machine = LedgerMachine()
+        machine.teardown()
+        self.assertEqual(RELEASE_WAIT,
+                         machine.conf.lxd_accelerators.release_wait)
+        # registered as the other tests register them: the shared groups
+        other = cfg.ConfigOpts()
+        for group, opts in lxd_conf.list_opts():
+            other.register_opts(opts, group=group)
+        other([], default_config_files=[])
+        for name in ('release_wait', 'probe_failures_before_hold',
+                     'nvidia_smi_timeout', 'state_dir', 'shared_gpus'):
+            opt = next(o for g, opts in lxd_conf.list_opts()
+                       if g.name == 'lxd_accelerators'
+                       for o in opts if o.name == name)
+            self.assertEqual(opt.default,
+                             getattr(other.lxd_accelerators, name), name)

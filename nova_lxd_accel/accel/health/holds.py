@@ -49,9 +49,29 @@ def complete(snapshot):
     return snapshot.available and not getattr(snapshot, 'mig_error', None)
 
 
+def cut_short(snapshot):
+    """Whether the probe's caller's deadline, not nvidia-smi, ended it.
+
+    A delete or a re-check gives its probe what is left of its own wait;
+    a slow nvidia-smi (answering within ``nvidia_smi_timeout``) is then
+    cut. Such a probe is no verdict on nvidia-smi: counted as a failure,
+    deletes in a row would hold the GPUs and the next periodic probe free
+    them again, and Placement's inventory would flap.
+    """
+    return any((why or '').startswith(probe.DEADLINE_REACHED) for why in (
+        snapshot.error, getattr(snapshot, 'mig_error', None)))
+
+
 def probed(state, snapshot, known, now, conf):
-    """Record a probe in ``state``; hold or free by its outcome."""
-    failures = probe_health(state, snapshot, known, now, conf)
+    """Record a probe in ``state``; hold or free by its outcome.
+
+    A probe :func:`cut_short` neither counts toward the unprobeable hold
+    nor lifts one: the periodic probe, which has no deadline, decides.
+    """
+    if cut_short(snapshot) and not complete(snapshot):
+        failures = (state.get('probe') or {}).get('failures') or 0
+    else:
+        failures = probe_health(state, snapshot, known, now, conf)
     state['probe'] = {'at': now, 'available': snapshot.available,
                       'complete': complete(snapshot),
                       'error': snapshot.error or getattr(

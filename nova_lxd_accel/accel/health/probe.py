@@ -72,7 +72,8 @@ APP_FIELDS = ('gpu_bus_id', 'gpu_uuid', 'pid', 'used_gpu_memory')
 NO_NVIDIA_SMI = 'no nvidia-smi: no GPU'
 #: :attr:`Snapshot.error` (or :attr:`Snapshot.mig_error`) starts with it
 #: when the ``deadline`` of :meth:`HostProbe.snapshot` was reached before
-#: one of its nvidia-smi calls, which was then not started
+#: one of its nvidia-smi calls, which was then not started, or during one,
+#: which was then killed before its own timeout
 DEADLINE_REACHED = "the probe's deadline was reached"
 
 
@@ -363,7 +364,13 @@ class HostProbe(object):
                     '%s: %s %s not started' % (DEADLINE_REACHED, self._path,
                                                args[0].split('=', 1)[0]))
             timeout = min(timeout, left)
-        return nvidia_smi.run(self._path, args, timeout)
+        rc, out, err = nvidia_smi.run(self._path, args, timeout)
+        if rc == nvidia_smi.FAILED_TO_RUN and timeout < self._timeout and \
+                'did not answer within' in err:
+            # cut by the caller's deadline, not by its own timeout: a slow
+            # nvidia-smi is not a failing one (holds.cut_short)
+            err = '%s: %s' % (DEADLINE_REACHED, err)
+        return rc, out, err
 
     def _mig(self, gpus, deadline):
         """MIG facts of the GPUs in MIG mode, and why they are unknown.

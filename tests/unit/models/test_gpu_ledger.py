@@ -281,20 +281,35 @@ class FakeSmi(object):
         #: device handle for GPU ...: GPU is lost"): no row, no process
         self.lost = False
         self.calls = 0
-        #: probes in a row that could not read everything (as the model
-        #: sees them start)
+        #: probes in a row that could not read everything, those cut by
+        #: their caller's deadline left out (they neither count nor reset)
         self.failed_in_a_row = 0
+        #: the count before the probe under way, and its verdict so far
+        self.before = 0
+        self.verdict = 'ok'
 
     def run(self, path, args, timeout):
         self.calls += 1
         # first: a nova-compute that dies here never ran this probe
         self.model.at_yield_point('probe')
         if args[0].startswith('--query-gpu'):
-            # no GPU in MIG mode listed (the MIG GPU lost): no ``-q``
-            failing = self.mode != 'ok' and not (
-                self.mode == 'q-fail' and self.lost)
-            self.failed_in_a_row = self.failed_in_a_row + 1 if failing \
-                else 0
+            # a probe starts: its verdict is made of its calls' answers
+            self.before = self.failed_in_a_row
+            self.verdict = 'ok'
+        answer = self.answer(path, args, timeout)
+        rc, _out, err = answer
+        if rc == nvidia_smi.FAILED_TO_RUN and timeout < SMI_TIMEOUT and \
+                'did not answer within' in err:
+            # cut by the caller's deadline (a delete's, a re-check's): no
+            # verdict on nvidia-smi, the count stays (holds.cut_short)
+            self.verdict = 'cut' if self.verdict == 'ok' else self.verdict
+        elif rc != 0:
+            self.verdict = 'failed'
+        self.failed_in_a_row = {'ok': 0, 'cut': self.before,
+                                'failed': self.before + 1}[self.verdict]
+        return answer
+
+    def answer(self, path, args, timeout):
         if self.mode == 'wedged':
             return self.model.run_wedged(path, args, timeout)
         if self.mode == 'hang' or (self.mode == 'q-fail' and

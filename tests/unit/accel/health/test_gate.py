@@ -541,3 +541,62 @@ class TestReconcileAtStart(gate_harness.GateTestCase):
         self.assertEqual([record['name']], released)
         self.assertIn('pci:' + H100, self.gate.unavailable_units(
             client.list_containers()))
+
+
+class TestSlowProbe(gate_harness.GateTestCase):
+    """nvidia-smi slow, not hung: a release's probe cut by its deadline.
+
+    Each call answers after 2 s (its timeout is 10 s); a delete gives its
+    probe ``release_wait`` = 3 s, so the second call is cut. A cut probe
+    says nothing of nvidia-smi's health: it must neither count toward the
+    unprobeable hold nor lift one, or the GPU's inventory flaps between
+    the deletes (held) and the next periodic refresh (offered again).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.override('release_wait', 3.0)
+        self.override('probe_failures_before_hold', 2)
+        self.mono = 0.0
+        run = nvidia_smi.run
+
+        def slow(path, args, timeout):
+            if timeout < 2.0:
+                # as the real run: killed at its timeout
+                self.mono += timeout
+                return (nvidia_smi.FAILED_TO_RUN, '',
+                        '%s did not answer within %s seconds' % (
+                            path, timeout))
+            self.mono += 2.0
+            return run(path, args, timeout)
+        self.useFixture(fixtures.MockPatchObject(nvidia_smi, 'run', slow))
+        self.gate = gate.GpuGate(
+            self.conf, lambda: self.containers, lambda: self.gpus,
+            host_probe=probe.HostProbe(
+                os.path.join(self.smi_dir, 'nvidia-smi'),
+                clock=lambda: self.now, monotonic=lambda: self.mono),
+            clock=lambda: self.now, monotonic=lambda: self.mono,
+            sleep=self.advance, attribute=self.pids.get, background=False)
+
+    def advance(self, seconds):
+        self.mono += seconds
+
+    def hold(self):
+        return self.gate.store.load()['holds'].get(H100)
+
+    def test_deletes_cut_short_do_not_hold_the_gpu(self):
+        # three servers deleted within one period (a user's script), each
+        # release probe cut by its 3 s: no probe here said nvidia-smi fails
+        self.gate.refresh()
+        for n in range(3):
+            instance = 'f0d1c2b3-0000-4000-8000-00000000001%d' % n
+            record = container(instance=instance)
+            released = self.gate.note_destroy(lambda: record)
+            self.gate.verify_release(released)
+            self.assertIsNone(self.hold())
+        self.assertEqual(0, self.gate.store.load()['probe']['failures'])
+        self.assertEqual(({'PGPU': 1}, False), self.reserved())
+        # the next whole probe verifies the unit
+        self.gate.refresh()
+        self.assertEqual({}, self.gate.store.load()['dirty'])
+        self.assertEqual(({'PGPU': 0}, False), self.reserved())

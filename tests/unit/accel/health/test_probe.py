@@ -306,6 +306,26 @@ class TestSnapshotDeadline(testtools.TestCase):
         self.assertTrue(host_probe.snapshot().complete)
         self.assertEqual([10] * 6, timeouts)
 
+    def test_a_call_the_deadline_cut_says_so(self):
+        # timed out before its own timeout: the caller's deadline, not
+        # nvidia-smi, ended it (holds.cut_short); at its own timeout it
+        # is nvidia-smi's failure
+        path, _log = logged_smi(self.dir, MIG_GPU)
+
+        def run(path, args, timeout):
+            return (nvidia_smi.FAILED_TO_RUN, '',
+                    '%s did not answer within %s seconds' % (path, timeout))
+
+        self.useFixture(fixtures.MockPatchObject(nvidia_smi, 'run', run))
+        host_probe = probe.HostProbe(path, timeout=10,
+                                     monotonic=lambda: 100.0)
+        cut = host_probe.snapshot(deadline=102.5)
+        self.assertEqual("the probe's deadline was reached: %s did not "
+                         "answer within 2.5 seconds" % path, cut.error)
+        whole = host_probe.snapshot(deadline=1000.0)
+        self.assertEqual('%s did not answer within 10 seconds' % path,
+                         whole.error)
+
 
 class TestMigError(testtools.TestCase):
     """A GPU in MIG mode whose ``nvidia-smi -q`` cannot be read."""

@@ -146,14 +146,18 @@ class LXDDriver(driver.ComputeDriver):
     def update_provider_tree(self, provider_tree, nodename, allocations=None):
         # Under nova's resource tracker lock: no read of the host here,
         # only what get_available_resource read last (the inventory's
-        # reporter.Snapshot).
-        snapshot = self._parts.inventory.snapshot()
+        # reporter.Snapshot, the gate's last probe).
+        inventory, gpu_gate = self._parts.inventory, self._parts.gate
+        snapshot = inventory.snapshot()
         self._parts.host.update_root_provider(
             provider_tree, snapshot.resources,
             self._get_reserved_host_disk_gb_from_config(),
             self._get_allocation_ratios)
-        self._parts.inventory.update_provider_tree(
-            provider_tree, nodename, allocations, snapshot=snapshot)
+        desired = inventory.desired_from(nodename, snapshot,
+                                         gpu_gate.probed_gpus())
+        # held, unhealthy and not yet verified units reserved
+        inventory.write_tree(provider_tree, nodename, gpu_gate.apply(desired),
+                             allocations, snapshot.records)
 
     def get_host_ip_addr(self):
         return CONF.my_ip

@@ -81,12 +81,12 @@ class Parts(object):
         inventory = reporter.AcceleratorInventory(
             client.resources, conf=conf,
             list_instances=client.list_all_instances,
-            is_ours=owner.is_ours, gate=gpu_gate, reported=reported,
+            is_ours=owner.is_ours, reported=reported,
             on_reshaped=functools.partial(reconcile.move_providers, client))
-        # one claim for spawn, resize and migration; never a dirty unit
-        accel_claims = claims.Claims(
-            client, conf, inventory.device_for_provider,
-            inventory.all_devices, gate=gpu_gate)
+        # one claim for spawn, resize and migration; never a dirty unit,
+        # never a held GPU (the driver applies the gate to the provider
+        # tree: the inventory never sees it)
+        accel_claims = claims.Claims(client, conf, inventory, gate=gpu_gate)
         lifecycle = lxd_lifecycle.Lifecycle(
             client, conf, images, host_part, plumbing=plumbing,
             claims=accel_claims, gpu_gate=gpu_gate)

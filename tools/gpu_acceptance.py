@@ -297,10 +297,9 @@ class Host(object):
         self.inventory = reporter.AcceleratorInventory(
             self.client.resources, conf=conf,
             list_instances=self.client.list_all_instances, is_ours=_ours,
-            gate=self.gate, reported=reported)
-        self.claims = claims.Claims(
-            self.client, conf, self.inventory.device_for_provider,
-            self.inventory.all_devices, gate=self.gate)
+            reported=reported)
+        self.claims = claims.Claims(self.client, conf, self.inventory,
+                                    gate=self.gate)
         self.tree = provider_tree.ProviderTree()
         self.tree.new_root(NODE, ROOT)
 
@@ -313,8 +312,12 @@ class Host(object):
         """
         if probe:
             self.gate.maybe_refresh()
-        self.inventory.refresh()
-        self.inventory.update_provider_tree(self.tree, NODE, {})
+        snapshot = self.inventory.refresh()
+        # as LXDDriver.update_provider_tree: through the gate
+        desired = self.inventory.desired_from(NODE, snapshot,
+                                              self.gate.probed_gpus())
+        self.inventory.write_tree(self.tree, NODE, self.gate.apply(desired),
+                                  {}, snapshot.records)
 
     def providers(self):
         """[(rp uuid, device)] of the GPUs reported."""
@@ -329,12 +332,14 @@ class Host(object):
         """The GPU's desired provider after the gate's ``apply()``.
 
         The inventory's desired providers from its last read of the host,
-        through :meth:`GpuGate.apply` as ``update_provider_tree`` runs it;
-        None when the GPU is not reported.
+        through :meth:`GpuGate.apply` as the driver's
+        ``update_provider_tree`` runs it; None when the GPU is not
+        reported.
         """
         snapshot = self.inventory.snapshot()
         desired = self.inventory.desired_providers(
-            NODE, snapshot.resources, snapshot.mig_text)
+            NODE, snapshot.resources, snapshot.mig_text,
+            self.gate.probed_gpus())
         for want in self.gate.apply(desired).values():
             if isinstance(want.device, devices.Gpu) and \
                     want.device.pci_address == pci:

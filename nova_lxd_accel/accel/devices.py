@@ -257,3 +257,18 @@ def physical_devices(host_devices):
         elif device is not None:
             out.append(device)
     return out
+
+
+class ReportedDevices(typing.Protocol):
+    """What a claim reads of the inventory: the devices it reported.
+
+    :class:`nova_lxd_accel.accel.inventory.reporter.AcceleratorInventory`
+    is one; the claim (:class:`nova_lxd_accel.accel.binding.claims.Claims`)
+    is given it whole, never its methods one by one.
+    """
+
+    def device_for_provider(self, rp_uuid):
+        """The device last reported under provider ``rp_uuid``, or None."""
+
+    def all_devices(self):
+        """Every device last reported (or kept while in use)."""

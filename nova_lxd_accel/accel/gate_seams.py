@@ -16,9 +16,12 @@ The gate (:class:`nova_lxd_accel.accel.health.gate.GpuGate`) decides
 whether a GPU may be handed out. Each part that calls it is given the
 gate as one object typed by the seam below, never as loose callables:
 
-* :class:`ClaimGate`: the one claim (:class:`.binding.claims.Claims`);
-* :class:`ProviderTreeGate`: the accelerator inventory
-  (:class:`.inventory.reporter.AcceleratorInventory`);
+* :class:`ClaimGate`: the one claim (:class:`.binding.claims.Claims`),
+  which also asks whether each device it looks up may be bound;
+* :class:`ProviderTreeGate`: the driver where it writes the provider tree
+  (``LXDDriver.update_provider_tree``): the accelerator inventory
+  (:class:`.inventory.reporter.AcceleratorInventory`) is given the probe's
+  facts and the gated providers as arguments, and never the gate;
 * :class:`ReleaseGate`: the instance's life
   (:class:`nova_lxd_accel.instance.lifecycle.Lifecycle`);
 * :class:`GoneGate`: the host (:class:`nova_lxd_accel.host.Host`) and
@@ -47,18 +50,25 @@ class ClaimGate(typing.Protocol):
     def note_bound(self, container, instance, records):
         """A claim wrote the units ``records`` into ``container``."""
 
+    def check_bindable(self, device, rp_uuid):
+        """Raise :class:`.exception.GpuHeld` when ``device`` is held.
+
+        Asked of each device the claim looks up (``rp_uuid``: the
+        provider it was reported under).
+        """
+
 
 class ProviderTreeGate(typing.Protocol):
-    """What ``update_provider_tree`` asks, under nova's lock."""
+    """What the driver asks when it writes the provider tree.
 
-    #: the last :class:`.health.probe.Snapshot`, or None
-    last_snapshot = None
+    Under nova's lock: both are read from memory.
+    """
+
+    def probed_gpus(self):
+        """PCI address -> the last probe's facts of each GPU."""
 
     def apply(self, desired):
         """Desired providers with held GPUs and dirty units reserved."""
-
-    def check_bindable(self, device, rp_uuid):
-        """Raise :class:`.exception.GpuHeld` when ``device`` is held."""
 
 
 class ReleaseGate(typing.Protocol):

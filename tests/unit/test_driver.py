@@ -444,14 +444,36 @@ class DelegationTest(DriverTestCase):
         tree = mock.sentinel.provider_tree
         last = self.parts.inventory.snapshot.return_value
         self.driver.update_provider_tree(tree, HOST, allocations={'a': 1})
-        # under the lock: nothing probed or read, the last snapshot used
-        self.assertEqual([], self.parts.gate.mock_calls)
+        # under the lock: nothing probed or read, the last snapshot used,
+        # and the gate's last probe, read from memory
+        gate_now = self.parts.gate
+        self.assertEqual([mock.call.probed_gpus(), mock.call.apply(
+            self.parts.inventory.desired_from.return_value)],
+            gate_now.mock_calls)
         self.parts.inventory.refresh.assert_not_called()
         self.parts.host.read_resource.assert_not_called()
         self.parts.host.update_root_provider.assert_called_once_with(
             tree, last.resources, 2, self.driver._get_allocation_ratios)
-        self.parts.inventory.update_provider_tree.assert_called_once_with(
-            tree, HOST, {'a': 1}, snapshot=last)
+        self.parts.inventory.desired_from.assert_called_once_with(
+            HOST, last, gate_now.probed_gpus.return_value)
+        self.parts.inventory.write_tree.assert_called_once_with(
+            tree, HOST, gate_now.apply.return_value, {'a': 1}, last.records)
+
+    def test_the_gate_is_applied_where_the_provider_tree_is_written(self):
+        # the inventory gives the providers the host should have and
+        # writes them; the gate between the two reserves held, unhealthy
+        # and not yet verified units (the inventory never sees the gate)
+        inventory, gate_now = self.parts.inventory, self.parts.gate
+        order = []
+        inventory.desired_from.side_effect = (
+            lambda *args: order.append('desired') or {'p': 'wanted'})
+        gate_now.apply.side_effect = (
+            lambda desired: order.append('gate') or {'p': 'reserved'})
+        inventory.write_tree.side_effect = (
+            lambda tree, node, desired, *args: order.append(desired))
+        self.driver.update_provider_tree(mock.sentinel.tree, HOST)
+        self.assertEqual(['desired', 'gate', {'p': 'reserved'}], order)
+        gate_now.apply.assert_called_once_with({'p': 'wanted'})
 
     def test_image_cache_is_pruned_only_when_the_operator_allows(self):
         instances = [_instance(), _instance(OTHER, image_ref=IMAGE2)]

@@ -122,8 +122,21 @@ class PartsTestCase(testtools.TestCase):
         """The host's accelerator providers, as nova's periodic task."""
         self.parts.inventory.refresh()
         tree = gpu_hosts.new_tree(HOST)
-        self.parts.inventory.update_provider_tree(tree, HOST, {})
+        self.write_tree(tree)
         return tree
+
+    def write_tree(self, tree):
+        """The accelerator providers, written as the driver writes them.
+
+        ``LXDDriver.update_provider_tree``: the inventory's desired
+        providers from its last snapshot, through the gate.
+        """
+        inventory, gpu_gate = self.parts.inventory, self.parts.gate
+        snapshot = inventory.snapshot()
+        desired = inventory.desired_from(HOST, snapshot,
+                                         gpu_gate.probed_gpus())
+        inventory.write_tree(tree, HOST, gpu_gate.apply(desired), {},
+                             snapshot.records)
 
 
 class OwnerAndClientTest(PartsTestCase):
@@ -204,12 +217,16 @@ class AcceleratorWiringTest(PartsTestCase):
         self.build()
         gate_now = self.parts.gate
         self.assertIs(gate_now, self.parts.claims._gate)
-        self.assertIs(gate_now, self.parts.inventory._gate)
         self.assertIs(gate_now, self.parts.lifecycle._gate)
         self.assertIs(gate_now, self.parts.host._gate)
         self.parts.host.start_watcher(lambda event: None)
         self.addCleanup(self.parts.host.stop_watcher)
         self.assertIs(gate_now, self.parts.host.watcher._gate)
+
+    def test_the_claim_is_given_the_inventory_whole(self):
+        # one typed object (accel.devices.ReportedDevices), not its methods
+        self.build()
+        self.assertIs(self.parts.inventory, self.parts.claims._reported)
 
     def test_the_gate_judges_the_gpus_the_inventory_reported(self):
         # nvidia-smi lists one of the two GPUs LXD reports: the other one
@@ -220,7 +237,7 @@ class AcceleratorWiringTest(PartsTestCase):
         tree = self.provider_tree()
         self.parts.gate.refresh()
         self.assertEqual([HOST], self.projects_asked)
-        self.parts.inventory.update_provider_tree(tree, HOST, {})
+        self.write_tree(tree)
         held = tree.data(GPU85)
         self.assertEqual(1, held.inventory['PGPU']['reserved'])
         self.assertIn(gate.TRAIT_UNHEALTHY, held.traits)
@@ -255,7 +272,7 @@ class AcceleratorWiringTest(PartsTestCase):
         self.parts.host.watcher.poll_once()
         self.assertEqual([UUID], [e.get_instance_uuid() for e in events])
         self.assertEqual({}, self.parts.gate.store.load()['bound'])
-        self.parts.inventory.update_provider_tree(tree, HOST, {})
+        self.write_tree(tree)
         self.assertEqual(1, tree.data(GPU07).inventory['PGPU']['reserved'])
         # and no claim takes it until verified clean
         exc = self.assertRaises(

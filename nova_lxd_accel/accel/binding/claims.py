@@ -23,7 +23,9 @@ GPU, 8 InfiniBand VFs of one card) the driver chooses which. A claim is:
    :meth:`~nova_lxd_accel.accel.gate_seams.ClaimGate.unavailable_units`,
    read from the ledger, the GPU state file, after the listing): a claim
    picks by identity, never a dirty unit, whatever Placement counts;
-2. pick free units (:func:`nova_lxd_accel.accel.binding.pick.bind`);
+2. pick free units (:func:`nova_lxd_accel.accel.binding.pick.bind`),
+   the gate refusing each held GPU the pick looks up
+   (:meth:`~nova_lxd_accel.accel.gate_seams.ClaimGate.check_bindable`);
 3. still under the lock (the body of :func:`claiming`), write the
    devices and their record (the binding record key) into the already created,
    stopped container on the daemon, guarded by its ETag (a migration writes its
@@ -50,6 +52,7 @@ from nova_lxd_accel.accel.binding import binding_record
 from nova_lxd_accel.accel.binding import cdi
 from nova_lxd_accel.accel.binding import mps_environment
 from nova_lxd_accel.accel.binding import pick
+from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.accel import units
 from nova_lxd_accel.container import builder
@@ -127,7 +130,8 @@ def claiming(client, name, allocations, device_for_provider,
         under the lock, after the listing, its ``unavailable_units`` (units
         no claim may pick: released and not yet verified clean) and its
         ``dirty_share_projects`` (shared GPU -> projects of its dirty
-        slots) are read.
+        slots) are read, and its ``check_bindable`` is asked of each
+        device the pick looks up (a held GPU fails the claim).
     :param nvidia: the :class:`.cdi.NvidiaBinding` of the daemon.
     :param ib_ports: whole InfiniBand ports may be bound
         (``[lxd_accelerators] report_infiniband_ports``).
@@ -144,8 +148,8 @@ def claiming(client, name, allocations, device_for_provider,
             unavailable = gate.unavailable_units(records)
         for key, reasons in (unavailable or {}).items():
             held[key] = list(held.get(key, ())) + list(reasons)
-        bound = pick.bind(allocations, device_for_provider or
-                          (lambda rp_uuid: None), held, nvidia=nvidia,
+        bound = pick.bind(allocations, _bindable(device_for_provider, gate),
+                          held, nvidia=nvidia,
                           share=with_projects(
                               share, records, (project, name),
                               gate.dirty_share_projects(records)
@@ -153,6 +157,20 @@ def claiming(client, name, allocations, device_for_provider,
                           ib_ports=ib_ports)
         yield bound
     binding_record.log_bound(LOG, bound, instance)
+
+
+def _bindable(device_for_provider, gate):
+    """``device_for_provider`` refusing, through ``gate``, a held GPU.
+
+    :raises: GpuHeld (:meth:`.gate_seams.ClaimGate.check_bindable`).
+    """
+    def lookup(rp_uuid):
+        device = device_for_provider(rp_uuid) \
+            if device_for_provider is not None else None
+        if device is not None and gate is not None:
+            gate.check_bindable(device, rp_uuid)
+        return device
+    return lookup
 
 
 def claim(client, name, allocations, device_for_provider, host_devices=(),
@@ -187,21 +205,21 @@ class Claims(object):
 
     :param client: the :class:`nova_lxd_accel.client.LXDClient`.
     :param conf: ConfigOpts with ``[lxd]`` and ``[lxd_accelerators]``.
-    :param device_for_provider: callable(rp_uuid) -> device reported there.
-    :param host_devices: zero-argument callable, the host's devices.
+    :param reported: what the inventory reported
+        (:class:`.devices.ReportedDevices`: the device under each provider,
+        every device of the host), given whole.
     :param gate: the host's GPU gate, as a claim sees it
         (:class:`.gate_seams.ClaimGate`): read under the claim lock (see
-        :func:`claiming`) and told of each binding written (see
-        :func:`_recorded`); None: no unit is kept from a claim.
+        :func:`claiming`), asked whether each device looked up may be
+        bound, and told of each binding written (see :func:`_recorded`);
+        None: no unit is kept from a claim.
     """
 
-    def __init__(self, client, conf, device_for_provider,
-                 host_devices=tuple,
+    def __init__(self, client, conf, reported: devices.ReportedDevices,
                  gate: typing.Optional[gate_seams.ClaimGate] = None):
         self._client = client
         self._conf = conf
-        self._device_for_provider = device_for_provider
-        self._host_devices = host_devices
+        self._reported = reported
         self._gate = gate
 
     def holding(self, name, allocations, instance):
@@ -211,8 +229,9 @@ class Claims(object):
         migration (their whole new config) all claim through this.
         """
         return claiming(self._client, name, allocations,
-                        self._device_for_provider,
-                        host_devices=self._host_devices(), instance=instance,
+                        self._reported.device_for_provider,
+                        host_devices=self._reported.all_devices(),
+                        instance=instance,
                         project=self._conf.lxd.project,
                         share=share_request(self._conf, instance),
                         gate=self._gate,

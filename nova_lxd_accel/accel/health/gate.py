@@ -51,9 +51,11 @@ The gate's rules:
   :meth:`GpuGate.dirty_share_projects` under its lock, after its listing:
   dirty units, and units recorded bound (:meth:`GpuGate.note_bound`) to a
   container that is gone, are never picked; a shared card with such a slot
-  takes no tenant of another project;
-* :meth:`GpuGate.apply` (``update_provider_tree``, under nova's lock)
-  reads nothing: a held GPU gets ``reserved = total`` (and the trait
+  takes no tenant of another project; a held GPU the pick looks up fails
+  the claim (:meth:`GpuGate.check_bindable`);
+* :meth:`GpuGate.apply` (the driver's ``update_provider_tree``, between
+  the inventory's desired providers and its write of them, under nova's
+  lock) reads nothing: a held GPU gets ``reserved = total`` (and the trait
   :data:`TRAIT_UNHEALTHY` or :data:`TRAIT_UNPROBEABLE`), each dirty unit
   one more ``reserved`` of its resource class.
 
@@ -146,6 +148,15 @@ class GpuGate(gate_seams.ClaimGate, gate_seams.ProviderTreeGate,
     def last_snapshot(self):
         """The last :class:`.probe.Snapshot` (a refresh's or a release's)."""
         return self.reads.last_snapshot
+
+    def probed_gpus(self):
+        """PCI address -> the :class:`.nvidia_smi.GpuFacts` of each GPU.
+
+        Of :attr:`last_snapshot`, read from memory (the probe runs outside
+        nova's lock); empty before the first probe.
+        """
+        snapshot = self.last_snapshot
+        return snapshot.gpus if snapshot is not None else {}
 
     @property
     def on_clean(self):

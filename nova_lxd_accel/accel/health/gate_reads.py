@@ -14,10 +14,12 @@
 
 What the gate knows now, kept in memory: the holds and dirty units of
 the last probe or state file read (a :class:`.reservations.GateView`)
-and the last :class:`.probe.Snapshot`. ``update_provider_tree`` (under
-nova's lock) reads only these (:meth:`GateReads.apply`,
-:meth:`GateReads.check_bindable`); a claim (under the claim lock) reads
-the state file itself (:meth:`GateReads.unavailable_units`,
+and the last :class:`.probe.Snapshot`. The driver's
+``update_provider_tree`` (under nova's lock) reads only these
+(:meth:`GateReads.apply`, the snapshot's GPUs), and so does a claim's
+:meth:`GateReads.check_bindable` of each device it looks up; a claim
+(under the claim lock) reads the state file itself
+(:meth:`GateReads.unavailable_units`,
 :meth:`GateReads.dirty_share_projects`), so it sees every release
 written before, by any process.
 

@@ -12,10 +12,14 @@
 
 """Accelerator discovery and Placement inventory.
 
-The driver owns one :class:`AcceleratorInventory` and calls its
-:meth:`~AcceleratorInventory.update_provider_tree` from its own
-``update_provider_tree``; the ``nova-lxd-accel inventory`` and ``flavors``
-commands call the very same method on a scratch tree
+The driver owns one :class:`AcceleratorInventory`. Its own
+``update_provider_tree`` asks it for the providers the host should have
+(:meth:`~AcceleratorInventory.desired_from`), passes them through the GPU
+gate, and has it write them into nova's tree
+(:meth:`~AcceleratorInventory.write_tree`, a reshape included): the
+inventory never sees the gate. The ``nova-lxd-accel inventory`` and
+``flavors`` commands run the same two steps without a gate
+(:meth:`~AcceleratorInventory.update_provider_tree`) on a scratch tree
 (:func:`scratch_tree`, :func:`describe_host`, :func:`discovered_gpus`) and
 print :meth:`describe`, never talking to Placement.
 
@@ -33,7 +37,6 @@ from nova import exception as nova_exception
 from oslo_log import log as logging
 
 from nova_lxd_accel.accel import devices
-from nova_lxd_accel.accel import gate_seams
 from nova_lxd_accel.accel.inventory import discovery
 from nova_lxd_accel.accel.inventory import gpu_topology
 from nova_lxd_accel.accel.inventory import nvidia_smi
@@ -96,7 +99,7 @@ class ReportedGpus(object):
         return list(self._gpus)
 
 
-class AcceleratorInventory(object):
+class AcceleratorInventory(devices.ReportedDevices):
     """Reports the host's GPUs, MIG devices and InfiniBand cards.
 
     :param read_resources: zero-argument callable returning the metadata
@@ -115,13 +118,10 @@ class AcceleratorInventory(object):
         than ours hold are reported ``reserved``. None: nothing is.
     :param is_ours: callable(record) -> whether an instance is one of this
         nova-compute's (:meth:`.identity.Owner.is_ours`).
-    :param gate: the host's GPU gate, as the provider tree sees it
-        (:class:`.gate_seams.ProviderTreeGate`: held, unhealthy and not yet
-        verified units), or None.
     :param reported: the :class:`ReportedGpus` the gate reads.
     :param probed_gpus: PCI address -> the probe's facts of each GPU
-        (:class:`.nvidia_smi.GpuFacts`), for a caller without a gate (the
-        command line); default: the gate's last snapshot.
+        (:class:`.nvidia_smi.GpuFacts`), for a caller that passes none to
+        each call (the command line); default: none known.
     :param on_reshaped: callable(moved, records) told, after a reshape
         moved allocations (:func:`.reshape.move_allocations`), which
         provider each server's cards count in now, with the instance
@@ -130,9 +130,8 @@ class AcceleratorInventory(object):
 
     def __init__(self, read_resources, list_mig_devices=None, *, conf,
                  provider_allocations=None, list_instances=None,
-                 is_ours=None,
-                 gate: typing.Optional[gate_seams.ProviderTreeGate] = None,
-                 reported=None, probed_gpus=None, on_reshaped=None):
+                 is_ours=None, reported=None, probed_gpus=None,
+                 on_reshaped=None):
         self._conf = conf
         self._read_resources = read_resources
         self._list_mig_devices = list_mig_devices or self._run_nvidia_smi
@@ -142,7 +141,6 @@ class AcceleratorInventory(object):
         self._last_inputs = None
         self._last_desired = None
         self._last_mig_text = ''
-        self._gate = gate
         self._probed_gpus = probed_gpus
         self._reported = reported or ReportedGpus()
         self._list_instances = list_instances
@@ -184,6 +182,7 @@ class AcceleratorInventory(object):
         After the first call, :meth:`update_provider_tree` always works
         from the last snapshot; until then (the ``inventory`` command, a
         caller without a refresher) it reads the host itself each time.
+        The driver passes the last snapshot to :meth:`desired_from`.
 
         :returns: the new :class:`Snapshot`.
         """
@@ -228,13 +227,19 @@ class AcceleratorInventory(object):
         """The last :class:`Snapshot`, or a fresh read when none was made."""
         return self._snapshot or self._read_host()
 
-    def desired_providers(self, nodename, resources=None, mig_text=None):
+    def desired_providers(self, nodename, resources=None, mig_text=None,
+                          probed_gpus=None):
         """The child providers the host should have.
 
         :param resources: a ``/1.0/resources`` answer the caller has just
             read; None reads a fresh one.
         :param mig_text: ``nvidia-smi -L`` output read with it; None reads
             it now.
+        :param probed_gpus: PCI address -> the GPU probe's facts of each
+            GPU (:class:`.nvidia_smi.GpuFacts`: its memory, its name), read
+            from memory by the caller (the driver: the gate's last probe,
+            :meth:`.health.gate.GpuGate.probed_gpus`); None: those the
+            inventory was made with, if any.
         :returns: dict provider name -> DesiredProvider.
         """
         options = discovery.Options.from_conf(self._conf)
@@ -243,9 +248,11 @@ class AcceleratorInventory(object):
         resources = resources or {}
         if mig_text is None or not options.report_mig:
             mig_text = self._mig_text(options)
-        memory = self._probed('memory_total_mib') if options.shared_gpus \
-            else {}
-        names = self._probed('name')
+        if probed_gpus is None:
+            probed_gpus = self._probed_gpus
+        memory = _probed(probed_gpus, 'memory_total_mib') \
+            if options.shared_gpus else {}
+        names = _probed(probed_gpus, 'name')
         inputs = (nodename, options, resources.get('gpu'),
                   resources.get('network'), mig_text,
                   tuple(sorted(memory.items())), tuple(sorted(names.items())),
@@ -290,57 +297,78 @@ class AcceleratorInventory(object):
                      'report_infiniband_ports = true to offer them to '
                      'trusted projects.', {'pci': pci})
 
-    def _probed(self, fact):
-        """PCI address -> one fact of each GPU (its memory MiB, its name).
-
-        From the GPU probe's last snapshot, read from memory: the probe runs
-        outside nova's lock (``gate``). GPUs without the fact are left out.
-        """
-        gpus = self._probed_gpus
-        if gpus is None:
-            snapshot = getattr(self._gate, 'last_snapshot', None)
-            if snapshot is None:
-                return {}
-            gpus = snapshot.gpus
-        return {pci: getattr(facts, fact)
-                for pci, facts in gpus.items() if getattr(facts, fact)}
-
     def update_provider_tree(self, nova_tree, nodename,
                              allocations=None, resources=None,
-                             snapshot=None):
+                             snapshot=None, probed_gpus=None):
+        """Add, update or remove the accelerator children of ``nodename``.
+
+        :meth:`desired_from` and then :meth:`write_tree`, for a caller
+        that passes the providers through no gate (the command line, the
+        tests); the driver runs the two steps itself, with the GPU gate
+        between them.
+
+        :param allocations: as :meth:`write_tree`'s.
+        :param resources: a fresh ``/1.0/resources`` answer the caller has
+            already read; None: the host is not read here, the last
+            :class:`Snapshot` (``snapshot`` or :meth:`snapshot`) is used:
+            see :meth:`refresh`.
+        :param probed_gpus: as :meth:`desired_providers`'.
+        """
+        if resources is None:
+            snapshot = snapshot or self.snapshot()
+            desired = self.desired_from(nodename, snapshot, probed_gpus)
+            records = snapshot.records
+        else:
+            desired = self.desired_providers(nodename, resources,
+                                             probed_gpus=probed_gpus)
+            records = None
+            if self._list_instances is not None:
+                records = self._list_instances()
+            if records is not None:
+                desired = self.with_foreign_reserved(desired, records)
+        self.write_tree(nova_tree, nodename, desired, allocations, records)
+
+    def desired_from(self, nodename, snapshot, probed_gpus=None):
+        """The providers ``nodename`` should have, from ``snapshot``.
+
+        Reads nothing: :meth:`desired_providers` of the :class:`Snapshot`
+        (see :meth:`refresh`), with the units foreign instances hold
+        reserved (:meth:`with_foreign_reserved`) when it has the records.
+
+        :param probed_gpus: as :meth:`desired_providers`'.
+        :returns: dict provider name -> DesiredProvider, for
+            :meth:`write_tree` (the driver passes it through the GPU
+            gate first).
+        """
+        LOG.debug('Accelerator inventory from the host as read %.1f s ago',
+                  snapshot.age())
+        desired = self.desired_providers(nodename, snapshot.resources,
+                                         snapshot.mig_text, probed_gpus)
+        if snapshot.records is not None:
+            desired = self.with_foreign_reserved(desired, snapshot.records)
+        return desired
+
+    def write_tree(self, nova_tree, nodename, desired, allocations=None,
+                   records=None):
         """Add, update or remove the accelerator children of ``nodename``.
 
         Only children named ``<nodename>_gpu_*`` / ``<nodename>_ib_*`` are
         touched. Call after the root provider's own inventory is set.
+        Whole GPUs that count in another provider now have their
+        allocations moved (a reshape: ``ReshapeNeeded`` at nova-compute's
+        start when nova must pass them; :func:`.reshape.move_allocations`).
 
-        :param provider_tree: nova ``ProviderTree`` holding ``nodename``.
+        :param nova_tree: nova ``ProviderTree`` holding ``nodename``.
+        :param desired: dict provider name -> DesiredProvider
+            (:meth:`desired_from`, through the GPU gate in the driver).
         :param allocations: nova's ``{consumer_uuid: {'allocations':
             {rp_uuid: {'resources': {...}}}}}`` or None (unknown: then
             Placement is asked, only about providers that would lose
             inventory, and a provider is never deleted while that answer is
             missing).
-        :param resources: a fresh ``/1.0/resources`` answer the caller has
-            already read; None: the host is not read here, the last
-            :class:`Snapshot` (``snapshot`` or :meth:`snapshot`) is used:
-            see :meth:`refresh`.
+        :param records: the daemon's instance records ``desired`` was
+            made with (told to ``on_reshaped``), or None.
         """
-        records = None
-        if resources is None:
-            snapshot = snapshot or self.snapshot()
-            LOG.debug('Accelerator inventory from the host as read %.1f s '
-                      'ago', snapshot.age())
-            resources, mig_text = snapshot.resources, snapshot.mig_text
-            records = snapshot.records
-            desired = self.desired_providers(nodename, resources, mig_text)
-        else:
-            desired = self.desired_providers(nodename, resources)
-            if self._list_instances is not None:
-                records = self._list_instances()
-        if records is not None:
-            desired = self.with_foreign_reserved(desired, records)
-        if self._gate is not None:
-            # held, unhealthy and not yet verified units (accel.health.gate)
-            desired = self._gate.apply(desired)
         first = nodename not in self._states
         state = self._states.setdefault(nodename, provider_tree.TreeState())
         usage = self._usage_lookup(allocations)
@@ -444,13 +472,14 @@ class AcceleratorInventory(object):
         return _ask
 
     def device_for_provider(self, rp_uuid):
-        """The device last reported under provider ``rp_uuid``, or None."""
+        """The device last reported under provider ``rp_uuid``, or None.
+
+        Whether it may be bound now is the claim's to ask the gate
+        (:meth:`.gate_seams.ClaimGate.check_bindable`).
+        """
         for state in self._states.values():
             if rp_uuid in state.devices:
-                device = state.devices[rp_uuid]
-                if self._gate is not None:
-                    self._gate.check_bindable(device, rp_uuid)
-                return device
+                return state.devices[rp_uuid]
         return None
 
     def reported_gpus(self):
@@ -471,6 +500,16 @@ class AcceleratorInventory(object):
             top-down, children in name order.
         """
         return describe(nova_tree, nodename)
+
+
+def _probed(gpus, fact):
+    """PCI address -> one fact of each GPU (its memory MiB, its name).
+
+    :param gpus: PCI address -> :class:`.nvidia_smi.GpuFacts`, or None
+        (nothing known). GPUs without the fact are left out.
+    """
+    return {pci: getattr(facts, fact)
+            for pci, facts in (gpus or {}).items() if getattr(facts, fact)}
 
 
 def describe(nova_tree, nodename):

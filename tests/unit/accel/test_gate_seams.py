@@ -33,8 +33,9 @@ class GateSeamsTest(testtools.TestCase):
 
     def test_each_seam_declares_what_its_part_calls(self):
         self.assertEqual(
-            [{'unavailable_units', 'dirty_share_projects', 'note_bound'},
-             {'last_snapshot', 'apply', 'check_bindable'},
+            [{'unavailable_units', 'dirty_share_projects', 'note_bound',
+              'check_bindable'},
+             {'probed_gpus', 'apply'},
              {'note_destroy', 'removal_failed', 'verify_release'},
              {'note_gone'}],
             [_members(seam) for seam in SEAMS])

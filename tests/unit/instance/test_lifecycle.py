@@ -35,6 +35,7 @@ from nova_lxd_accel.container import identity
 from nova_lxd_accel import exception
 from nova_lxd_accel.instance import image_cache
 from nova_lxd_accel.instance import lifecycle
+from tests.fixtures import binding
 from tests.fixtures import fake_lxd
 from tests.fixtures import lifecycle_parts
 
@@ -71,7 +72,7 @@ class SpawnTest(testtools.TestCase):
             self.client, self.conf, FakeImages(),
             _host(self.client, self.conf),
             claims=claims.Claims(self.client, self.conf,
-                                 {GPU_RP: GPU}.get))
+                                 binding.ReportedDevicesOf({GPU_RP: GPU})))
         self.policy = builder.HostPolicy(host='cmp1')
 
     def spawn(self, instance, allocations):

@@ -260,7 +260,7 @@ class _Base(testtools.TestCase):
         #: (container, instance uuid, records) the gate was told of
         self.noted = []
         accel_claims = claims.Claims(
-            client, self.conf, lambda rp: GPU if rp == GPU_RP else None,
+            client, self.conf, binding.ReportedDevicesOf({GPU_RP: GPU}),
             gate=binding.ClaimGateCalls(
                 on_bound=lambda *args: self.noted.append(args)))
         host_part = lxd_host.Host(client, self.conf,

@@ -525,11 +525,13 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
             return snapshot
         self.gate.refresh = refreshing
         self.claims = claims.Claims(
-            self.client, self.conf, self.device_for_provider,
-            lambda: self.gpus, gate=types.SimpleNamespace(
+            self.client, self.conf, types.SimpleNamespace(
+                device_for_provider=self.device_for_provider,
+                all_devices=lambda: self.gpus), gate=types.SimpleNamespace(
                 unavailable_units=self.gate.unavailable_units,
                 dirty_share_projects=self.gate.dirty_share_projects,
-                note_bound=self.note_bound))
+                note_bound=self.note_bound,
+                check_bindable=self.gate.check_bindable))
         # init_host: interrupted builds removed, then the bindings of
         # instances nova no longer has here released (driver.init_host)
         for name in sorted(self.building):
@@ -580,15 +582,12 @@ class LedgerMachine(stateful.RuleBasedStateMachine):
         self.gate.note_bound(container, instance, records)
 
     def device_for_provider(self, rp_uuid):
-        """The inventory's: a held GPU is refused (``check_bindable``)."""
+        """The inventory's (the claim asks ``check_bindable`` of it)."""
         if rp_uuid == RP_POOL:
             return devices.GpuPool(gpus=tuple(
                 g for g in self.gpus if g.pci_address in POOL_CARDS))
-        device = {RP[g.pci_address]: g for g in self.gpus
-                  if g.pci_address in RP}.get(rp_uuid)
-        if device is not None:
-            self.gate.check_bindable(device, rp_uuid)
-        return device
+        return {RP[g.pci_address]: g for g in self.gpus
+                if g.pci_address in RP}.get(rp_uuid)
 
     def list_containers(self):
         records = self.client.list_containers()
@@ -1678,8 +1677,8 @@ class TestCounterexamples(LedgerReplay):
         self.step('recheck')
 
     def test_a_gpu_held_unprobeable_is_not_bound(self):
-        # without GpuGate.check_bindable (the inventory's
-        # device_for_provider): a slice of the MIG GPU held as unprobeable
+        # without GpuGate.check_bindable (the claim asks it of each
+        # device it looks up): a slice of the MIG GPU held as unprobeable
         # is bound (the pick of a MIG slice did not read the card's hold;
         # since e3e1143 it does: this fails with both removed)
         self.busy_host()

@@ -151,9 +151,7 @@ class ClaimsTestBase(testtools.TestCase):
 
     def claims(self, **gate):
         """The claim, with a gate of the callables ``gate`` names."""
-        return claims.Claims(self.client, self.conf,
-                             self.inventory.device_for_provider,
-                             host_devices=self.inventory.all_devices,
+        return claims.Claims(self.client, self.conf, self.inventory,
                              gate=binding.ClaimGateCalls(**gate))
 
     def alloc(self, *items):
@@ -387,6 +385,19 @@ class ClaimLockTest(ClaimsTestBase):
                           ('bound', True, NAME, UUID, True)], seen)
         self.assertFalse(claim_lock_held())
 
+    def test_each_device_looked_up_is_asked_of_the_gate_locked(self):
+        # the claim, not the inventory, asks whether a device may be bound
+        asked = []
+
+        def bindable(device, rp_uuid):
+            asked.append((device.pci_address, rp_uuid, claim_lock_held(),
+                          self.client.all_listings))
+
+        self.claims(bindable=bindable).prepare(
+            NAME, self.alloc((WHOLE_RP, 'PGPU', 1)), _instance())
+        self.assertEqual([(WHOLE, self.tree.data(WHOLE_RP).uuid, True, 1)],
+                         asked)
+
     def test_refused_claim_releases_the_lock(self):
         refuse = {'pci:' + WHOLE: ['instance x, released but not verified '
                                    'clean (pid 4242)']}
@@ -498,6 +509,18 @@ class RefusalTest(ClaimsTestBase):
         self.assertIn('shared_gpu_any_project', message)
         self.assertNothingBound()
         self.assertEqual([], self.client.file_calls)
+
+    def test_held_gpu_stops_the_claim_and_nothing_is_bound(self):
+        def held(device, rp_uuid):
+            raise exception.GpuHeld(pci=device.pci_address,
+                                    provider=rp_uuid, kind='unhealthy',
+                                    reason='ECC errors')
+
+        self.assertRaises(
+            exception.GpuHeld, self.claims(bindable=held).prepare, NAME,
+            self.alloc((WHOLE_RP, 'PGPU', 1)), _instance())
+        self.assertNothingBound()
+        self.assertFalse(claim_lock_held())
 
     def test_provider_this_host_does_not_have(self):
         stale = '9e8d7c6b-0000-4000-8000-00000000dead'

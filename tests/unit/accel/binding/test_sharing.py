@@ -21,7 +21,6 @@ import testtools
 from nova_lxd_accel.accel.binding import claims
 from nova_lxd_accel.accel.binding import pick
 from nova_lxd_accel.accel.binding import sharing
-from nova_lxd_accel.accel.health import probe
 from nova_lxd_accel.accel.inventory import nvidia_smi
 from nova_lxd_accel.accel.inventory import reporter
 from nova_lxd_accel.accel.inventory import shared_gpus
@@ -104,19 +103,10 @@ WHOLE_RP = binding.WHOLE_RP
 H100_RP = 'cmp1_gpu_0000_00_09_0'
 
 
-class _Gate(object):
-    """What the inventory reads of the GPU probe: its last snapshot."""
-
-    def __init__(self, memory):
-        self.last_snapshot = probe.Snapshot(
-            taken_at=0.0, available=True,
-            gpus={pci: nvidia_smi.GpuFacts(pci_address=pci,
-                                           memory_total_mib=mib)
-                  for pci, mib in memory.items()}, apps={})
-
-    @staticmethod
-    def apply(desired):
-        return desired
+def _probed(memory):
+    """What the inventory is given of the GPU probe: each GPU's memory."""
+    return {pci: nvidia_smi.GpuFacts(pci_address=pci, memory_total_mib=mib)
+            for pci, mib in memory.items()}
 
 
 class SharedInventoryTest(testtools.TestCase):
@@ -128,11 +118,24 @@ class SharedInventoryTest(testtools.TestCase):
         inventory = reporter.AcceleratorInventory(
             lambda: resources,
             lambda: gpu_hosts.load_text('nvsmi-h100-80gb-mig-4slices-L.txt'),
-            conf=conf, provider_allocations=lambda rp: {},
-            gate=_Gate(memory) if memory is not None else None)
+            conf=conf, provider_allocations=lambda rp: {})
         tree = gpu_hosts.new_tree(gpu_hosts.NODE)
-        inventory.update_provider_tree(tree, gpu_hosts.NODE, {})
+        # the probe's facts, passed with each call (the driver: the
+        # gate's last probe)
+        inventory.update_provider_tree(
+            tree, gpu_hosts.NODE, {},
+            probed_gpus=_probed(memory) if memory is not None else None)
         return inventory, tree
+
+    def test_memory_probed_later_is_offered_at_the_next_update(self):
+        inventory, tree = self.report(['%s:4' % A100_SHARED], memory={})
+        self.assertNotIn('CUSTOM_GPU_MEMORY_MB',
+                         tree.data(SHARED_RP).inventory)
+        inventory.update_provider_tree(
+            tree, gpu_hosts.NODE, {},
+            probed_gpus=_probed({A100_SHARED: 81920}))
+        self.assertEqual(81920, tree.data(SHARED_RP).inventory[
+            'CUSTOM_GPU_MEMORY_MB']['total'])
 
     def test_shared_gpu_is_share_and_memory_never_pgpu(self):
         _, tree = self.report(['%s:4' % A100_SHARED],

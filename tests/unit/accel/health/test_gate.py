@@ -112,6 +112,19 @@ class TestHealthGate(gate_harness.GateTestCase):
         self.gate.maybe_refresh()
         self.assertEqual(({'PGPU': 0}, False), self.reserved())
 
+    def test_the_probed_gpus_are_the_last_probes_read_from_memory(self):
+        # what the driver passes the inventory under nova's lock (each
+        # GPU's memory and name): nothing before the first probe
+        self.assertEqual({}, self.gate.probed_gpus())
+        self.gate.refresh()
+        probed = self.gate.probed_gpus()
+        self.assertEqual([H100], list(probed))
+        self.assertEqual(81559, probed[H100].memory_total_mib)
+        self.assertIs(self.gate.last_snapshot.gpus, probed)
+        # no probe of its own
+        os.unlink(os.path.join(self.smi_dir, 'nvidia-smi'))
+        self.assertIs(probed, self.gate.probed_gpus())
+
     def test_cpu_only_host_writes_nothing(self):
         self.gpus = []
         fake_nvidia_smi.recorded(self.smi_dir, {})

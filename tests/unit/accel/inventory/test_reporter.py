@@ -21,11 +21,14 @@ outside it.
 """
 
 import copy
+import dataclasses
+import inspect
 
 import fixtures
 from oslotest import base
 import testtools
 
+from nova_lxd_accel.accel import devices
 from nova_lxd_accel.accel.inventory import reporter
 from tests.fixtures import gpu_hosts
 
@@ -87,6 +90,37 @@ class SnapshotTest(testtools.TestCase):
         self.inventory.refresh()
         self.inventory.update_provider_tree(self.tree, gpu_hosts.NODE, {})
         self.assertEqual(0, len(gpu_hosts.summary(self.tree)))
+
+    def test_the_driver_writes_what_it_passes_through_the_gate(self):
+        # desired_from reads nothing; write_tree writes the providers it
+        # is given (the driver's, through the GPU gate), not its own
+        snapshot = self.inventory.refresh()
+        self.host.reads = self._no_reads()
+        desired = self.inventory.desired_from(gpu_hosts.NODE, snapshot)
+        name = '%s_gpu_0000_07_00_0' % gpu_hosts.NODE
+        want = desired[name]
+        gated = dict(desired, **{name: dataclasses.replace(
+            want, inventory={'PGPU': dict(want.inventory['PGPU'],
+                                          reserved=1)})})
+        self.inventory.write_tree(self.tree, gpu_hosts.NODE, gated, {},
+                                  snapshot.records)
+        self.assertEqual(self._no_reads(), self.host.reads)
+        self.assertEqual(1, self.tree.data(name).inventory['PGPU'][
+            'reserved'])
+        self.assertEqual(0, desired[name].inventory['PGPU'].get(
+            'reserved', 0))
+
+    def test_the_inventory_is_what_a_claim_reads(self):
+        # given whole to the claim (devices.ReportedDevices), implementing
+        # each of its methods itself, with the seam's signature
+        self.assertIn(devices.ReportedDevices,
+                      reporter.AcceleratorInventory.__mro__)
+        for name in ('device_for_provider', 'all_devices'):
+            own = inspect.getattr_static(reporter.AcceleratorInventory, name)
+            declared = vars(devices.ReportedDevices)[name]
+            self.assertIsNot(declared, own, name)
+            self.assertEqual(inspect.signature(declared),
+                             inspect.signature(own), name)
 
     def test_without_a_refresher_every_update_reads(self):
         # the inventory command, or a caller that never refreshes

@@ -10,12 +10,20 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The package's imports run one way (doc/source/admin/code-layout.rst)."""
+"""The package's imports run one way (doc/source/admin/code-layout.rst).
+
+And the wiring imports cannot show (:class:`RuntimeWiringTest`).
+"""
 
 import ast
+import importlib
+import inspect
 import os
 
 import testtools
+
+from nova_lxd_accel.accel.binding import claims
+from nova_lxd_accel.accel import devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -270,6 +278,70 @@ class LayoutTest(testtools.TestCase):
         self.assertEqual(
             set(), {m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES})
         self.assertEqual({}, {m: n for m, n in lines.items() if n > 700})
+
+
+def _takes_the_gate(name):
+    """Whether a parameter named ``name`` is a GPU gate."""
+    return name == 'gate' or name.endswith('_gate') or \
+        name.startswith('gate_')
+
+
+def _callables(module):
+    """(qualified name, callable) of each function and class of ``module``.
+
+    Its classes' methods and the classes themselves (their constructors)
+    included; only those defined in ``module``.
+    """
+    found = []
+    for name, value in sorted(vars(module).items()):
+        if getattr(value, '__module__', None) != module.__name__:
+            continue
+        if inspect.isfunction(value):
+            found.append((name, value))
+        elif inspect.isclass(value):
+            found.append((name, value))
+            for attr, member in sorted(vars(value).items()):
+                if inspect.isfunction(member) and attr != '__init__':
+                    found.append(('%s.%s' % (name, attr), member))
+    return found
+
+
+class RuntimeWiringTest(testtools.TestCase):
+    """What is handed to whom at run time, which imports cannot show.
+
+    ``parts.py`` wires the parts with objects, not imports: the inventory
+    could be handed the gate without importing ``health/``.
+    """
+
+    def test_nothing_in_the_inventory_takes_the_gate(self):
+        # the driver applies the gate where it writes the provider tree
+        # and the claim asks it whether a device may be bound: the
+        # inventory reads neither binding nor health at run time
+        inventory = sorted(m for m in _modules()
+                           if _accel_room(m) == 'inventory')
+        self.assertIn('nova_lxd_accel.accel.inventory.reporter', inventory)
+        taking = []
+        for name in inventory:
+            module = importlib.import_module(name)
+            for qualname, value in _callables(module):
+                try:
+                    params = inspect.signature(value).parameters
+                except ValueError:
+                    continue
+                taking.extend('%s.%s(%s)' % (name, qualname, p)
+                              for p in params if _takes_the_gate(p))
+        self.assertEqual([], taking)
+
+    def test_the_claim_takes_the_reported_devices_whole(self):
+        # one typed object (devices.ReportedDevices), not its methods as
+        # loose callables
+        params = inspect.signature(claims.Claims).parameters
+        seam = devices.ReportedDevices
+        loose = {n for n in vars(seam) if not n.startswith('_')} | {
+            'host_devices'}
+        self.assertEqual(set(), loose & set(params))
+        self.assertEqual(
+            1, [p.annotation for p in params.values()].count(seam))
 
 
 def _unit_test_modules():

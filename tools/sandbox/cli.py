@@ -619,9 +619,9 @@ def cmd_image(sandbox, kind, build_only=False):
 
     Built by tools/build-debian-image.sh from the Debian mirror with
     mmdebstrap, once per recipe, cached in data/images/ and uploaded to
-    Glance as debian-12. Needs a running sandbox, but with
-    ``--build-only``, which builds the cached tarball only (while
-    something else runs: tools/run-tests.sh).
+    Glance as debian-12, and as debian-12-alt (tempest's second image).
+    Needs a running sandbox, but with ``--build-only``, which builds the
+    cached tarball only (while something else runs: tools/run-tests.sh).
     """
     if kind != 'debian':
         sandbox.term.die('usage: %s image debian [--build-only]'
@@ -636,9 +636,11 @@ def cmd_image(sandbox, kind, build_only=False):
         sandbox.term.die('the sandbox does not run: tools/sandbox.sh up')
     sandbox.ensure_commands(('mmdebstrap',), ('mmdebstrap',))
     images.cached_image(sandbox.layout, images.DEBIAN_IMAGE_NAME,
-                        images.DEBIAN_BUILD, sandbox.provision)
-    sandbox.term.say("image %s in Glance: log in as 'debian' with your key "
-                     "pair" % images.DEBIAN_IMAGE_NAME)
+                        images.DEBIAN_BUILD, sandbox.provision,
+                        also=(images.DEBIAN_ALT_NAME,))
+    sandbox.term.say("image %s (and %s, the same) in Glance: log in as "
+                     "'debian' with your key pair"
+                     % (images.DEBIAN_IMAGE_NAME, images.DEBIAN_ALT_NAME))
     return 0
 
 

@@ -33,6 +33,9 @@ TINY_BUILD = os.path.join(layout_module.REPO_DIR, 'tools',
 DEBIAN_BUILD = os.path.join(layout_module.REPO_DIR, 'tools',
                             'build-debian-image.sh')
 DEBIAN_IMAGE_NAME = 'debian-12'
+#: the same image under a second name: tempest's image_ref_alt (the tests
+#: that filter servers by image need two distinct images)
+DEBIAN_ALT_NAME = 'debian-12-alt'
 FLAVOR_RECIPES = os.path.join(layout_module.REPO_DIR, 'devstack', 'files',
                               'accel-flavors.py')
 
@@ -63,19 +66,22 @@ def cached_tarball(layout, name, build):
     return path, want
 
 
-def cached_image(layout, name, build, provision):
+def cached_image(layout, name, build, provision, also=()):
     """NAME in Glance, built by BUILD once per version of BUILD.
 
     The Glance image is replaced when its tarball's version is not the
     one last uploaded (the tarball may have been built before the cloud
     ran: ``image debian --build-only``).
+
+    :param also: more names the same tarball is uploaded as.
     """
     path, version = cached_tarball(layout, name, build)
     uploaded = os.path.join(layout.data, 'images', name + '.uploaded')
     replace = []
     if (layout_module.read_text(uploaded) or '').strip() != version:
         replace = ['replace']
-    provision('image', name, path, *replace)
+    for each in (name,) + tuple(also):
+        provision('image', each, path, *replace)
     with open(uploaded, 'w') as handle:
         handle.write(version + '\n')
 

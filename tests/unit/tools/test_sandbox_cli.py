@@ -206,6 +206,21 @@ class CachedImageTest(testtools.TestCase):
                           ('image', 'img', tarball, 'replace')], calls)
         self.assertEqual(shell_recipe + '\n', recipe)
 
+    def test_one_tarball_under_more_names(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            lay = layout.Layout(os.path.join(tmp, 'sandbox'), 27100)
+            build = os.path.join(tmp, 'build.sh')
+            with open(build, 'w') as handle:
+                handle.write('#!/bin/sh\necho image >"$1"\n')
+            os.chmod(build, 0o755)
+            calls = []
+            images.cached_image(lay, 'img', build,
+                                lambda *args: calls.append(args),
+                                also=('img-alt',))
+        tarball = os.path.join(lay.data, 'images', 'img.tar.gz')
+        self.assertEqual([('image', 'img', tarball, 'replace'),
+                          ('image', 'img-alt', tarball, 'replace')], calls)
+
     def test_built_before_the_cloud_then_uploaded_once(self):
         # image debian --build-only while the tests run, then image debian
         with tempfile.TemporaryDirectory() as tmp:

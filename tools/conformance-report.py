@@ -18,11 +18,14 @@
     reasons, as JSON (run with the tempest venv's Python: it reads the
     stream with python-subunit).
 ``conformance-report.py page RESULTS_DIR OUT.rst [TRIAGE]``
-    writes the conformance page from every ``<subset>.json``,
-    ``features.txt`` and ``excluded.txt`` of ``RESULTS_DIR`` (standard
-    library only), so the numbers on the page always come from a run,
-    never from a hand; each failure gets its reason from ``TRIAGE``
-    (default ``tools/tempest-triage.txt``).
+    writes the conformance page from every ``<subset>.json`` (and its
+    ``<subset>.hosts``: how many compute hosts ran it), ``features.txt``
+    and ``excluded.txt`` of ``RESULTS_DIR`` (standard library only), so
+    the numbers on the page always come from a run, never from a hand;
+    each failure gets its reason from ``TRIAGE`` (default
+    ``tools/tempest-triage.txt``), each skip from
+    ``tools/tempest-skips.txt``. An ``adhoc`` run (``--regex``) is left
+    out.
 """
 
 import collections
@@ -101,17 +104,42 @@ def _commented_regexes(path):
     return out
 
 
-def page(results_dir, out_path, triage_path=None):
+REPRODUCE = [
+    'Reproduce', '=========', '',
+    'The ``compute`` row, on two hosts (about 50 minutes on two cores)::',
+    '',
+    '    tools/sandbox.sh up --hosts 2',
+    '    tools/sandbox.sh image debian',
+    '    tools/sandbox-tempest.sh --subset compute',
+    '    python3 tools/conformance-report.py page \\',
+    '        /var/tmp/nova-lxd-accel-sandbox/tempest/results \\',
+    '        doc/source/reference/conformance.rst',
+    '',
+    '``--subset ci`` and ``--subset multinode`` give the other rows; '
+    '``.ci/run`` runs both (not ``compute``).', '']
+
+
+def page(results_dir, out_path, triage_path=None, skips_path=None):
     import re
 
+    here = os.path.dirname(os.path.abspath(__file__))
     triage = [(re.compile(regex), reason) for regex, reason in
               _commented_regexes(triage_path or os.path.join(
-                  os.path.dirname(os.path.abspath(__file__)),
-                  'tempest-triage.txt'))]
-    runs = {}
+                  here, 'tempest-triage.txt'))]
+    skip_reasons = [(re.compile(regex), reason) for regex, reason in
+                    _commented_regexes(skips_path or os.path.join(
+                        here, 'tempest-skips.txt'))]
+    runs, hosts = {}, {}
     for path in sorted(glob.glob(os.path.join(results_dir, '*.json'))):
+        name = os.path.basename(path)[:-5]
+        if name == 'adhoc':
+            continue
         with open(path) as handle:
-            runs[os.path.basename(path)[:-5]] = json.load(handle)
+            runs[name] = json.load(handle)
+        hosts_path = os.path.join(results_dir, name + '.hosts')
+        if os.path.exists(hosts_path):
+            with open(hosts_path) as handle:
+                hosts[name] = handle.read().strip()
     features = []
     features_path = os.path.join(results_dir, 'features.txt')
     if os.path.exists(features_path):
@@ -129,9 +157,10 @@ def page(results_dir, out_path, triage_path=None):
              'against the sandbox) on %s. Do not edit by hand: run the '
              'subsets and regenerate.' % datetime.date.today().isoformat(),
              '', 'Results', '=======', '']
-    rows = [('subset', 'passed', 'failed', 'skipped')]
+    rows = [('subset', 'hosts', 'passed', 'failed', 'skipped')]
     for name, run in sorted(runs.items()):
-        rows.append((name, run['passed'], run['failed'], run['skipped']))
+        rows.append((name, hosts.get(name, '-'), run['passed'],
+                     run['failed'], run['skipped']))
     lines += _table(rows) if len(rows) > 1 else ['No run recorded.']
     lines += ['', '``ci``: compute and image API tests tagged smoke (run '
               'by ``.ci/run``); ``compute``: all of ``tempest.api.compute`` '
@@ -143,6 +172,7 @@ def page(results_dir, out_path, triage_path=None):
               'is on unless the features below say otherwise: the '
               'servers boot the sandbox\'s Debian 12 cloud-init image and '
               'tempest checks them over SSH through a floating IP.', '']
+    lines += REPRODUCE
     if features:
         lines += ['Features', '========', '',
                   'As ``tools/sandbox-tempest.sh`` sets them in '
@@ -175,11 +205,13 @@ def page(results_dir, out_path, triage_path=None):
             lines += [head, '-' * len(head), '']
             for reason, tests in sorted(by_reason.items(),
                                         key=lambda i: (-len(i[1]), i[0])):
-                lines.append('* %s (%d): %s' % (
-                    ' '.join(reason.split()), len(tests),
+                why = [r for regex, r in skip_reasons if regex.search(reason)]
+                lines.append('* %s (%d): %s. Why: %s' % (
+                    ' '.join(reason.split()).rstrip('.'), len(tests),
                     ', '.join('``%s``' % t.rsplit('.', 1)[-1].strip(')')
                               for t in tests[:8]) +
-                    (', ...' if len(tests) > 8 else '')))
+                    (', ...' if len(tests) > 8 else ''),
+                    why[0] if why else 'not explained'))
             lines.append('')
     with open(out_path, 'w') as handle:
         handle.write('\n'.join(lines).rstrip() + '\n')

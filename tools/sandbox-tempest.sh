@@ -21,6 +21,8 @@
 #                     API smoke tests (about ten minutes at concurrency 2)
 #   --subset multinode  cold migration and the multi-node scheduling tests
 #                     (tools/sandbox.sh up --hosts 2)
+#   --regex R         only the tests R matches, as subset "adhoc" (its
+#                     results are not put on the conformance page)
 #
 # Environment: SANDBOX_DIR (default /var/tmp/nova-lxd-accel-sandbox),
 # TEMPEST_CONSTRAINTS (default <repo>/constraints.txt), SANDBOX_UV (uv's
@@ -49,7 +51,8 @@ while [ $# -gt 0 ]; do
         --subset) SUBSET=$2; shift 2 ;;
         --concurrency) CONCURRENCY=$2; shift 2 ;;
         --no-validation) VALIDATION=false; shift ;;
-        -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --regex) SUBSET=adhoc; ADHOC_REGEX=$2; shift 2 ;;
+        -h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "sandbox-tempest: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -60,6 +63,7 @@ case "$SUBSET" in
     ci) REGEX='^tempest\.api\.(compute|image)\..*\[.*\bsmoke\b.*\]' ;;
     compute) REGEX='^tempest\.api\.compute\.|^tempest\.api\.(image|network)\..*\[.*\bsmoke\b.*\]' ;;
     multinode) REGEX='^tempest\.api\.compute\.admin\.(test_migrations|test_servers_on_multinodes)\.' ;;
+    adhoc) REGEX=$ADHOC_REGEX ;;
     *) echo "sandbox-tempest: --subset is ci, compute or multinode" >&2; exit 2 ;;
 esac
 
@@ -113,6 +117,10 @@ if [ "$VALIDATION" = true ]; then
         -f value -c id 2>/dev/null) ||
         fail "validation needs the Debian image: run tools/sandbox.sh image" \
             "debian first (or --no-validation)"
+    # the same image under a second name (tools/sandbox.sh image debian
+    # uploads both): the tests that filter servers by image need two
+    IMAGE_ALT=$("$OPENSTACK" --os-cloud sandbox image show debian-12-alt \
+        -f value -c id 2>/dev/null) || IMAGE_ALT=$IMAGE
     PUBLIC=$(id_of network public)
     "$REPO_DIR/tools/sandbox.sh" reach on
     VALIDATION_CONF=(
@@ -124,9 +132,12 @@ if [ "$VALIDATION" = true ]; then
         validation.ip_version_for_ssh 4
         network.public_network_id "$PUBLIC"
         network.floating_network_name public
+        # a network every project sees (the admin network tests list it)
+        compute.fixed_network_name public
     )
 else
     IMAGE=$(id_of image lxd-tiny)
+    IMAGE_ALT=$IMAGE
     VALIDATION_CONF=(validation.run_validation false)
 fi
 
@@ -154,6 +165,7 @@ FEATURES=(
     compute-feature-enabled.suspend true                          # frozen container
     compute-feature-enabled.console_output true                   # the container console log
     compute-feature-enabled.rescue true                           # a rescue container with the root disk attached
+    compute-feature-enabled.hostname_fqdn_sanitization true       # the container's hostname is nova's sanitized one
     # off: inherent to containers or not in this driver
     compute-feature-enabled.live_migration false        # containers: refused, as by drivers without it
     compute-feature-enabled.vnc_console false           # containers have no graphical console
@@ -178,7 +190,7 @@ done
 say "writing tempest.conf (offline: the sandbox's image and flavors)"
 "$VENV/bin/discover-tempest-config" --os-cloud sandbox --create --no-rng \
     --no-default-deployer --image-disk-format raw --out etc/tempest.conf \
-    compute.image_ref "$IMAGE" compute.image_ref_alt "$IMAGE" \
+    compute.image_ref "$IMAGE" compute.image_ref_alt "$IMAGE_ALT" \
     compute.flavor_ref "$FLAVOR" compute.flavor_ref_alt "$FLAVOR_ALT" \
     "${overrides[@]}" "${HOSTS_CONF[@]}" "${VALIDATION_CONF[@]}" \
     >"$WORK/results/discover.log" 2>&1 ||
@@ -202,6 +214,7 @@ cp "$SCRIPT_DIR/tempest-exclude.txt" "$WORK/results/excluded.txt"
 "$VENV/bin/stestr" last --subunit >"$WORK/results/$SUBSET.subunit" || true
 "$VENV/bin/python" "$SCRIPT_DIR/conformance-report.py" totals \
     "$WORK/results/$SUBSET.subunit" >"$WORK/results/$SUBSET.json"
+echo "$HOSTS" >"$WORK/results/$SUBSET.hosts"
 say "$SUBSET: $("$VENV/bin/python" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))

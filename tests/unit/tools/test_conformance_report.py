@@ -40,7 +40,14 @@ class PageTest(testtools.TestCase):
             json.dump({'passed': 17, 'failed': 1, 'skipped': 2,
                        'failures': ['tempest.api.compute.a.B.test_c'],
                        'skips': {'tempest.api.compute.x.Y.test_z':
-                                 'Volume service not enabled.'}}, f)
+                                 'Volume service not enabled.',
+                                 'tempest.api.compute.x.Y.test_q':
+                                 'Something new.'}}, f)
+        with open(os.path.join(results, 'ci.hosts'), 'w') as f:
+            f.write('2\n')
+        with open(os.path.join(results, 'adhoc.json'), 'w') as f:
+            json.dump({'passed': 1, 'failed': 0, 'skipped': 0,
+                       'failures': [], 'skips': {}}, f)
         with open(os.path.join(results, 'features.txt'), 'w') as f:
             f.write('    compute-feature-enabled.vnc_console false  '
                     '# containers have no graphical console\n')
@@ -55,14 +62,20 @@ class PageTest(testtools.TestCase):
         self.assertEqual(0, _module().main(['page', results, out, triage]))
         with open(out) as f:
             page = f.read()
-        self.assertIn('ci      17      1       2', page)
+        self.assertIn('ci      2      17      1       2', page)
+        self.assertNotIn('adhoc', page)
+        self.assertIn('tools/sandbox-tempest.sh --subset compute', page)
         self.assertIn('``compute-feature-enabled.vnc_console``  false  '
                       'containers have no graphical console', page)
         self.assertIn('* ``tempest.api.compute.t.T.test_addr``: sandbox '
                       'gap: no networking', page)
         self.assertIn('* ``tempest.api.compute.a.B.test_c``: sandbox gap: '
                       'no network', page)
-        self.assertIn('* Volume service not enabled. (1): ``test_z``', page)
+        # each skip with the project's reason, or a flag that it has none
+        self.assertIn('* Volume service not enabled (1): ``test_z``. Why: '
+                      'No Cinder in the sandbox', page)
+        self.assertIn('* Something new (1): ``test_q``. Why: not explained',
+                      page)
 
     def test_usage(self):
         self.assertEqual(2, _module().main([]))

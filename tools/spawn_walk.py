@@ -23,9 +23,10 @@ the daemon; this measures that walk instead of counting it by reading
 
 A *crossing* is a call from a function of one module of the package into a
 function of another (calls within a module, and into or out of other
-packages, are not counted). Only calls made under the named root function
-count: nova's other greenthreads run in the same OS thread, and the
-profile hook sees their calls too. ``chain(target)`` is the stack of
+packages, are not counted; a comprehension is part of its function).
+Only calls made under the named root function count: nova's other
+greenthreads run in the same OS thread, and the profile hook sees their
+calls too. ``chain(target)`` is the stack of
 package functions from the root to the first call of ``target`` (for a
 spawn: the daemon's create), and ``unnamed_hops`` lists the hops of that
 chain whose call site does not name the function it reaches: a hop an
@@ -55,10 +56,16 @@ def _hop(caller, callee):
                callee.f_code.co_name, _module(caller), _module(callee))
 
 
+#: frames of a comprehension: part of the function that holds them
+COMPREHENSIONS = ('<genexpr>', '<listcomp>', '<dictcomp>', '<setcomp>')
+
+
 def _qualname(frame):
     code = frame.f_code
-    return '%s.%s' % (frame.f_globals.get('__name__', '?'),
-                      getattr(code, 'co_qualname', code.co_name))
+    name = getattr(code, 'co_qualname', code.co_name)
+    for inner in COMPREHENSIONS:
+        name = name.replace('.<locals>.' + inner, '')
+    return '%s.%s' % (frame.f_globals.get('__name__', '?'), name)
 
 
 def _module(frame):
@@ -110,7 +117,8 @@ class Walk(object):
         return None
 
     def _profile(self, frame, event, arg):
-        if event != 'call' or not self._ours(frame):
+        if event != 'call' or not self._ours(frame) or \
+                frame.f_code.co_name in COMPREHENSIONS:
             return
         caller = frame.f_back
         # the nearest package frame above: a call through contextlib or
@@ -165,15 +173,26 @@ class Walk(object):
         """Hops of :meth:`chain` whose call site does not name the callee.
 
         ``__init__`` is named by its class, a ``with`` names the context
-        manager's function.
+        manager's function, and a decorator's wrapper (a function of
+        ``<locals>``) by the function it wraps: the call site names that
+        one, which go-to-definition finds, so the hop from the wrapper
+        into it is not one of its own.
         """
+        chain = self.chain()
         out = []
-        for hop in self.chain():
+        index = 0
+        while index < len(chain):
+            hop = chain[index]
             names = {hop.name}
             if hop.name == '__init__':
                 names.add(hop.callee.rsplit('.', 2)[-2])
+            if '<locals>' in hop.callee and index + 1 < len(chain):
+                # the wrapper: named by what it wraps, the next hop
+                names.add(chain[index + 1].name)
+                index += 1
             if not any(name in hop.site for name in names):
                 out.append(hop)
+            index += 1
         return out
 
     def report(self):

@@ -53,6 +53,17 @@ MODULES = {
                 return seam.create('y')
         ''',
     'seam': '''
+        import functools
+
+
+        def logged(method):
+            @functools.wraps(method)
+            def wrapper(*args, **kwargs):
+                return method(*args, **kwargs)
+            return wrapper
+
+
+        @logged
         def create(name):
             return name
 
@@ -94,8 +105,8 @@ class WalkTest(testtools.TestCase):
         walk = self.walk(None)
         self.assertEqual(
             [('facade.Facade.spawn', 'part.Part.build'),
-             ('part.Part.build', 'seam.create'),
-             ('facade.Facade.spawn', 'seam.create')],
+             ('part.Part.build', 'seam.logged.<locals>.wrapper'),
+             ('facade.Facade.spawn', 'seam.logged.<locals>.wrapper')],
             [(h.caller.replace('walkpkg.', ''),
               h.callee.replace('walkpkg.', '')) for h in walk.hops])
         self.assertEqual({'walkpkg.facade', 'walkpkg.part', 'walkpkg.seam'},
@@ -106,7 +117,9 @@ class WalkTest(testtools.TestCase):
 
     def test_the_chain_to_the_target_each_hop_named(self):
         walk = self.walk(None)
-        self.assertEqual(['part.Part.build', 'seam.create'],
+        # through create's decorator: named by create, which it wraps
+        self.assertEqual(['part.Part.build', 'seam.logged.<locals>.wrapper',
+                          'seam.create'],
                          [h.callee.replace('walkpkg.', '')
                           for h in walk.chain()])
         self.assertEqual([], walk.unnamed_hops())
@@ -114,7 +127,8 @@ class WalkTest(testtools.TestCase):
     def test_a_callable_handed_in_is_a_hop_no_editor_follows(self):
         # part calls seam.find through ``lookup``: its site names "lookup"
         walk = self.walk(self.seam.find)
-        self.assertEqual(['part.Part.build', 'seam.find', 'seam.create'],
+        self.assertEqual(['part.Part.build', 'seam.find',
+                          'seam.logged.<locals>.wrapper', 'seam.create'],
                          [h.callee.replace('walkpkg.', '')
                           for h in walk.chain()])
         unnamed = walk.unnamed_hops()

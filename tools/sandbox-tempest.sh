@@ -132,8 +132,6 @@ if [ "$VALIDATION" = true ]; then
         validation.ip_version_for_ssh 4
         network.public_network_id "$PUBLIC"
         network.floating_network_name public
-        # a network every project sees (the admin network tests list it)
-        compute.fixed_network_name public
     )
 else
     IMAGE=$(id_of image lxd-tiny)

@@ -56,7 +56,8 @@ def cut_short(snapshot):
     a slow nvidia-smi (answering within ``nvidia_smi_timeout``) is then
     cut. Such a probe is no verdict on nvidia-smi: counted as a failure,
     deletes in a row would hold the GPUs and the next periodic probe free
-    them again, and Placement's inventory would flap.
+    them again, and Placement's inventory would flap. A probe cut short
+    is never :func:`complete`.
     """
     return any((why or '').startswith(probe.DEADLINE_REACHED) for why in (
         snapshot.error, getattr(snapshot, 'mig_error', None)))
@@ -68,7 +69,7 @@ def probed(state, snapshot, known, now, conf):
     A probe :func:`cut_short` neither counts toward the unprobeable hold
     nor lifts one: the periodic probe, which has no deadline, decides.
     """
-    if cut_short(snapshot) and not complete(snapshot):
+    if cut_short(snapshot):
         failures = (state.get('probe') or {}).get('failures') or 0
     else:
         failures = probe_health(state, snapshot, known, now, conf)

@@ -18,9 +18,6 @@ LXD refuses a container, the daemon is down, nova-compute dies in the
 middle of a build, or a guest writes nothing to its console.
 """
 
-import os
-import subprocess
-import sys
 import time
 
 from nova.compute import task_states
@@ -138,22 +135,10 @@ class _ProxiedTestCase(_FaultTestCase):
         super(_ProxiedTestCase, self).setUp()
 
     def lxd_down(self):
-        self.proxy._stop()
+        self.proxy.stop()
 
     def lxd_up(self):
-        if os.path.exists(self.proxy.socket_path):
-            os.unlink(self.proxy.socket_path)
-        self.proxy._process = subprocess.Popen(
-            [sys.executable, '-m', 'tools.sandbox.venv.lxd_proxy',
-             '--socket', self.proxy.socket_path,
-             '--upstream', self.proxy.upstream,
-             '--resources', self.proxy.resources_file, '--no-strip'],
-            cwd=lxd_proxy.REPO_ROOT)
-        for attempt in range(600):
-            if os.path.exists(self.proxy.socket_path):
-                return
-            time.sleep(0.05)
-        self.fail('the LXD proxy did not come back')
+        self.proxy.start()
 
 
 class StartWhileLXDDownTest(_ProxiedTestCase):
@@ -234,7 +219,7 @@ class HostLocalFailureReschedulesTest(_TwoHostsTestCase):
         first = self._create_server(
             image_uuid=self.image_id, flavor_id=flavor_id, networks='none',
             az='nova:compute2')
-        self.proxy._stop()
+        self.proxy.stop()
         server = self._wait_for_state_change(
             self.boot(flavor_id=flavor_id), 'ACTIVE')
         self.assertEqual('compute2', server['OS-EXT-SRV-ATTR:host'])
@@ -278,7 +263,7 @@ class EveryHostFailsTest(_TwoHostsTestCase):
     def _fail_on_every_host(self):
         flavor_id = self.flavor()
         for proxy in self.proxies:
-            proxy._stop()
+            proxy.stop()
         server = self._wait_for_state_change(self.boot(flavor_id=flavor_id),
                                              'ERROR')
         self.assertEqual(['compute1', 'compute2'],

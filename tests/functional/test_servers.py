@@ -126,7 +126,7 @@ class LXDDownTest(base.LXDFunctionalTestCase):
     def test_boot_with_lxd_down_fails_cleanly(self):
         flavor_id = self._create_flavor(memory_mb=128, vcpu=1, disk=0,
                                         ephemeral=0)
-        self.proxy._stop()
+        self.proxy.stop()
         # One attempt, so the fault carries the driver's own message.
         self.flags(max_attempts=1, group='scheduler')
         server = self.api.post_server({'server': self._build_server(

@@ -145,7 +145,7 @@ class SpawnFaultTest(_FaultTestCase):
         driver.init_host(self.host)
         self.addCleanup(driver.cleanup_host, self.host)
         image = self.tiny_image()
-        proxy._stop()
+        proxy.stop()
         error = self.assertRaises(
             exception.LXDUnreachable, driver.spawn, self.context,
             self.make_instance(), image, [], None, {})

@@ -24,6 +24,7 @@ import argparse
 import datetime
 import os
 import shutil
+import socket as socket_module
 import subprocess
 import sys
 import time
@@ -312,13 +313,26 @@ def step_network_agents(sandbox):
     sandbox.provision('wait-agents', '180', since)
 
 
+def _accepts(path):
+    # the socket file appears at bind time, before the proxy listens
+    probe = socket_module.socket(socket_module.AF_UNIX,
+                                 socket_module.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 def start_hwproxy(sandbox, tries=80):
     socket = sandbox.layout.hw_socket
     if not sandbox.is_running('hwproxy') and os.path.exists(socket):
         os.remove(socket)
     sandbox.start_service('hwproxy')
     for _ in range(tries):
-        if os.path.exists(socket):
+        if _accepts(socket):
             return
         if not sandbox.is_running('hwproxy'):
             break

@@ -20,6 +20,8 @@ accelerators in Nova's eyes.
 
 import json
 import os
+import socket
+import subprocess
 
 import fixtures
 import testtools
@@ -103,3 +105,39 @@ class ProxyFailureTest(testtools.TestCase):
         self.assertEqual(502, response.status)
         self.assertEqual('error', body['type'])
         self.assertIn('LXD proxy: FileNotFoundError', body['error'])
+
+
+class WaitListeningTest(testtools.TestCase):
+    """The fixture waits for a listener, not for the socket file.
+
+    The file appears at bind time, before the server listens; a client
+    that connects in between is refused (ECONNREFUSED), which the
+    integration suite once took for a daemon down at ``init_host``.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.path = os.path.join(
+            self.useFixture(fixtures.TempDir()).path, 'unix.socket')
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(self.server.close)
+        self.server.bind(self.path)
+        self.process = subprocess.Popen(['sleep', '60'])
+        self.addCleanup(self.process.wait)
+        self.addCleanup(self.process.kill)
+
+    def test_a_bound_socket_that_does_not_listen_is_not_ready(self):
+        self.assertTrue(os.path.exists(self.path))
+        self.assertFalse(lxd_proxy.wait_listening(self.path, self.process,
+                                                  0.2))
+
+    def test_a_listening_socket_is_ready(self):
+        self.server.listen(1)
+        self.assertTrue(lxd_proxy.wait_listening(self.path, self.process,
+                                                 30))
+
+    def test_a_process_that_ended_is_not_waited_for(self):
+        self.process.kill()
+        self.process.wait()
+        self.assertFalse(lxd_proxy.wait_listening(self.path, self.process,
+                                                  30))

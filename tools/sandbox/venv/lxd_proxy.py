@@ -634,16 +634,25 @@ class LXDProxy(fixtures.Fixture):
             with open(server_info_file, 'w') as f:
                 json.dump(self.server_info, f)
             command += ['--server-info', server_info_file]
-        self._process = subprocess.Popen(command, cwd=REPO_ROOT)
-        self.addCleanup(self._stop)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.socket_path):
-            if self._process.poll() is not None or \
-                    time.monotonic() > deadline:
-                raise RuntimeError('the LXD proxy did not start')
-            time.sleep(0.05)
+        self._command = command
+        self.addCleanup(self.stop)
+        self.start()
 
-    def _stop(self):
+    def start(self):
+        """Start the proxy process (again) and wait until it accepts.
+
+        The socket file appears at bind time, a moment before the
+        server listens: a connection in between is refused, so the
+        wait is for a connection that succeeds.
+        """
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        self._process = subprocess.Popen(self._command, cwd=REPO_ROOT)
+        if not wait_listening(self.socket_path, self._process, 30):
+            raise RuntimeError('the LXD proxy did not start')
+
+    def stop(self):
+        """Stop the proxy: the daemon is unreachable through it."""
         self._process.terminate()
         try:
             self._process.wait(10)
@@ -680,6 +689,24 @@ class LXDProxy(fixtures.Fixture):
             return json.loads(connection.getresponse().read())
         finally:
             connection.close()
+
+
+def wait_listening(path, process, timeout):
+    """True once ``path`` accepts a connection.
+
+    False if ``process`` ends or ``timeout`` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    return False
 
 
 def _lxd_socket():

@@ -59,6 +59,24 @@ class TestCounterexamples(ledger_model.LedgerReplay):
                   leftover=True)
         self.step('operator_forgets')
 
+    def test_gpu_forget_checked_before_a_restart_and_written_after(self):
+        # without gate_state.forget's ``checked``, as the wide search
+        # found it (tox -e ledger-model, guided by the 'gpu forget race'
+        # target): the unit of a server deleted while nova-compute was
+        # down is verified clean, claimed, and released again by the next
+        # restart's reconcile with the new server's process still on it;
+        # the write drops that new entry
+        self.busy_host()
+        self.step('arrives_by_resize_or_migration', flavor='pool2',
+                  project='proj-a')
+        self.step('deleted_while_down', Draws(FIRST))
+        self.step('operator_checks_a_unit_to_forget', which=0)
+        self.step('periodic_refresh')
+        self.step('boot', flavor='pool2', project='proj-a', busy=True)
+        self.step('deleted_while_down',
+                  Draws('00000000-0000-4000-8000-000000000001'))
+        self.step('operator_forgets')
+
     def test_a_refresh_during_a_delete_does_not_bind_the_unit_again(self):
         # without gate_state.stale_binding: a refresh listing the
         # container between note_destroy and its removal records the unit
